@@ -1,0 +1,239 @@
+#!/usr/bin/env python
+"""CLEAR: pre-train or continue pre-training a sentence encoder with MLM + a contrastive loss on augmented views.
+
+Runs as ``python examples/run_clear.py ...`` or ``accelerate launch examples/run_clear.py ...``; flags or a single
+JSON file (``python examples/run_clear.py examples/demo/clear_demo.json``). Flag names follow run_mlm.py where they
+overlap, and every TrainingArguments flag works.
+
+    python examples/run_clear.py --model_name_or_path bert-base-uncased --dataset_name wikitext \
+        --dataset_config_name wikitext-103-raw-v1 --augmentations del_word --output_dir clear-bert
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.data import load_corpus, tokenize_corpus
+from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.model_card import ModelCardInfo, write_model_card
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A pretrained encoder (Hub id or folder) or a contrastive_hf checkpoint to continue from. "
+            "Leave unset to train from scratch with --config_name."
+        },
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Encoder config (Hub id, folder or config.json) for training from scratch."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer, when it differs from --model_name_or_path."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+    pooler_type: str = field(
+        default="cls", metadata={"help": "cls, cls_before_pooler, mean, max, avg_first_last or avg_top2."}
+    )
+    projection_type: str = field(default="mlp", metadata={"help": "none, linear or mlp."})
+    projection_dim: int | None = field(default=None, metadata={"help": "Projection output size (default: hidden)."})
+    projection_at_inference: bool = field(
+        default=False, metadata={"help": "Keep the projection head in the embeddings at inference."}
+    )
+    temperature: float = field(default=0.05, metadata={"help": "Temperature of the contrastive loss."})
+    mlm_weight: float = field(default=1.0, metadata={"help": "Weight of L_MLM (0 turns MLM off)."})
+    cl_weight: float = field(default=1.0, metadata={"help": "Weight of L_CL."})
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset to train on."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "A local corpus: .txt (one sentence per line), .csv/.tsv or .json/.jsonl."}
+    )
+    text_column: str | None = field(default=None, metadata={"help": "The text column (default: 'text' or the first)."})
+    max_seq_length: int = field(default=32, metadata={"help": "Maximum tokens per sentence after tokenization."})
+    line_by_line: bool = field(
+        default=True,
+        metadata={"help": "Each non-empty line is one example; --line_by_line False packs text into blocks."},
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the corpus (for quick runs)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    augmentations: str = field(
+        default="del_word", metadata={"help": f"How the two views are made: {', '.join(AUGMENTATION_NAMES)}."}
+    )
+    del_word_probability: float = field(default=0.7, metadata={"help": "CLEAR's word deletion ratio."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
+    stsb_dev_file: str | None = field(
+        default=None, metadata={"help": "STS Benchmark sts-dev.csv, scored at the end of training."}
+    )
+
+
+def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTraining:
+    overrides = {
+        "pooler_type": model_args.pooler_type,
+        "projection_type": model_args.projection_type,
+        "projection_dim": model_args.projection_dim,
+        "projection_at_inference": model_args.projection_at_inference,
+        "temperature": model_args.temperature,
+        "mlm_weight": model_args.mlm_weight,
+        "cl_weight": model_args.cl_weight,
+    }
+    if model_args.model_name_or_path:
+        source_config = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+        if source_config.model_type == ContrastiveConfig.model_type:
+            return ContrastiveForPreTraining.from_pretrained(model_args.model_name_or_path, **overrides)
+        return ContrastiveForPreTraining.from_encoder_pretrained(model_args.model_name_or_path, **overrides)
+    if not model_args.config_name:
+        raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
+    encoder_config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
+    encoder_config.vocab_size = len(tokenizer)
+    encoder_config.pad_token_id = tokenizer.pad_token_id
+    logger.info("Training a %s encoder from scratch.", encoder_config.model_type)
+    return ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder_config, **overrides))
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    logging.getLogger("contrastive_hf").setLevel(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    set_seed(training_args.seed)
+
+    tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_name is None:
+        raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
+    if data_args.augmentations == "del_word":
+        add_del_token(tokenizer)  # before a from-scratch model is sized to the vocabulary
+    model = build_model(model_args, tokenizer)
+    if data_args.augmentations == "del_word":
+        add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
+
+    collator = ContrastiveDataCollator(
+        tokenizer,
+        augmentation=data_args.augmentations,
+        mlm=model.config.mlm_weight > 0,
+        mlm_probability=data_args.mlm_probability,
+        del_word_probability=data_args.del_word_probability,
+        seed=training_args.seed,
+    )
+
+    with training_args.main_process_first(desc="corpus tokenization"):
+        corpus = load_corpus(
+            data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir
+        )
+        train_dataset = tokenize_corpus(
+            corpus,
+            tokenizer,
+            max_seq_length=data_args.max_seq_length,
+            text_column=data_args.text_column,
+            line_by_line=data_args.line_by_line,
+            num_proc=data_args.preprocessing_num_workers,
+        )
+    if data_args.max_train_samples is not None:
+        train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+
+    trainer = ContrastiveTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(train_dataset)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    eval_results = {}
+    if data_args.stsb_dev_file and trainer.is_world_process_zero():
+        stsb = read_stsbenchmark(data_args.stsb_dev_file)
+        scores = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
+        eval_results["stsb_dev"] = {"spearman": scores["spearman"]}
+        trainer.log_metrics("eval", {"stsb_spearman": scores["spearman"], "stsb_pearson": scores["pearson"]})
+        trainer.save_metrics(
+            "eval", {"eval_stsb_spearman": scores["spearman"], "eval_stsb_pearson": scores["pearson"]}
+        )
+        check_saved_checkpoint(trainer, tokenizer, stsb.sentences1[:32])
+
+    if trainer.is_world_process_zero():
+        info = ModelCardInfo(
+            method="SimCSE" if data_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
+            model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
+            base_model=_hub_id_or_none(model_args.model_name_or_path),
+            augmentation=data_args.augmentations,
+            training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
+            hyperparameters={
+                "steps": trainer.state.global_step,
+                "batch size": training_args.per_device_train_batch_size * training_args.world_size,
+                "learning rate": training_args.learning_rate,
+                "max length": data_args.max_seq_length,
+                "seed": training_args.seed,
+            },
+            eval_results=eval_results,
+            world_size=training_args.world_size,
+        )
+        write_model_card(training_args.output_dir, trainer.model, info)
+        print(
+            f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
+            "    import contrastive_hf  # registers the model type with the Auto classes\n"
+            "    from transformers import AutoModel, AutoTokenizer\n"
+            f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
+            f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
+            "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
+        )
+
+
+def check_saved_checkpoint(trainer, tokenizer, sentences: list[str]) -> None:
+    """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
+    from transformers import AutoModel
+
+    trained = trainer.model.contrastive.encode(sentences, tokenizer=tokenizer)
+    reloaded = AutoModel.from_pretrained(trainer.args.output_dir).encode(sentences, tokenizer=tokenizer)
+    difference = (trained - reloaded).abs().max().item()
+    logger.info("AutoModel reload of %s: max |embedding difference| = %.2e", trainer.args.output_dir, difference)
+    if not torch.allclose(trained, reloaded, atol=1e-5):
+        raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
+
+
+def _hub_id_or_none(name_or_path: str | None) -> str | None:
+    """A Hub id for the card's base_model; None for local folders (no local paths in cards) or from scratch."""
+    if not name_or_path or os.path.exists(name_or_path):
+        return None
+    return name_or_path
+
+
+if __name__ == "__main__":
+    main()

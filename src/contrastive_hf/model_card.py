@@ -1,0 +1,140 @@
+"""Model cards written at the end of training, from the Jinja2 template in ``model_cards/``."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+__all__ = ["METHODS", "ModelCardInfo", "render_model_card", "write_model_card", "TEMPLATE_PATH"]
+
+# The template's one copy lives in model_cards/; the package reaches it through templates/ (a link, copied as a
+# file into built wheels).
+TEMPLATE_PATH = Path(__file__).parent / "templates" / "contrastive_model_card.md"
+
+METHODS = {
+    "CLEAR": {
+        "description": "CLEAR pre-trains with masked language modelling plus a contrastive loss between two "
+        "augmented views of each sentence (word deletion, span deletion, reordering, substitution).",
+        "citation_short": "Wu et al., 2020",
+        "bibtex": "@article{wu2020clear,\n  title={CLEAR: Contrastive Learning for Sentence Representation},\n"
+        "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
+        "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
+    },
+    "SimCSE": {
+        "description": "Unsupervised SimCSE contrasts two encodings of the same sentence that differ only by "
+        "dropout, with the other sentences of the batch as negatives.",
+        "citation_short": "Gao et al., 2021",
+        "bibtex": "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence "
+        "Embeddings},\n  author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},\n  booktitle={EMNLP},\n"
+        "  year={2021}\n}",
+    },
+}
+
+
+@dataclass
+class ModelCardInfo:
+    """What a card says about a run; every field is free of local paths, tokens and user names."""
+
+    method: str
+    model_name: str
+    base_model: str | None  # a Hub id, or None when trained from scratch or from a local checkpoint
+    augmentation: str
+    training_data: str
+    hyperparameters: dict
+    eval_results: dict = field(default_factory=dict)  # {"stsb_dev": {"spearman": 72.3}}
+    world_size: int = 1
+    repo_id: str | None = None
+
+
+def _describe_projection(config) -> str:
+    if config.projection_type == "none":
+        return "none"
+    usage = "kept at inference" if config.projection_at_inference else "training only"
+    if config.projection_type == "linear":
+        return f"linear to {config.projection_dim or config.encoder.hidden_size} ({usage})"
+    return (
+        f"MLP, {config.projection_layers} layers, {config.projection_activation}, output "
+        f"{config.projection_dim or config.encoder.hidden_size} ({usage})"
+    )
+
+
+def render_model_card(model, info: ModelCardInfo) -> ModelCard:
+    """The card of ``model`` (a contrastive model) for the run ``info``; it validates as a Hub model card."""
+    config = model.config
+    method = METHODS[info.method]
+    eval_rows, eval_results = [], []
+    for task, metrics in info.eval_results.items():
+        for metric, value in metrics.items():
+            if metric not in ("spearman", "pearson"):
+                continue
+            eval_rows.append({"task": task, "metric": f"{metric} x 100", "value": value})
+            eval_results.append(
+                EvalResult(
+                    task_type="sentence-similarity",
+                    dataset_type="sentence-transformers/stsb",
+                    dataset_name=f"STS Benchmark ({task})",
+                    dataset_split="validation" if "dev" in task else "test",
+                    metric_type=f"{metric}_cosine",
+                    metric_value=round(value, 2),
+                )
+            )
+    card_data = ModelCardData(
+        library_name="transformers",
+        pipeline_tag="sentence-similarity",
+        tags=["sentence-similarity", "contrastive-learning", info.method.lower(), "contrastive_hf"],
+        base_model=info.base_model,
+        model_name=info.model_name,
+        eval_results=eval_results or None,
+    )
+    hyperparameters = ", ".join(f"{key} {value}" for key, value in info.hyperparameters.items())
+    encoder = config.encoder
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(TEMPLATE_PATH),
+        model_name=info.model_name,
+        method=info.method,
+        method_description=method["description"],
+        citation_short=method["citation_short"],
+        citation_bibtex=method["bibtex"],
+        base_model_text=f"[{info.base_model}](https://huggingface.co/{info.base_model})"
+        if info.base_model
+        else "none (trained from scratch or from a local checkpoint)",
+        encoder_description=f"{encoder.model_type}, {getattr(encoder, 'num_hidden_layers', '?')} layers, "
+        f"hidden size {encoder.hidden_size}, vocabulary {encoder.vocab_size}",
+        pooler_type=config.pooler_type,
+        projection_description=_describe_projection(config),
+        views_description=f"`{info.augmentation}`",
+        objective_description=f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
+        if config.mlm_weight > 0
+        else f"L_CL ({config.contrastive_loss})",
+        temperature=config.temperature,
+        negatives_description="in-batch" + (" (gathered across devices)" if info.world_size > 1 else ""),
+        training_data=info.training_data,
+        hyperparameters=hyperparameters,
+        hardware=_hardware(info.world_size),
+        eval_rows=eval_rows,
+        repo_id=info.repo_id or info.model_name,
+        embedding_size=config.embedding_size,
+        limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
+        "of its training text (English Wikipedia for the demo) and is not meant for languages it was not trained on.",
+    )
+
+
+def _hardware(world_size: int) -> str:
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    else:
+        device = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
+    return f"{world_size} x {device}" if world_size > 1 else device
+
+
+def write_model_card(output_dir: str | os.PathLike, model, info: ModelCardInfo) -> Path:
+    """Render the card and save it as ``output_dir/README.md``."""
+    path = Path(output_dir) / "README.md"
+    render_model_card(model, info).save(path)
+    return path

@@ -1,0 +1,30 @@
+"""TrainingArguments for contrastive training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+__all__ = ["ContrastiveTrainingArguments"]
+
+
+@dataclass
+class ContrastiveTrainingArguments(TrainingArguments):
+    """`TrainingArguments` with defaults suited to contrastive training.
+
+    The loss hyper-parameters (temperature, mlm_weight, cl_weight, hard_negative_weight) live in the model's
+    `ContrastiveConfig`, their single source of truth, and travel with the checkpoint.
+    """
+
+    remove_unused_columns: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep dataset columns the model's forward does not name: the contrastive collator reads them "
+            "(raw `text`, several sentence columns) and builds the model's inputs itself."
+        },
+    )
+    prediction_loss_only: bool = field(
+        default=True,
+        metadata={"help": "Evaluation reports the loss only; embeddings are scored by the STS evaluator instead."},
+    )

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEMO_TOKENIZER = REPO_ROOT / "examples" / "demo" / "tokenizer"
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def tokenizer():
+    """A fresh copy of the demo's WordPiece tokenizer (tests may add tokens to it)."""
+    return AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+
+
+def tiny_bert_config(vocab_size: int = 8192, **overrides) -> BertConfig:
+    """A 2-layer, hidden-32 BERT config: fast enough for every test."""
+    values = dict(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    )
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

