@@ -272,3 +272,13 @@ def test_pretrained_minilm_with_mean_pooling_matches_sentence_transformers():
     ours = model.encode(sentences, tokenizer=AutoTokenizer.from_pretrained(path), normalize=True)
     theirs = SentenceTransformer(path, device="cpu").encode(sentences, convert_to_tensor=True)
     torch.testing.assert_close(ours, theirs.cpu(), atol=1e-5, rtol=1e-4)
+
+
+def test_from_config_wraps_an_encoder_config_or_takes_a_contrastive_one():
+    from_encoder = ContrastiveForPreTraining.from_config(tiny_bert_config(vocab_size=VOCAB), pooler_type="max")
+    assert from_encoder.config.pooler_type == "max" and from_encoder.config.encoder.vocab_size == VOCAB
+    config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=VOCAB), temperature=0.1)
+    overridden = ContrastiveModel.from_config(config, pooler_type="mean")
+    assert overridden.config.pooler_type == "mean" and overridden.config.temperature == 0.1
+    with pytest.raises(ValueError, match="Unknown pooler_type"):
+        ContrastiveModel.from_config(tiny_bert_config(vocab_size=VOCAB), pooler_type="first")

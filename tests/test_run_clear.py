@@ -16,7 +16,7 @@ import contrastive_hf  # noqa: F401  (registers the model type)
 from conftest import tiny_bert_config
 
 
-def run_clear(repo_root, tmp_path, *extra, check=True):
+def run_clear(repo_root, tmp_path, *extra, check=True, launcher=()):
     encoder_config = tmp_path / "encoder.json"
     config = tiny_bert_config().to_dict()
     config["model_type"] = "bert"
@@ -26,7 +26,7 @@ def run_clear(repo_root, tmp_path, *extra, check=True):
     corpus.write_text("\n".join(lines[:30] + ["", "   "] + lines[30:]) + "\n")  # two empty lines to skip
     output_dir = tmp_path / "out"
     command = [
-        sys.executable,
+        *(launcher or [sys.executable]),
         str(repo_root / "examples" / "run_clear.py"),
         "--config_name", str(encoder_config),
         "--tokenizer_name", str(repo_root / "examples" / "demo" / "tokenizer"),
@@ -95,3 +95,15 @@ def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
     result, _ = run_clear(repo_root, tmp_path, "--train_file", str(corpus), check=False)
     assert result.returncode != 0
     assert "The corpus has no text" in result.stderr
+
+
+def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
+    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    result, output_dir = run_clear(repo_root, tmp_path, launcher=launcher)
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert any("cl_loss" in entry for entry in state["log_history"])
+    card = (output_dir / "README.md").read_text()
+    assert "batch size 32" in card  # 16 per device x 2 processes
+    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)

@@ -102,7 +102,8 @@ def add_del_token(tokenizer, model=None) -> int:
     """Add CLEAR's [DEL] special token to ``tokenizer`` when missing, resize ``model``'s embeddings to match, and
     return its id."""
     if DEL_TOKEN not in tokenizer.get_vocab():
-        tokenizer.add_special_tokens({"additional_special_tokens": [DEL_TOKEN]})
+        # keep the tokenizer's other extra special tokens special (the default would replace them)
+        tokenizer.add_special_tokens({"additional_special_tokens": [DEL_TOKEN]}, replace_extra_special_tokens=False)
     if model is not None and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     return tokenizer.convert_tokens_to_ids(DEL_TOKEN)

@@ -105,18 +105,27 @@ def tokenize_corpus(
             num_proc=num_proc,
             desc="Tokenizing",
         )
-    block = max_seq_length - tokenizer.num_special_tokens_to_add(pair=False)
+    prefix, suffix = special_token_frame(tokenizer)
+    block = max_seq_length - len(prefix) - len(suffix)
+    if block < 1:
+        raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text between the special tokens.")
 
     def to_blocks(batch):
         pieces = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
         stream = list(chain.from_iterable(pieces))
-        return {
-            "input_ids": [
-                tokenizer.build_inputs_with_special_tokens(stream[start : start + block])
-                for start in range(0, len(stream), block)
-            ]
-        }
+        return {"input_ids": [prefix + stream[start : start + block] + suffix for start in range(0, len(stream), block)]}
 
     return corpus.map(
         to_blocks, batched=True, remove_columns=corpus.column_names, num_proc=num_proc, desc="Tokenizing into blocks"
     )
+
+
+def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The special tokens a tokenizer puts before and after one sentence ([CLS] ... [SEP], <s> ... </s>)."""
+    probe = "hello"
+    content = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    framed = tokenizer(probe)["input_ids"]
+    for start in range(len(framed) - len(content) + 1):
+        if framed[start : start + len(content)] == content:
+            return framed[:start], framed[start + len(content) :]
+    raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens.")

@@ -222,6 +222,19 @@ class ContrastivePreTrainedModel(PreTrainedModel):
             custom_object_save(self, save_directory)  # copies this file and its relative imports
 
     @classmethod
+    def from_config(cls, config, **config_overrides):
+        """A randomly initialised model, as CLEAR pre-trains from scratch.
+
+        ``config`` is a [`ContrastiveConfig`], or any encoder config (`BertConfig(...)`, ...) which is wrapped with
+        ``config_overrides`` (``pooler_type="mean"``...).
+        """
+        if not isinstance(config, ContrastiveConfig):
+            config = ContrastiveConfig(encoder=config, **config_overrides)
+        elif config_overrides:
+            config = ContrastiveConfig(**{**config.to_dict(), **config_overrides})
+        return cls._from_config(config)
+
+    @classmethod
     def from_encoder_pretrained(cls, name_or_path: str | os.PathLike, **config_overrides):
         """Wrap a pretrained encoder checkpoint (a local folder or a Hub id).
 
