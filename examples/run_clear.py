@@ -25,7 +25,7 @@ from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import load_corpus, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.model_card import ModelCardInfo, write_model_card
+from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
 
@@ -170,7 +170,8 @@ def main():
         processing_class=tokenizer,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model()
+    # With --push_to_hub, the push waits until the card is written (below), so a failed push cannot lose the run.
+    trainer.save_model(_internal_call=True)
     metrics = train_result.metrics
     metrics["train_samples"] = len(train_dataset)
     trainer.log_metrics("train", metrics)
@@ -188,24 +189,35 @@ def main():
         )
         check_saved_checkpoint(trainer, tokenizer, stsb.sentences1[:32])
 
+    trainer.model_card_info = ModelCardInfo(
+        method="SimCSE" if data_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
+        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
+        base_model=_hub_id_or_none(model_args.model_name_or_path),
+        augmentation=data_args.augmentations,
+        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
+        hyperparameters={
+            "steps": trainer.state.global_step,
+            "batch size": training_args.per_device_train_batch_size * training_args.world_size,
+            "learning rate": training_args.learning_rate,
+            "max length": data_args.max_seq_length,
+            "seed": training_args.seed,
+        },
+        eval_results=eval_results,
+    )
+    trainer.create_model_card()
+    if training_args.push_to_hub:
+        try:
+            trainer.push_to_hub(commit_message="End of training")
+        except Exception as error:  # the local checkpoint is complete: say so rather than lose the run
+            logger.error(
+                "Pushing to the Hub failed (%s: %s). The checkpoint in %s is complete and unchanged; push it later "
+                "with `huggingface-cli upload` or trainer.push_to_hub().",
+                type(error).__name__,
+                error,
+                training_args.output_dir,
+            )
+            sys.exit(1)
     if trainer.is_world_process_zero():
-        info = ModelCardInfo(
-            method="SimCSE" if data_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
-            model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-            base_model=_hub_id_or_none(model_args.model_name_or_path),
-            augmentation=data_args.augmentations,
-            training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
-            hyperparameters={
-                "steps": trainer.state.global_step,
-                "batch size": training_args.per_device_train_batch_size * training_args.world_size,
-                "learning rate": training_args.learning_rate,
-                "max length": data_args.max_seq_length,
-                "seed": training_args.seed,
-            },
-            eval_results=eval_results,
-            world_size=training_args.world_size,
-        )
-        write_model_card(training_args.output_dir, trainer.model, info)
         print(
             f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
             "    import contrastive_hf  # registers the model type with the Auto classes\n"

@@ -16,7 +16,7 @@ import contrastive_hf  # noqa: F401  (registers the model type)
 from conftest import tiny_bert_config
 
 
-def run_clear(repo_root, tmp_path, *extra, check=True, launcher=()):
+def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None):
     encoder_config = tmp_path / "encoder.json"
     config = tiny_bert_config().to_dict()
     config["model_type"] = "bert"
@@ -42,7 +42,7 @@ def run_clear(repo_root, tmp_path, *extra, check=True, launcher=()):
         "--output_dir", str(output_dir),
         *extra,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

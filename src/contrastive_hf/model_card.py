@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .sentence_transformers_files import sentence_transformers_unsupported_reason
+
 __all__ = ["METHODS", "ModelCardInfo", "render_model_card", "write_model_card", "TEMPLATE_PATH"]
 
 # The template's one copy lives in model_cards/; the package reaches it through templates/ (a link, copied as a
@@ -48,6 +50,7 @@ class ModelCardInfo:
     hyperparameters: dict
     eval_results: dict = field(default_factory=dict)  # {"stsb_dev": {"spearman": 72.3}}
     world_size: int = 1
+    zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
     repo_id: str | None = None
 
 
@@ -114,9 +117,11 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         else f"L_CL ({config.contrastive_loss})",
         temperature=config.temperature,
         negatives_description="in-batch" + (" (gathered across devices)" if info.world_size > 1 else ""),
+        sentence_transformers=_describe_sentence_transformers(model),
+        encoder_type=type(model.get_encoder_model()).__name__,
         training_data=info.training_data,
         hyperparameters=hyperparameters,
-        hardware=_hardware(info.world_size),
+        hardware=_hardware(info.world_size, info.zero_stage),
         eval_rows=eval_rows,
         repo_id=info.repo_id or info.model_name,
         embedding_size=config.embedding_size,
@@ -125,12 +130,27 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     )
 
 
-def _hardware(world_size: int) -> str:
+def _describe_sentence_transformers(model) -> str | None:
+    """What SentenceTransformer(path) runs for this checkpoint, or None when it cannot express the pooling."""
+    model = getattr(model, "contrastive", model)
+    if sentence_transformers_unsupported_reason(model) is not None:
+        return None
+    config = model.config
+    steps = ["the encoder", f"{config.pooler_type} pooling"]
+    if config.pooler_type == "cls":
+        steps[-1] = "[CLS] pooling, the encoder's pooler layer (dense + tanh)"
+    if config.projection_at_inference and config.projection_type != "none":
+        steps.append("the projection head")
+    return ", then ".join(steps)
+
+
+def _hardware(world_size: int, zero_stage: int | None = None) -> str:
     if torch.cuda.is_available():
         device = torch.cuda.get_device_name(0)
     else:
         device = f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
-    return f"{world_size} x {device}" if world_size > 1 else device
+    text = f"{world_size} processes x {device}" if world_size > 1 else device
+    return text + (f", DeepSpeed ZeRO stage {zero_stage}" if zero_stage is not None else "")
 
 
 def write_model_card(output_dir: str | os.PathLike, model, info: ModelCardInfo) -> Path:

@@ -18,11 +18,13 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.dynamic_module_utils import custom_object_save
+from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration_contrastive import ContrastiveConfig
 from .losses import info_nce, nt_xent
+from .sentence_transformers_files import write_sentence_transformers_files
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +33,7 @@ AUTO_MAP = {
     "AutoConfig": "configuration_contrastive.ContrastiveConfig",
     "AutoModel": "modeling_contrastive.ContrastiveModel",
     "AutoModelForPreTraining": "modeling_contrastive.ContrastiveForPreTraining",
+    "AutoModelForSequenceClassification": "modeling_contrastive.ContrastiveForSequenceClassification",
 }
 
 
@@ -214,12 +217,28 @@ class ContrastivePreTrainedModel(PreTrainedModel):
                 module.decoder_weight.normal_(mean=0.0, std=std)
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """Save weights (safetensors), config and this package's modeling code, so that `trust_remote_code=True`
-        loads the checkpoint where contrastive_hf is not installed."""
+        """Save weights (safetensors), config, this package's modeling code (so that `trust_remote_code=True`
+        loads the checkpoint where contrastive_hf is not installed) and the sentence-transformers module files."""
         self.config.auto_map = dict(AUTO_MAP)
         super().save_pretrained(save_directory, *args, **kwargs)
         if kwargs.get("is_main_process", True):
             custom_object_save(self, save_directory)  # copies this file and its relative imports
+            if not isinstance(self, ContrastiveForSequenceClassification):
+                write_sentence_transformers_files(self, save_directory)
+
+    def export_encoder(self, save_directory: str | os.PathLike, tokenizer=None) -> None:
+        """Save the encoder alone as a plain transformers checkpoint (e.g. a `BertModel`), loadable with `AutoModel`
+        without remote code. The pooler and projection are not part of it: pool its token states as `pooler_type`
+        says (for `cls`, its `pooler_output`)."""
+        encoder = self.get_encoder_model()
+        encoder.save_pretrained(save_directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
+    def get_encoder_model(self) -> PreTrainedModel:
+        """The wrapped transformers encoder (BertModel, RobertaModel, ...)."""
+        model = getattr(self, "contrastive", self)
+        return model.encoder
 
     @classmethod
     def from_config(cls, config, **config_overrides):
@@ -586,9 +605,76 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
+class ContrastiveForSequenceClassification(ContrastivePreTrainedModel):
+    r"""
+    A contrastive encoder with a classification (or regression) layer on its sentence embedding, as CLEAR fine-tunes
+    on GLUE. `AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=...)` builds it from any
+    contrastive_hf checkpoint, so existing fine-tuning scripts (run_glue.py) take our checkpoints unchanged.
+
+    The loss follows transformers' convention: mean-squared error for `num_labels == 1` (regression), cross-entropy
+    for single-label classification, binary cross-entropy for `problem_type="multi_label_classification"`.
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"^mlm_head\."]
+
+    def __init__(self, config: ContrastiveConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.contrastive = ContrastiveModel(config)
+        self.config.encoder = self.contrastive.encoder.config
+        dropout = getattr(config.encoder, "classifier_dropout", None)
+        if dropout is None:
+            dropout = getattr(config.encoder, "hidden_dropout_prob", 0.1)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.embedding_size, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.contrastive.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.contrastive.set_input_embeddings(value)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> SequenceClassifierOutput | tuple:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or float targets when `num_labels == 1`.
+        """
+        embeddings = self.contrastive.embed(
+            input_ids, attention_mask, token_type_ids, project=self.config.projection_at_inference
+        ).pooler_output
+        logits = self.classifier(self.dropout(embeddings))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                if self.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                loss = F.mse_loss(logits.squeeze(-1), labels.float())
+            elif self.config.problem_type == "single_label_classification":
+                loss = F.cross_entropy(logits, labels.view(-1))
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits, labels.float())
+        output = SequenceClassifierOutput(loss=loss, logits=logits)
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
+
 __all__ = [
     "ContrastiveModel",
     "ContrastiveForPreTraining",
+    "ContrastiveForSequenceClassification",
     "ContrastivePreTrainedModel",
     "ContrastiveModelOutput",
     "ContrastivePreTrainingOutput",

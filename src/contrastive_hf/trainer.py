@@ -19,6 +19,10 @@ class ContrastiveTrainer(Trainer):
     Use it with `ContrastiveTrainingArguments` and `ContrastiveDataCollator`.
     """
 
+    # What the model card says about the run (a `ModelCardInfo`: method, views, data, results); set it before
+    # `create_model_card` or `push_to_hub`.
+    model_card_info = None
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._component_sums: dict[str, torch.Tensor] = {}
@@ -44,3 +48,42 @@ class ContrastiveTrainer(Trainer):
                 logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
             self._component_sums, self._component_counts = {}, {}
         super().log(logs, start_time)
+
+    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
+        """Write contrastive_hf's model card (README.md in output_dir) instead of the Trainer's generic one.
+
+        `push_to_hub` calls this before uploading, so the pushed card states the method, views, loss weights,
+        temperature, negatives, data, hyper-parameters, hardware and results. Without `model_card_info` it falls
+        back to the Trainer's card.
+        """
+        if self.model_card_info is None:
+            return super().create_model_card(model_name=model_name, **kwargs)
+        if not self.is_world_process_zero():
+            return None
+        from dataclasses import replace
+
+        from .model_card import write_model_card
+
+        info = replace(
+            self.model_card_info,
+            world_size=self.args.world_size,
+            zero_stage=self._zero_stage(),
+            repo_id=self.args.hub_model_id or self.model_card_info.repo_id,
+        )
+        write_model_card(self.args.output_dir, self.accelerator.unwrap_model(self.model), info)
+        return None
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do."""
+        try:
+            super().init_hf_repo(token=token, private=private)
+        except Exception as error:
+            raise RuntimeError(
+                f"Could not create the Hub repository {self.args.hub_model_id or self.args.output_dir!r} "
+                f"({type(error).__name__}: {error}). Check --hub_token (or `hf auth login`) and the network, or run "
+                "without --push_to_hub and upload the output directory later. Nothing has been trained or written yet."
+            ) from error
+
+    def _zero_stage(self) -> int | None:
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return None if plugin is None else plugin.zero_stage
