@@ -21,6 +21,7 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
 from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import load_corpus, tokenize_corpus
@@ -59,6 +60,15 @@ class ModelArguments:
     temperature: float = field(default=0.05, metadata={"help": "Temperature of the contrastive loss."})
     mlm_weight: float = field(default=1.0, metadata={"help": "Weight of L_MLM (0 turns MLM off)."})
     cl_weight: float = field(default=1.0, metadata={"help": "Weight of L_CL."})
+    lora_r: int = field(default=0, metadata={"help": "Train a LoRA adapter of this rank on the encoder (0: off)."})
+    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_target_modules: str | None = field(
+        default=None, metadata={"help": "Comma-separated module names (default: peft's for the encoder type)."}
+    )
+    lora_modules_to_save: str | None = field(
+        default=None, metadata={"help": "Comma-separated modules trained in full beside the adapter, e.g. projection."}
+    )
 
 
 @dataclass
@@ -137,6 +147,19 @@ def main():
     model = build_model(model_args, tokenizer)
     if data_args.augmentations == "del_word":
         add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
+    if model_args.lora_r:
+        model = add_adapter(
+            model,
+            lora_config(
+                model,
+                r=model_args.lora_r,
+                alpha=model_args.lora_alpha,
+                dropout=model_args.lora_dropout,
+                target_modules=_split(model_args.lora_target_modules),
+                modules_to_save=_split(model_args.lora_modules_to_save),
+            ),
+        )
+        model.print_trainable_parameters()
 
     collator = ContrastiveDataCollator(
         tokenizer,
@@ -178,7 +201,7 @@ def main():
     trainer.save_metrics("train", metrics)
     trainer.save_state()
 
-    eval_results = {}
+    eval_results, reference = {}, None
     if data_args.stsb_dev_file and trainer.is_world_process_zero():
         stsb = read_stsbenchmark(data_args.stsb_dev_file)
         scores = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
@@ -187,7 +210,8 @@ def main():
         trainer.save_metrics(
             "eval", {"eval_stsb_spearman": scores["spearman"], "eval_stsb_pearson": scores["pearson"]}
         )
-        check_saved_checkpoint(trainer, tokenizer, stsb.sentences1[:32])
+        # embeddings at the end of training, to check the saved checkpoint against
+        reference = (stsb.sentences1[:32], trainer.model.contrastive.encode(stsb.sentences1[:32], tokenizer=tokenizer))
 
     trainer.model_card_info = ModelCardInfo(
         method="SimCSE" if data_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
@@ -203,6 +227,7 @@ def main():
             "seed": training_args.seed,
         },
         eval_results=eval_results,
+        adapter=_describe_adapter(trainer.model),
     )
     trainer.create_model_card()
     if training_args.push_to_hub:
@@ -217,27 +242,46 @@ def main():
                 training_args.output_dir,
             )
             sys.exit(1)
-    if trainer.is_world_process_zero():
-        print(
-            f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
-            "    import contrastive_hf  # registers the model type with the Auto classes\n"
-            "    from transformers import AutoModel, AutoTokenizer\n"
-            f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
-            f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
-            "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
-        )
+    if not trainer.is_world_process_zero():
+        return
+    loadable_dir = training_args.output_dir
+    if model_args.lora_r:  # the adapter stays in output_dir; a merged full checkpoint goes beside it
+        loadable_dir = training_args.output_dir.rstrip("/") + "-merged"
+        merge_and_save(trainer.model, loadable_dir, tokenizer)
+        logger.info("LoRA adapter saved in %s; merged checkpoint in %s.", training_args.output_dir, loadable_dir)
+    if reference is not None:
+        check_saved_checkpoint(loadable_dir, tokenizer, *reference)
+    print(
+        f"\nSaved to {loadable_dir}. Load it with:\n\n"
+        "    import contrastive_hf  # registers the model type with the Auto classes\n"
+        "    from transformers import AutoModel, AutoTokenizer\n"
+        f"    model = AutoModel.from_pretrained({loadable_dir!r}).eval()\n"
+        f"    tokenizer = AutoTokenizer.from_pretrained({loadable_dir!r})\n"
+        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
+    )
 
 
-def check_saved_checkpoint(trainer, tokenizer, sentences: list[str]) -> None:
+def check_saved_checkpoint(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:
     """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
     from transformers import AutoModel
 
-    trained = trainer.model.contrastive.encode(sentences, tokenizer=tokenizer)
-    reloaded = AutoModel.from_pretrained(trainer.args.output_dir).encode(sentences, tokenizer=tokenizer)
+    reloaded = AutoModel.from_pretrained(path).encode(sentences, tokenizer=tokenizer)
     difference = (trained - reloaded).abs().max().item()
-    logger.info("AutoModel reload of %s: max |embedding difference| = %.2e", trainer.args.output_dir, difference)
     if not torch.allclose(trained, reloaded, atol=1e-5):
         raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
+    print(f"AutoModel reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
+
+
+def _describe_adapter(model) -> str | None:
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None:
+        return None
+    targets = ", ".join(sorted(config.target_modules))
+    return f"{config.peft_type.value} adapter (r={config.r}, alpha={config.lora_alpha}) on {targets}"
+
+
+def _split(names: str | None) -> list[str] | None:
+    return [name.strip() for name in names.split(",") if name.strip()] if names else None
 
 
 def _hub_id_or_none(name_or_path: str | None) -> str | None:

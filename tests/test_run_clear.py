@@ -107,3 +107,21 @@ def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_pat
     card = (output_dir / "README.md").read_text()
     assert "batch size 32" in card  # 16 per device x 2 processes
     assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+
+
+def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_root, tmp_path):
+    from transformers import BertForMaskedLM
+
+    base_dir = tmp_path / "base"
+    BertForMaskedLM(tiny_bert_config()).save_pretrained(base_dir)
+    AutoTokenizer.from_pretrained(repo_root / "examples" / "demo" / "tokenizer").save_pretrained(base_dir)
+    result, output_dir = run_clear(
+        repo_root, tmp_path, "--model_name_or_path", str(base_dir), "--lora_r", "4", "--pooler_type", "mean"
+    )
+    assert (output_dir / "adapter_config.json").exists() and (output_dir / "adapter_model.safetensors").exists()
+    assert not (output_dir / "model.safetensors").exists()
+    card = (output_dir / "README.md").read_text()
+    assert "LORA adapter (r=4, alpha=8) on query, value" in card and "PeftModel.from_pretrained" in card
+    merged = tmp_path / "out-merged"
+    assert isinstance(AutoModel.from_pretrained(merged), contrastive_hf.ContrastiveModel)
+    assert "AutoModel reload of" in result.stdout + result.stderr  # the script compared the embeddings

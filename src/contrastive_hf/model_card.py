@@ -51,6 +51,7 @@ class ModelCardInfo:
     eval_results: dict = field(default_factory=dict)  # {"stsb_dev": {"spearman": 72.3}}
     world_size: int = 1
     zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
+    adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
     repo_id: str | None = None
 
 
@@ -87,7 +88,7 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
                 )
             )
     card_data = ModelCardData(
-        library_name="transformers",
+        library_name="peft" if info.adapter else "transformers",
         pipeline_tag="sentence-similarity",
         tags=["sentence-similarity", "contrastive-learning", info.method.lower(), "contrastive_hf"],
         base_model=info.base_model,
@@ -125,9 +126,19 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         eval_rows=eval_rows,
         repo_id=info.repo_id or info.model_name,
         embedding_size=config.embedding_size,
+        adapter=info.adapter,
+        base_model=info.base_model or "BASE_MODEL",
+        base_model_arguments=_base_model_arguments(config),
         limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
         "of its training text (English Wikipedia for the demo) and is not meant for languages it was not trained on.",
     )
+
+
+def _base_model_arguments(config) -> str:
+    """The ContrastiveConfig fields that rebuild the trained model's head around a pretrained encoder."""
+    names = ("pooler_type", "projection_type", "projection_dim", "projection_hidden_size", "projection_layers")
+    names += ("projection_activation", "projection_output_activation", "projection_at_inference", "temperature")
+    return ", ".join(f"{name}={getattr(config, name)!r}" for name in names)
 
 
 def _describe_sentence_transformers(model) -> str | None:

@@ -1,0 +1,128 @@
+"""A saved checkpoint gives the same embeddings through every loader a user already has."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from conftest import SHARED_DATA, tiny_bert_config
+from datasets import Dataset
+from sentence_transformers import SentenceTransformer
+from transformers import AutoModel, AutoModelForSequenceClassification, BertModel, Trainer, TrainingArguments
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
+
+SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "hello", "the river flows into the sea"]
+
+
+def saved_checkpoint(tokenizer, path, **overrides):
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), **overrides)
+    ).eval()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"pooler_type": "cls"},
+        {"pooler_type": "cls_before_pooler"},
+        {"pooler_type": "mean"},
+        {"pooler_type": "max"},
+        {"pooler_type": "cls", "projection_at_inference": True, "projection_activation": "gelu"},
+        {"pooler_type": "mean", "projection_at_inference": True, "projection_type": "linear", "projection_dim": 8},
+        {
+            "pooler_type": "mean",
+            "projection_at_inference": True,
+            "projection_layers": 1,
+            "projection_activation": "tanh",
+            "projection_output_activation": True,
+        },
+    ],
+    ids=["cls", "cls_before_pooler", "mean", "max", "cls+mlp", "mean+linear", "mean+simcse_mlp"],
+)
+def test_sentence_transformers_gives_the_same_embeddings(tokenizer, tmp_path, overrides):
+    model = saved_checkpoint(tokenizer, tmp_path, **overrides)
+    ours = model.contrastive.encode(SENTENCES, tokenizer=tokenizer)
+    theirs = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES, convert_to_tensor=True).cpu()
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+def test_poolers_sentence_transformers_cannot_express_ship_no_modules_file(tokenizer, tmp_path):
+    saved_checkpoint(tokenizer, tmp_path, pooler_type="mean")
+    assert (tmp_path / "modules.json").exists()
+    saved_checkpoint(tokenizer, tmp_path, pooler_type="avg_first_last")  # same folder: the stale file must go
+    assert not (tmp_path / "modules.json").exists()
+
+
+def test_exported_encoder_loads_with_plain_automodel(tokenizer, tmp_path):
+    model = saved_checkpoint(tokenizer, tmp_path / "full", pooler_type="mean")
+    model.export_encoder(tmp_path / "encoder", tokenizer)
+    assert not list((tmp_path / "encoder").glob("*.py")), "no remote code in a plain export"
+    encoder = AutoModel.from_pretrained(tmp_path / "encoder").eval()
+    assert type(encoder) is BertModel
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = encoder(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    mean_pooled = (hidden * mask).sum(1) / mask.sum(1)
+    torch.testing.assert_close(mean_pooled, model.contrastive.encode(SENTENCES, tokenizer=tokenizer))
+
+
+def read_mrpc_pairs(limit: int) -> dict[str, list]:
+    path = SHARED_DATA / "senteval" / "MRPC" / "msr_paraphrase_train.txt"
+    rows = path.read_text(encoding="utf-8-sig").splitlines()[1 : limit + 1]
+    columns = [row.split("\t") for row in rows]
+    return {
+        "label": [int(c[0]) for c in columns],
+        "sentence1": [c[3] for c in columns],
+        "sentence2": [c[4] for c in columns],
+    }
+
+
+def test_sequence_classification_fine_tunes_with_the_standard_trainer_on_mrpc(tokenizer, tmp_path):
+    saved_checkpoint(tokenizer, tmp_path / "ckpt", pooler_type="cls")
+    # as run_glue.py does: AutoModelForSequenceClassification with num_labels, then the plain Trainer
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ckpt", num_labels=2)
+    assert isinstance(model, ContrastiveForSequenceClassification)
+    pairs = Dataset.from_dict(read_mrpc_pairs(32)).map(
+        lambda batch: tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=64),
+        batched=True,
+        remove_columns=["sentence1", "sentence2"],
+    )
+    classifier_before = model.classifier.weight.detach().clone()
+    encoder_before = model.contrastive.encoder.encoder.layer[0].output.dense.weight.detach().clone()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "glue"),
+        per_device_train_batch_size=8,
+        max_steps=4,
+        learning_rate=1e-3,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=pairs, processing_class=tokenizer)
+    result = trainer.train()
+    assert torch.isfinite(torch.tensor(result.training_loss))
+    assert not torch.equal(model.classifier.weight, classifier_before)
+    assert not torch.equal(model.contrastive.encoder.encoder.layer[0].output.dense.weight, encoder_before)
+    trainer.save_model(tmp_path / "glue")
+    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "glue").eval()
+    model.eval()
+    batch = tokenizer(["a man plays"], ["someone plays"], return_tensors="pt")
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+    assert not os.path.exists(tmp_path / "glue" / "modules.json")  # a classifier is not a sentence encoder
+
+
+def test_regression_head_uses_mean_squared_error(tokenizer, tmp_path):
+    saved_checkpoint(tokenizer, tmp_path, pooler_type="mean")
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=1).eval()
+    batch = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
+    targets = torch.tensor([0.5, 4.0])
+    output = model(**batch, labels=targets)
+    torch.testing.assert_close(output.loss, torch.nn.functional.mse_loss(output.logits.squeeze(-1), targets))
