@@ -4,7 +4,6 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_bert_config
 from datasets import Dataset
 from peft import PeftModel
 from safetensors import safe_open
@@ -16,6 +15,8 @@ from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+from conftest import tiny_bert_config
 
 SENTENCES = ["the cat sat on the mat", "a man is playing a guitar", "the river flows into the sea"] * 6
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import torch
-from fake_hub import FakeHub
-from test_run_clear import run_clear
 from transformers import AutoModel
 
 import contrastive_hf  # noqa: F401
+
+from fake_hub import FakeHub
+from test_run_clear import run_clear
 
 
 def test_run_clear_pushes_model_tokenizer_code_sentence_transformers_files_and_card(repo_root, tmp_path):

@@ -6,12 +6,13 @@ import os
 
 import pytest
 import torch
-from conftest import SHARED_DATA, tiny_bert_config
 from datasets import Dataset
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoModelForSequenceClassification, BertModel, Trainer, TrainingArguments
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
+
+from conftest import SHARED_DATA, tiny_bert_config
 
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "hello", "the river flows into the sea"]
 
