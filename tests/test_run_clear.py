@@ -98,7 +98,8 @@ def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
 
 
 def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2"]
+    # accelerate starts CPU processes through torch.distributed.run with --multi_gpu; --use_cpu makes them gloo ranks
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     result, output_dir = run_clear(repo_root, tmp_path, launcher=launcher)
     state = json.loads((output_dir / "trainer_state.json").read_text())

@@ -117,7 +117,8 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         if config.mlm_weight > 0
         else f"L_CL ({config.contrastive_loss})",
         temperature=config.temperature,
-        negatives_description="in-batch" + (" (gathered across devices)" if info.world_size > 1 else ""),
+        # ContrastiveTrainer does not gather embeddings across processes yet: each rank's negatives are its own batch
+        negatives_description="in-batch" + (" (each process's own batch)" if info.world_size > 1 else ""),
         sentence_transformers=_describe_sentence_transformers(model),
         encoder_type=type(model.get_encoder_model()).__name__,
         training_data=info.training_data,
