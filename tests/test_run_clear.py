@@ -107,6 +107,7 @@ def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_pat
     assert any("cl_loss" in entry for entry in state["log_history"])
     card = (output_dir / "README.md").read_text()
     assert "batch size 32" in card  # 16 per device x 2 processes
+    assert "gathered across the 2 processes" in card
     assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
 
 

@@ -31,6 +31,7 @@ def info_nce(
     hard_negative_weight: float = 0.0,
     extra_negatives: torch.Tensor | None = None,
     negatives_mask: torch.Tensor | None = None,
+    positive_offset: int = 0,
 ) -> torch.Tensor:
     r"""InfoNCE with in-batch negatives, in SimCSE's form (Gao et al., 2021, eq. (1) and (5)).
 
@@ -46,36 +47,46 @@ def info_nce(
 
     Args:
         queries: ``(N, d)`` anchors.
-        keys: ``(M, d)`` keys, ``M >= N``; key i is the positive of query i, and every other key is a negative.
+        keys: ``(M, d)`` keys, ``M >= N``; key ``positive_offset + i`` is the positive of query i, and every other
+            key is a negative.
         temperature: tau > 0.
-        hard_negatives: optional ``(M, d)``; row i is the hard negative of query i.
+        hard_negatives: optional ``(M, d)``; row ``positive_offset + i`` is the hard negative of query i.
         hard_negative_weight: SimCSE's w, added to the logit of each query's own hard negative.
         extra_negatives: optional ``(K, d)`` negatives shared by every query (e.g. a queue of earlier batches' keys).
         negatives_mask: optional boolean ``(N, M + [M] + [K])`` of logits to exclude (e.g. duplicate sentences);
             ``True`` removes a column from that query's softmax. Positives must not be masked.
+        positive_offset: where this process's queries sit among ``keys`` when the keys were gathered from every
+            device (``rank * local_batch``); 0 on one device.
 
     Returns:
         Scalar loss (float32).
     """
-    if queries.shape[0] > keys.shape[0]:
+    if queries.shape[0] + positive_offset > keys.shape[0]:
         raise ValueError(f"info_nce needs at least as many keys as queries, got {keys.shape[0]} < {queries.shape[0]}.")
     logits = [cosine_logits(queries, keys, temperature)]  # (N, M)
+    labels = torch.arange(queries.shape[0], device=queries.device) + positive_offset
     if hard_negatives is not None:
         hard_logits = cosine_logits(queries, hard_negatives, temperature)  # (N, M)
         if hard_negative_weight:
-            own = torch.arange(queries.shape[0], device=queries.device)
-            hard_logits = hard_logits.index_put((own, own), hard_logits[own, own] + hard_negative_weight)
+            rows = torch.arange(queries.shape[0], device=queries.device)
+            hard_logits = hard_logits.index_put((rows, labels), hard_logits[rows, labels] + hard_negative_weight)
         logits.append(hard_logits)
     if extra_negatives is not None and extra_negatives.shape[0] > 0:
         logits.append(cosine_logits(queries, extra_negatives, temperature))  # (N, K)
     logits = torch.cat(logits, dim=1)
     if negatives_mask is not None:
         logits = logits.masked_fill(negatives_mask, float("-inf"))
-    labels = torch.arange(queries.shape[0], device=queries.device)
     return F.cross_entropy(logits, labels)
 
 
-def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
+def nt_xent(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    temperature: float,
+    all_z1: torch.Tensor | None = None,
+    all_z2: torch.Tensor | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
     r"""NT-Xent over the 2N views of a batch (SimCLR, Chen et al., 2020; CLEAR, Wu et al., 2020, eq. (1)-(2)).
 
     With :math:`z = [z_1; z_2]` the 2N views and :math:`p(i)` the other view of the same sentence,
@@ -90,19 +101,25 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     Args:
         z1, z2: ``(N, d)`` first and second views; row i of each comes from sentence i.
         temperature: tau > 0.
+        all_z1, all_z2: optional ``(M, d)`` views of the global batch gathered from every device, in which this
+            process's rows start at ``offset``. Then the 2N local views are scored against all 2M views (their
+            negatives are the other 2M-2), and the mean over devices of this loss is the global batch's loss.
 
     Returns:
         Scalar loss (float32).
     """
     if z1.shape != z2.shape:
         raise ValueError(f"nt_xent needs two views of the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}.")
-    n = z1.shape[0]
-    z = torch.cat([z1, z2], dim=0)  # (2N, d)
-    logits = cosine_logits(z, z, temperature)  # (2N, 2N)
-    self_mask = torch.eye(2 * n, dtype=torch.bool, device=z.device)
-    logits = logits.masked_fill(self_mask, float("-inf"))
-    labels = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)  # view i <-> view i + N
-    return F.cross_entropy(logits, labels)
+    if all_z1 is None:
+        all_z1, all_z2, offset = z1, z2, 0
+    n, m = z1.shape[0], all_z1.shape[0]
+    local = torch.cat([z1, z2], dim=0)  # (2N, d)
+    logits = cosine_logits(local, torch.cat([all_z1, all_z2], dim=0), temperature)  # (2N, 2M)
+    rows = torch.arange(2 * n, device=local.device)
+    own = torch.cat([torch.arange(n), torch.arange(n) + m]).to(local.device) + offset  # each view's own column
+    other = torch.cat([torch.arange(n) + m, torch.arange(n)]).to(local.device) + offset  # its other view
+    logits = logits.index_put((rows, own), torch.tensor(float("-inf"), device=local.device))
+    return F.cross_entropy(logits, other)
 
 
 def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:

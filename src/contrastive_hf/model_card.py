@@ -51,6 +51,7 @@ class ModelCardInfo:
     eval_results: dict = field(default_factory=dict)  # {"stsb_dev": {"spearman": 72.3}}
     world_size: int = 1
     zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
+    negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
     adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
     repo_id: str | None = None
 
@@ -117,8 +118,7 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         if config.mlm_weight > 0
         else f"L_CL ({config.contrastive_loss})",
         temperature=config.temperature,
-        # ContrastiveTrainer does not gather embeddings across processes yet: each rank's negatives are its own batch
-        negatives_description="in-batch" + (" (each process's own batch)" if info.world_size > 1 else ""),
+        negatives_description=_describe_negatives(info),
         sentence_transformers=_describe_sentence_transformers(model),
         encoder_type=type(model.get_encoder_model()).__name__,
         training_data=info.training_data,
@@ -133,6 +133,14 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
         "of its training text (English Wikipedia for the demo) and is not meant for languages it was not trained on.",
     )
+
+
+def _describe_negatives(info: ModelCardInfo) -> str:
+    if info.world_size == 1:
+        return "in-batch"
+    if info.negatives_gathered:
+        return f"in-batch, gathered across the {info.world_size} processes (the global batch)"
+    return "in-batch, each process's own batch"
 
 
 def _base_model_arguments(config) -> str:

@@ -23,6 +23,7 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration_contrastive import ContrastiveConfig
+from .distributed import gather_with_grad, rank, world_size
 from .losses import info_nce, nt_xent
 from .sentence_transformers_files import write_sentence_transformers_files
 
@@ -528,26 +529,41 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return True
 
     def compute_contrastive_loss(
-        self, embeddings: torch.Tensor, extra_negatives: torch.Tensor | None = None
+        self,
+        embeddings: torch.Tensor,
+        extra_negatives: torch.Tensor | None = None,
+        gather_across_devices: bool = False,
     ) -> torch.Tensor:
-        """L_CL on ``(B, S, d)`` view embeddings: S = 2 (two views) or 3 (anchor, positive, hard negative)."""
+        """L_CL on ``(B, S, d)`` view embeddings: S = 2 (two views) or 3 (anchor, positive, hard negative).
+
+        With ``gather_across_devices`` (and several processes), the views of every process are gathered with a
+        differentiable all-gather: this process's views are scored against the global batch, and the mean of the
+        per-process losses (which DDP/DeepSpeed's gradient averaging takes) is the global batch's loss, exactly.
+        """
         num_views = embeddings.shape[1]
+        offset, everyone = 0, embeddings
+        if gather_across_devices and world_size() > 1:
+            everyone = gather_with_grad(embeddings)  # (W * B, S, d), rank order
+            offset = rank() * embeddings.shape[0]
         if self.config.contrastive_loss == "nt_xent":
             if num_views != 2 or extra_negatives is not None:
                 raise ValueError(
                     f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} "
                     "views); use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
                 )
-            return nt_xent(embeddings[:, 0], embeddings[:, 1], self.config.temperature)
+            return nt_xent(
+                embeddings[:, 0], embeddings[:, 1], self.config.temperature, everyone[:, 0], everyone[:, 1], offset
+            )
         if num_views not in (2, 3):
             raise ValueError(f"info_nce takes 2 views (anchor, positive) or 3 (+ hard negative), got {num_views}.")
         return info_nce(
             embeddings[:, 0],
-            embeddings[:, 1],
+            everyone[:, 1],
             self.config.temperature,
-            hard_negatives=embeddings[:, 2] if num_views == 3 else None,
+            hard_negatives=everyone[:, 2] if num_views == 3 else None,
             hard_negative_weight=self.config.hard_negative_weight,
             extra_negatives=extra_negatives,
+            positive_offset=offset,
         )
 
     def compute_mlm_loss(
@@ -573,6 +589,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_attention_mask: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
         return_loss: bool = True,
+        gather_across_devices: bool = False,
         return_dict: bool | None = None,
     ) -> ContrastivePreTrainingOutput | tuple:
         r"""
@@ -582,6 +599,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             The masked copy of the batch and its labels (-100 where nothing is predicted), for L_MLM.
         return_loss (`bool`, defaults to `True`):
             Compute the losses; otherwise only the view embeddings are returned.
+        gather_across_devices (`bool`, defaults to `False`):
+            Use the views of every process as negatives (see `compute_contrastive_loss`).
         """
         if input_ids is None or input_ids.dim() != 3:
             raise ValueError(
@@ -593,7 +612,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         if return_loss:
             loss = 0.0
             if self.config.cl_weight > 0:
-                cl_loss = self.compute_contrastive_loss(embeddings)
+                cl_loss = self.compute_contrastive_loss(embeddings, gather_across_devices=gather_across_devices)
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
                 mlm_loss = self.compute_mlm_loss(mlm_input_ids, mlm_attention_mask, mlm_labels)

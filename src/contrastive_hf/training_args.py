@@ -24,6 +24,13 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "(raw `text`, several sentence columns) and builds the model's inputs itself."
         },
     )
+    gather_negatives_across_devices: bool = field(
+        default=True,
+        metadata={
+            "help": "With several processes, gather every process's embeddings (differentiably) so that each "
+            "sentence's negatives are the whole global batch, as on one device. False: each process's own batch."
+        },
+    )
     prediction_loss_only: bool = field(
         default=True,
         metadata={"help": "Evaluation reports the loss only; embeddings are scored by the STS evaluator instead."},
