@@ -15,6 +15,8 @@ install_requires = [
     "scipy>=1.17.1",
     "scikit-learn>=1.9.1",
     "jinja2>=3.1.6",
+    "matplotlib>=3.11.2",
+    "tqdm>=4.70.1",
 ]
 
 extras = {

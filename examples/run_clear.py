@@ -22,9 +22,9 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
-from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token
+from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, needs_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.data import load_corpus, tokenize_corpus
+from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
@@ -58,6 +58,10 @@ class ModelArguments:
         default=False, metadata={"help": "Keep the projection head in the embeddings at inference."}
     )
     temperature: float = field(default=0.05, metadata={"help": "Temperature of the contrastive loss."})
+    contrastive_loss: str = field(
+        default="nt_xent",
+        metadata={"help": "nt_xent (CLEAR: 2N views) or info_nce (SimCSE; needed for --prebatch_size)."},
+    )
     mlm_weight: float = field(default=1.0, metadata={"help": "Weight of L_MLM (0 turns MLM off)."})
     cl_weight: float = field(default=1.0, metadata={"help": "Weight of L_CL."})
     lora_r: int = field(default=0, metadata={"help": "Train a LoRA adapter of this rank on the encoder (0: off)."})
@@ -84,15 +88,39 @@ class DataArguments:
         default=True,
         metadata={"help": "Each non-empty line is one example; --line_by_line False packs text into blocks."},
     )
+    split_sentences: bool = field(
+        default=False,
+        metadata={"help": "For a paragraph per line: split each line into sentences, one example each."},
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the corpus (for quick runs)."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
     augmentations: str = field(
-        default="del_word", metadata={"help": f"How the two views are made: {', '.join(AUGMENTATION_NAMES)}."}
+        default="del_word",
+        metadata={
+            "help": f"How the two views are made: {', '.join(AUGMENTATION_NAMES)}; '+' composes in order as CLEAR "
+            "names it (subs+del_span), ',' mixes: each view draws one (del_word,reorder)."
+        },
     )
     del_word_probability: float = field(default=0.7, metadata={"help": "CLEAR's word deletion ratio."})
+    synonyms_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON synonym table (word -> list of synonyms) for 'subs'; without it, synonyms are the nearest "
+            "whole-word neighbours in the encoder's input embeddings."
+        },
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Read and tokenize the corpus on the fly (needs --max_steps); each process its own shards."},
+    )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
     stsb_dev_file: str | None = field(
-        default=None, metadata={"help": "STS Benchmark sts-dev.csv, scored at the end of training."}
+        default=None,
+        metadata={
+            "help": "STS Benchmark sts-dev.csv, scored at the end of training, and every --eval_steps with "
+            "--eval_strategy steps (eval_stsb_spearman; --metric_for_best_model eval_stsb_spearman "
+            "--load_best_model_at_end keeps the best checkpoint, as SimCSE does)."
+        },
     )
 
 
@@ -103,6 +131,7 @@ def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTrain
         "projection_dim": model_args.projection_dim,
         "projection_at_inference": model_args.projection_at_inference,
         "temperature": model_args.temperature,
+        "contrastive_loss": model_args.contrastive_loss,
         "mlm_weight": model_args.mlm_weight,
         "cl_weight": model_args.cl_weight,
     }
@@ -142,10 +171,10 @@ def main():
     if tokenizer_name is None:
         raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
-    if data_args.augmentations == "del_word":
+    if needs_del_token(data_args.augmentations):
         add_del_token(tokenizer)  # before a from-scratch model is sized to the vocabulary
     model = build_model(model_args, tokenizer)
-    if data_args.augmentations == "del_word":
+    if needs_del_token(data_args.augmentations):
         add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
     if model_args.lora_r:
         model = add_adapter(
@@ -167,12 +196,18 @@ def main():
         mlm=model.config.mlm_weight > 0,
         mlm_probability=data_args.mlm_probability,
         del_word_probability=data_args.del_word_probability,
+        synonyms=data_args.synonyms_file or model,  # used by 'subs' only
+        max_length=data_args.max_seq_length,
         seed=training_args.seed,
     )
 
     with training_args.main_process_first(desc="corpus tokenization"):
         corpus = load_corpus(
-            data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir
+            data_args.train_file,
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=model_args.cache_dir,
+            streaming=data_args.streaming,
         )
         train_dataset = tokenize_corpus(
             corpus,
@@ -180,15 +215,27 @@ def main():
             max_seq_length=data_args.max_seq_length,
             text_column=data_args.text_column,
             line_by_line=data_args.line_by_line,
+            split_sentences=data_args.split_sentences,
             num_proc=data_args.preprocessing_num_workers,
         )
-    if data_args.max_train_samples is not None:
+    if data_args.streaming:
+        prepare_streaming(train_dataset, training_args)
+        if data_args.max_train_samples is not None:
+            train_dataset = train_dataset.take(data_args.max_train_samples)
+    elif data_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+
+    eval_dataset = None  # STS-B dev during training, scored by ContrastiveTrainer.evaluate
+    if training_args.eval_strategy != "no":
+        if not data_args.stsb_dev_file:
+            raise ValueError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
+        eval_dataset = {"stsb": read_stsbenchmark(data_args.stsb_dev_file)}
 
     trainer = ContrastiveTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         data_collator=collator,
         processing_class=tokenizer,
     )
@@ -196,7 +243,8 @@ def main():
     # With --push_to_hub, the push waits until the card is written (below), so a failed push cannot lose the run.
     trainer.save_model(_internal_call=True)
     metrics = train_result.metrics
-    metrics["train_samples"] = len(train_dataset)
+    if not data_args.streaming:
+        metrics["train_samples"] = len(train_dataset)
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()

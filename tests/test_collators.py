@@ -1,13 +1,42 @@
-"""ContrastiveDataCollator and pad_sequences: view tensors, the MLM copy, seeding and errors."""
+"""Collators: CLEAR/SimCSE views with the MLM copy (ContrastiveDataCollator), supervised pairs and triplets
+(PairCollator), keyed determinism, the epoch callback, and errors."""
 
 from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 
-from contrastive_hf.augmentations import Identity, add_del_token
-from contrastive_hf.collators import ContrastiveDataCollator, pad_sequences
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.augmentations import CLEAR_AUGMENTATIONS, Identity, Mixture, add_del_token
+from contrastive_hf.collators import (
+    CollatorEpochCallback,
+    ContrastiveDataCollator,
+    PairCollator,
+    mask_tokens,
+    pad_sequences,
+)
+from contrastive_hf.data import load_corpus
+from contrastive_hf.seeding import example_keys
+from contrastive_hf.token_batch import TokenBatch, special_token_table
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+from conftest import SHARED_DATA, tiny_bert_config
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models train several times faster on one thread than on two contended ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog near the river bank",
@@ -252,11 +281,22 @@ def test_different_seeds_differ(del_tokenizer):
     assert not torch.equal(a["mlm_labels"], b["mlm_labels"])
 
 
-def test_successive_calls_differ(del_tokenizer):
+def test_same_epoch_same_views_and_a_new_epoch_new_views(del_tokenizer):
     features = _features(del_tokenizer)
     collator = ContrastiveDataCollator(del_tokenizer, seed=7)
-    a, b = collator(features), collator(features)
-    assert not torch.equal(a["mlm_labels"], b["mlm_labels"])
+    first, again = collator(features), collator(features)
+    _assert_same_batch(first, again)  # every draw is a function of (seed, epoch, example, view)
+    collator.set_epoch(1)
+    second = collator(features)
+    assert not torch.equal(first["mlm_labels"], second["mlm_labels"])
+    changed = sum(
+        not torch.equal(first["input_ids"][i, v], second["input_ids"][i, v])
+        for i in range(len(features))
+        for v in (0, 1)
+    )
+    assert changed >= 2 * len(features) - 2
+    collator.set_epoch(0)
+    _assert_same_batch(first, collator(features))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -294,3 +334,271 @@ def test_num_views_must_be_positive(tokenizer):
 def test_del_word_without_del_token_raises(tokenizer):
     with pytest.raises(ValueError, match="add_del_token"):
         ContrastiveDataCollator(tokenizer, augmentation="del_word")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Example identities: a sentence's views do not depend on its batch
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_example_index_decides_the_views_wherever_the_example_is(del_tokenizer):
+    features = [dict(feature, example_index=100 + i) for i, feature in enumerate(_features(del_tokenizer))]
+    collator = ContrastiveDataCollator(del_tokenizer, augmentation="del_span+reorder", seed=5)
+    batch = collator(features)
+    order = [3, 0, 5, 1]
+    shuffled = collator([features[i] for i in order])
+    for row, source in enumerate(order):
+        n = int(shuffled["attention_mask"][row, 0].sum())
+        assert torch.equal(shuffled["input_ids"][row, :, :n], batch["input_ids"][source, :, :n])
+        m = int(shuffled["mlm_attention_mask"][row].sum())
+        assert torch.equal(shuffled["mlm_labels"][row, :m], batch["mlm_labels"][source, :m])
+    # the same sentence under another index gets other views
+    other = collator([dict(features[0], example_index=7)])
+    assert not torch.equal(other["mlm_labels"][0], batch["mlm_labels"][0, : other["mlm_labels"].shape[1]])
+
+
+def test_without_an_index_the_token_ids_identify_the_example(del_tokenizer):
+    features = _many_features(del_tokenizer, count=8, seed=4)
+    collator = ContrastiveDataCollator(del_tokenizer, seed=1)
+    batch = collator(features)
+    alone = collator([features[5]])
+    n = int(alone["attention_mask"][0, 0].sum())
+    assert torch.equal(alone["input_ids"][0, :, :n], batch["input_ids"][5, :, :n])
+    twice = collator([features[2], features[2]])  # a duplicate gets the same draws
+    assert torch.equal(twice["input_ids"][0], twice["input_ids"][1])
+
+
+# ----------------------------------------------------------------------------------------------------
+# Every augmentation of CLEAR's tables through the public API, into the model
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def clear_setup():
+    from transformers import AutoTokenizer
+
+    from conftest import DEMO_TOKENIZER
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+    add_del_token(tokenizer)
+    torch.manual_seed(0)
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
+    return tokenizer, model
+
+
+@pytest.mark.parametrize("name", [*CLEAR_AUGMENTATIONS, "dropout", "del_word,subs+del_span"])
+def test_each_augmentation_builds_batches_the_model_trains_on(clear_setup, name):
+    tokenizer, model = clear_setup
+    # subs uses the built-in source: nearest neighbours in the model's own input embeddings
+    collator = ContrastiveDataCollator(tokenizer, augmentation=name, synonyms=model, max_length=24, seed=0)
+    features = [{"text": text} for text in SENTENCES]
+    batch = collator(features)
+    assert batch["input_ids"].shape[:2] == (len(SENTENCES), 2)
+    assert batch["input_ids"].shape[-1] <= 24
+    originals = [tokenizer(text, truncation=True, max_length=24)["input_ids"] for text in SENTENCES]
+    del_id = tokenizer.convert_tokens_to_ids("[DEL]")
+    for i, original in enumerate(originals):
+        for v in range(2):
+            view = batch["input_ids"][i, v, : int(batch["attention_mask"][i, v].sum())].tolist()
+            assert view[0] == tokenizer.cls_token_id and view[-1] == tokenizer.sep_token_id
+            if name == "dropout":
+                assert view == original
+            if "del" not in name:
+                assert del_id not in view
+            if name == "reorder":
+                assert sorted(view) == sorted(original)
+    output = model(**batch)
+    assert torch.isfinite(output.loss) and output.cl_loss is not None and output.mlm_loss is not None
+    output.loss.backward()
+    model.zero_grad()
+
+
+def test_a_list_of_augmentations_is_a_mixture(del_tokenizer):
+    collator = ContrastiveDataCollator(del_tokenizer, augmentation=["del_word", "reorder"], seed=0)
+    assert isinstance(collator.augmentation, Mixture) and collator.augmentation.name == "del_word,reorder"
+    batch = collator(_many_features(del_tokenizer, count=64, seed=9))
+    del_id = del_tokenizer.convert_tokens_to_ids("[DEL]")
+    with_del = (batch["input_ids"] == del_id).any(-1)  # (B, V)
+    assert 0.3 < with_del.float().mean().item() < 0.7  # each view draws its augmentation
+    assert (with_del[:, 0] != with_del[:, 1]).any()  # two views of one sentence may differ in kind
+
+
+def test_views_lengthened_by_substitution_are_cut_to_max_length(tokenizer):
+    table = {"fox": ["unbelievably quick animal"], "dog": ["extraordinarily lazy animal"]}
+    text = "the quick brown fox jumps over the lazy dog"
+    length = len(tokenizer(text)["input_ids"])
+    collator = ContrastiveDataCollator(
+        tokenizer, augmentation="subs", synonyms=table, mlm=False, max_length=length, seed=0
+    )
+    collator.augmentation.probability = 1.0
+    batch = collator([{"text": text}])
+    assert batch["input_ids"].shape[-1] == length
+    view = batch["input_ids"][0, 0].tolist()
+    assert view[-1] == tokenizer.sep_token_id and view[0] == tokenizer.cls_token_id
+    assert "animal" in tokenizer.decode(view)
+    longer = ContrastiveDataCollator(tokenizer, augmentation="subs", synonyms=table, mlm=False, seed=0)
+    longer.augmentation.probability = 1.0
+    assert longer([{"text": text}])["input_ids"].shape[-1] > length
+
+
+# ----------------------------------------------------------------------------------------------------
+# mask_tokens
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_mask_tokens_draws_per_row_and_keeps_specials(tokenizer):
+    features = _many_features(tokenizer, count=64, seed=6)
+    table = special_token_table(tokenizer)
+    batch = TokenBatch.from_sequences([f["input_ids"] for f in features], table, tokenizer.pad_token_id)
+    keys = example_keys(0, 0, np.arange(64, dtype=np.uint64), 2**32)
+    ids, labels = mask_tokens(batch, keys, 0.3, tokenizer.mask_token_id, len(tokenizer))
+    assert ((labels == -100) | ~batch.is_special).all()
+    assert (ids[batch.is_special] == batch.ids[batch.is_special]).all()
+    assert (labels[labels != -100] == batch.ids[labels != -100]).all()
+    assert ids.min() >= 0 and ids.max() < len(tokenizer)
+    rate = (labels != -100).sum() / (~batch.is_special).sum()
+    assert 0.26 < rate < 0.34
+    alone_ids, alone_labels = mask_tokens(batch.take(np.array([9])), keys[[9]], 0.3, tokenizer.mask_token_id, 100)
+    n = int(batch.lengths[9])
+    assert (alone_labels[0, :n] == labels[9, :n]).all()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Supervised pairs and triplets
+# ----------------------------------------------------------------------------------------------------
+
+SNLI = SHARED_DATA / "nli" / "snli_triples.csv"
+
+
+def test_nli_triplets_from_the_real_snli_sample(tokenizer):
+    rows = load_corpus(str(SNLI)).select(range(16))
+    assert rows.column_names == ["sent0", "sent1", "hard_neg"]
+    collator = PairCollator(tokenizer, max_length=32)
+    features = list(rows)
+    batch = collator(features)
+    assert batch["input_ids"].shape[:2] == (16, 3)
+    for i, row in enumerate(features):
+        for v, column in enumerate(("sent0", "sent1", "hard_neg")):
+            expected = tokenizer(row[column], truncation=True, max_length=32)["input_ids"]
+            n = int(batch["attention_mask"][i, v].sum())
+            assert batch["input_ids"][i, v, :n].tolist() == expected
+            assert (batch["input_ids"][i, v, n:] == tokenizer.pad_token_id).all()
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(
+            encoder=tiny_bert_config(vocab_size=len(tokenizer)), contrastive_loss="info_nce", mlm_weight=0.0
+        )  # fmt: skip
+    )
+    output = model(**batch)
+    assert torch.isfinite(output.cl_loss) and output.embeddings.shape[:2] == (16, 3)
+
+
+def test_pairs_named_anchor_positive_and_pre_tokenized(tokenizer):
+    features = [
+        {"anchor": "a man plays a guitar", "positive": "someone is playing music"},
+        {"anchor": [2, 500, 501, 3], "positive": "two dogs run"},
+    ]
+    collator = PairCollator(tokenizer, mlm=True, seed=0)
+    batch = collator(features)
+    assert batch["input_ids"].shape[:2] == (2, 2)
+    assert batch["input_ids"][1, 0, :4].tolist() == [2, 500, 501, 3]
+    assert batch["mlm_input_ids"].shape[0] == 2  # the anchors' MLM copy
+    assert collator.resolve_columns({"sent0": "a", "sent1": "b", "hard_neg": ""}) == ("sent0", "sent1")
+    assert PairCollator(tokenizer, columns=["premise", "hypothesis"]).resolve_columns(
+        {"premise": "a", "hypothesis": "b"}
+    ) == ("premise", "hypothesis")
+
+
+def test_pair_collator_errors(tokenizer):
+    collator = PairCollator(tokenizer)
+    with pytest.raises(ValueError, match="anchor,positive,hard_negative or sent0,sent1,hard_neg"):
+        collator([{"text": "no pair here"}])
+    with pytest.raises(ValueError, match="Example 1 of the batch has no 'hard_neg'"):
+        collator([{"sent0": "a", "sent1": "b", "hard_neg": "c"}, {"sent0": "a", "sent1": "b", "hard_neg": None}])
+    with pytest.raises(ValueError, match="columns"):
+        PairCollator(tokenizer, columns=["only"])
+    with pytest.raises(ValueError, match="not in the features"):
+        PairCollator(tokenizer, columns=["a", "b"])([{"a": "x"}])
+
+
+def test_supervised_triplets_train_with_contrastive_trainer(tokenizer, tmp_path):
+    rows = load_corpus(str(SNLI)).select(range(32))
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(
+            encoder=tiny_bert_config(vocab_size=len(tokenizer)),
+            contrastive_loss="info_nce",
+            mlm_weight=0.0,
+            hard_negative_weight=0.0,
+        )  # fmt: skip
+    )
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, max_steps=2, learning_rate=1e-3, logging_steps=1,
+        report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    trainer = ContrastiveTrainer(
+        model=model, args=args, train_dataset=rows, data_collator=PairCollator(tokenizer), processing_class=tokenizer
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "cl_loss" in entry]
+    assert len(logged) == 2 and all(entry["cl_loss"] > 0 for entry in logged)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The epoch callback
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_epoch_callback_counts_epochs_from_the_trainer_state(del_tokenizer, caplog):
+    collator = ContrastiveDataCollator(del_tokenizer, seed=0)
+    callback = CollatorEpochCallback(collator)
+    args = SimpleNamespace(dataloader_persistent_workers=False, dataloader_num_workers=0)
+    callback.on_train_begin(args, SimpleNamespace(epoch=0.0), None)
+    seen = []
+    for epoch_progress in (0.0, 1.0, 2.0):
+        callback.on_epoch_begin(args, SimpleNamespace(epoch=epoch_progress), None)
+        seen.append(collator.epoch)
+    assert seen == [0, 1, 2]
+    # resumed mid-epoch 3 (state loaded from the checkpoint), then the next epoch
+    callback.on_train_begin(args, SimpleNamespace(epoch=3.25), None)
+    callback.on_epoch_begin(args, SimpleNamespace(epoch=3.25), None)
+    assert collator.epoch == 3
+    callback.on_epoch_begin(args, SimpleNamespace(epoch=3.01), None)  # an iterable dataset's epoch drifts
+    assert collator.epoch == 4
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.collators"):
+        callback.on_train_begin(
+            SimpleNamespace(dataloader_persistent_workers=True, dataloader_num_workers=2),
+            SimpleNamespace(epoch=0),
+            None,
+        )
+    assert "persistent" in caplog.text
+
+
+def test_contrastive_trainer_tells_the_collator_the_epoch(del_tokenizer, tmp_path):
+    class Recording(ContrastiveDataCollator):
+        def __call__(self, features):
+            self.epochs_seen = [*getattr(self, "epochs_seen", []), self.epoch]
+            return super().__call__(features)
+
+    collator = Recording(del_tokenizer, augmentation="del_word", max_length=16, seed=0)
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(del_tokenizer))))
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_train_epochs=3, report_to="none",
+        save_strategy="no", disable_tqdm=True, use_cpu=True, logging_steps=100,
+    )  # fmt: skip
+    dataset = Dataset.from_dict({"text": SENTENCES[:4]})
+    trainer = ContrastiveTrainer(
+        model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=del_tokenizer
+    )
+    assert any(isinstance(callback, CollatorEpochCallback) for callback in trainer.callback_handler.callbacks)
+    trainer.train()
+    assert collator.epochs_seen == [0, 1, 2]
+
+
+def test_a_model_given_as_synonym_source_is_compiled_not_kept(clear_setup):
+    from contrastive_hf.synonyms import TokenSynonyms
+
+    tokenizer, model = clear_setup
+    with_subs = ContrastiveDataCollator(tokenizer, augmentation=["del_word", "subs+reorder"], synonyms=model, seed=0)
+    assert isinstance(with_subs.synonyms, TokenSynonyms)  # picklable arrays for dataloader workers, no model
+    assert with_subs.synonyms.source == "input embeddings"
+    without = ContrastiveDataCollator(tokenizer, augmentation="del_word", synonyms=model, seed=0)
+    assert without.synonyms is None

@@ -1,14 +1,46 @@
-"""Corpus loading (text/csv/json files) and tokenization with `datasets`, all from local temporary files."""
+"""Corpus loading (text/csv/json files, map-style or streamed) and tokenization with `datasets`; byte-range shards
+and per-process reading; training on a stream."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
-from datasets import Dataset, DatasetDict
+import torch
+from accelerate.data_loader import prepare_data_loader
+from datasets import Dataset, DatasetDict, IterableDataset
+from torch.utils.data import DataLoader
 
-from contrastive_hf.data import EmptyCorpusError, load_corpus, tokenize_corpus
+import contrastive_hf.data as data_module
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.augmentations import add_del_token
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.data import (
+    EmptyCorpusError,
+    load_corpus,
+    prepare_streaming,
+    split_into_sentences,
+    text_shards,
+    text_stream,
+    tokenize_corpus,
+)
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+from conftest import SHARED_DATA, tiny_bert_config
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models train several times faster on one thread than on two contended ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 LINES = [
     "the first sentence of the corpus",
@@ -49,7 +81,8 @@ def test_text_file_skips_empty_lines_and_logs(tmp_path, cache_dir, tokenizer, ca
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     assert f"Skipped {skipped} empty line(s) of {len(LINES)}" in records[0].getMessage()
-    assert tokenized.column_names == ["input_ids"]
+    assert tokenized.column_names == ["input_ids", "example_index"]
+    assert tokenized["example_index"] == list(range(len(NON_EMPTY)))  # each example's identity for its views
     assert len(tokenized) == len(NON_EMPTY)
     expected = [tokenizer(line, truncation=True, max_length=16)["input_ids"] for line in NON_EMPTY]
     assert tokenized["input_ids"] == expected
@@ -146,7 +179,7 @@ def test_jsonl_with_named_text_column(tmp_path, cache_dir, tokenizer):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     corpus = load_corpus(str(path), cache_dir=cache_dir)
     tokenized = tokenize_corpus(corpus, tokenizer, text_column="sentence")
-    assert tokenized.column_names == ["input_ids"]
+    assert tokenized.column_names == ["input_ids", "example_index"]
     assert tokenized["input_ids"] == [tokenizer("json lines work")["input_ids"], tokenizer("another one")["input_ids"]]
 
 
@@ -218,3 +251,184 @@ def test_blocks_pack_all_tokens_in_order(tmp_path, cache_dir, tokenizer, max_seq
             stream.extend(tokenizer(line, add_special_tokens=False)["input_ids"])
     packed = [token for block in ids for token in block[1:-1]]
     assert packed == stream
+    assert len(set(blocks["example_index"])) == len(ids)  # every block its own identity
+
+
+# ----------------------------------------------------------------------------------------------------
+# Streaming: byte-range shards, each process reading its own
+# ----------------------------------------------------------------------------------------------------
+
+
+def _big_text(tmp_path, count=600):
+    """A text file of ``count`` lines (every 7th empty), about 40 KB: enough for several 4 KB shards."""
+    lines = ["" if i % 7 == 3 else f"line {i} says something about sentence embeddings {'x' * (i % 50)}" for i in
+             range(count)]  # fmt: skip
+    path = tmp_path / "big.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    offsets, position = [], 0
+    for line in lines:
+        offsets.append(position)
+        position += len(line.encode()) + 1
+    return path, lines, offsets
+
+
+def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, caplog):
+    path, lines, offsets = _big_text(tmp_path)
+    stream = text_stream(str(path))
+    assert isinstance(stream, IterableDataset)
+    assert 4 < stream.n_shards <= 64
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+        rows = list(stream)
+    expected = [(line, offset) for line, offset in zip(lines, offsets, strict=True) if line]
+    assert [(row["text"], row["example_index"]) for row in rows] == expected  # in order, each once
+    skipped = sum(int(record.getMessage().split()[1]) for record in caplog.records if "Skipped" in record.getMessage())
+    assert skipped == lines.count("")
+    # the shards, read separately, partition the lines
+    parts = [list(stream.shard(num_shards=stream.n_shards, index=i)) for i in range(stream.n_shards)]
+    assert sum(len(part) for part in parts) == len(expected)
+    assert sorted(row["example_index"] for part in parts for row in part) == [offset for _, offset in expected]
+
+
+def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
+    path, lines, _ = _big_text(tmp_path)
+    opened = []
+    original = data_module._read_text_shards
+
+    def recording(shards):
+        opened.append(list(shards))
+        yield from original(shards)
+
+    monkeypatch.setattr(data_module, "_read_text_shards", recording)
+    stream = text_stream(str(path))
+    size = path.stat().st_size
+    seen, ranges = [], []
+    for rank in range(2):
+        opened.clear()
+        # what accelerate does for each process when prepare_streaming set dispatch_batches=False
+        loader = prepare_data_loader(
+            DataLoader(stream, batch_size=8, collate_fn=lambda rows: rows),
+            num_processes=2,
+            process_index=rank,
+            put_on_device=False,
+            dispatch_batches=False,
+        )
+        seen.append([row["text"] for batch in loader for row in batch])
+        read = [(start, end) for call in opened for (_, _, start, end) in call]
+        ranges.append(set(read))
+        assert sum(end - start for start, end in read) < 0.6 * size  # about half the file, never all of it
+    assert not ranges[0] & ranges[1]
+    assert sorted(ranges[0] | ranges[1]) == [(s, e) for (_, _, s, e) in text_shards(str(path))]
+    assert not set(seen[0]) & set(seen[1])
+    assert sorted(seen[0] + seen[1]) == sorted(line for line in lines if line)
+
+
+def test_prepare_streaming_sets_each_process_to_its_shards(tmp_path):
+    path, _, _ = _big_text(tmp_path)
+    stream = text_stream(str(path))
+    args = SimpleNamespace(world_size=4, accelerator_config=SimpleNamespace(dispatch_batches=None))
+    prepare_streaming(stream, args)
+    assert args.accelerator_config.dispatch_batches is False
+    args.accelerator_config.dispatch_batches = True
+    with pytest.raises(ValueError, match="dispatch_batches"):
+        prepare_streaming(stream, args)
+    gz = tmp_path / "corpus.txt.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as handle:
+        handle.write("one\ntwo\n")
+    with pytest.raises(ValueError, match="1 shard"):
+        prepare_streaming(load_corpus(str(gz), streaming=True), SimpleNamespace(world_size=2, accelerator_config=None))
+
+
+def test_streamed_gzip_corpus_real_wikipedia(tokenizer):
+    stream = load_corpus(str(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz"), streaming=True)
+    assert stream.n_shards == 1  # gzip cannot be read from the middle
+    first = list(stream.take(3))
+    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+        expected = [next(handle).rstrip("\n") for _ in range(3)]
+    assert [row["text"] for row in first] == expected
+    assert first[0]["example_index"] == 0 and first[1]["example_index"] == len(expected[0].encode()) + 1
+    blocks = list(tokenize_corpus(stream, tokenizer, max_seq_length=64, line_by_line=False).take(5))
+    assert all(len(block["input_ids"]) == 64 for block in blocks)
+    assert all(block["input_ids"][0] == tokenizer.cls_token_id for block in blocks)
+    assert len({block["example_index"] for block in blocks}) == 5
+
+
+def test_streamed_tokenization_matches_map_style(tmp_path, tokenizer):
+    path, lines, offsets = _big_text(tmp_path, count=120)
+    stream = tokenize_corpus(load_corpus(str(path), streaming=True), tokenizer, max_seq_length=12)
+    mapped = tokenize_corpus(load_corpus(str(path)), tokenizer, max_seq_length=12)
+    rows = list(stream)
+    assert [row["input_ids"] for row in rows] == mapped["input_ids"]
+    assert [row["example_index"] for row in rows] == [o for line, o in zip(lines, offsets, strict=True) if line]
+    packed = list(tokenize_corpus(load_corpus(str(path), streaming=True), tokenizer, 12, line_by_line=False))
+    mapped_blocks = tokenize_corpus(load_corpus(str(path)), tokenizer, 12, line_by_line=False)
+    assert [row["input_ids"] for row in packed] == mapped_blocks["input_ids"]
+    assert len(packed) > len(rows)  # lines were packed across, not truncated
+
+
+def test_streamed_csv_and_its_empty_lines(tmp_path, tokenizer, caplog):
+    path = tmp_path / "corpus.csv"
+    path.write_text('text\nhello world\n""\nsecond line\n', encoding="utf-8")
+    stream = load_corpus(str(path), streaming=True)
+    assert isinstance(stream, IterableDataset)
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+        rows = list(tokenize_corpus(stream, tokenizer))
+    assert [row["input_ids"] for row in rows] == [tokenizer("hello world")["input_ids"],
+                                                   tokenizer("second line")["input_ids"]]  # fmt: skip
+    assert "Skipped 1 empty line(s) of 2 so far" in caplog.text
+
+
+def test_contrastive_trainer_trains_on_a_stream(tmp_path, tokenizer):
+    path, _, _ = _big_text(tmp_path, count=60)
+    add_del_token(tokenizer)
+    stream = tokenize_corpus(load_corpus(str(path), streaming=True), tokenizer, max_seq_length=16)
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=8, learning_rate=1e-3,
+        logging_steps=4, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    prepare_streaming(stream, args)
+    collator = ContrastiveDataCollator(tokenizer, augmentation="del_span", seed=0)
+    trainer = ContrastiveTrainer(
+        model=model, args=args, train_dataset=stream, data_collator=collator, processing_class=tokenizer
+    )
+    trainer.train()
+    assert trainer.state.global_step == 8
+    assert collator.epoch == 1  # 52 lines, 7 batches per pass: the 8th step starts a second pass, new views
+    assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Paragraph corpora: a sentence per example
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("paragraph", "sentences"),
+    [
+        ("He was born in 1990. He plays basketball! Does he? yes.", ["He was born in 1990.", "He plays basketball!",
+                                                                     "Does he? yes."]),
+        ('She said "Go." Then she left.', ['She said "Go."', "Then she left."]),
+        ("Born in Washington, D.C. in 1965, he moved. In 1988 he started.", ["Born in Washington, D.C. in 1965, he "
+                                                                             "moved.", "In 1988 he started."]),
+        ("No full stop at the end", ["No full stop at the end"]),
+        ("  ", []),
+    ],
+)  # fmt: skip
+def test_split_into_sentences(paragraph, sentences):
+    assert split_into_sentences(paragraph) == sentences
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_sentence_per_example_from_real_paragraphs(tokenizer, tmp_path, streaming):
+    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+        paragraphs = [next(handle).rstrip("\n") for _ in range(30)]
+    path = tmp_path / "paragraphs.txt"
+    path.write_text("\n".join(paragraphs) + "\n", encoding="utf-8")
+    expected = [sentence for paragraph in paragraphs for sentence in split_into_sentences(paragraph)]
+    assert len(expected) > 2 * len(paragraphs)
+    tokenized = tokenize_corpus(load_corpus(str(path), streaming=streaming), tokenizer, 64, split_sentences=True)
+    rows = list(tokenized)
+    assert [row["input_ids"] for row in rows] == [
+        tokenizer(sentence, truncation=True, max_length=64)["input_ids"] for sentence in expected
+    ]
+    assert len({row["example_index"] for row in rows}) == len(expected)

@@ -1,39 +1,98 @@
 """Positive-pair views made on token ids (after tokenization, so they are fast and tokenizer-agnostic).
 
-An augmentation maps one sentence's token ids to a new list of ids. Special tokens ([CLS], [SEP], <s>, </s>,
-padding) are never deleted or moved, and a view is never empty: a sentence reduced to nothing keeps one [DEL].
+CLEAR's four augmentations (Wu et al., 2020, §3.1; defaults from §4.1), each vectorised over a whole batch:
 
-Names follow CLEAR (Wu et al., 2020, §3.1 and §4.1): ``del_word``; plus ``dropout``, the identity view of
-unsupervised SimCSE (Gao et al., 2021), whose two views differ only by the encoder's dropout masks.
+* ``del_word``: a fraction p = 0.7 of the tokens replaced by [DEL]; a run of consecutive [DEL]s becomes one.
+* ``del_span``: 5 spans, each about 5% of the length, each replaced by a single [DEL].
+* ``reorder``: 5 pairs of spans, each about 5% of the length, swapped pairwise.
+* ``subs``: 30% of the words that have a synonym replaced by one of their synonyms (whole words, however many
+  pieces they have; synonym sources in `contrastive_hf.synonyms`).
+
+plus ``dropout``, the identity view of unsupervised SimCSE (Gao et al., 2021), whose two views differ only by the
+encoder's dropout masks. Names compose as CLEAR writes them: ``subs+del_span`` substitutes first, then deletes
+spans. A comma mixes: with ``del_word,reorder`` each view draws one of the two.
+
+Rules every augmentation keeps: special tokens ([CLS], [SEP], <s>, </s>, [DEL], padding) are never deleted, moved
+or substituted; a sentence too short for the requested spans gets fewer (or one-token) spans; a view is never empty
+(a sentence of one word keeps it, and a fully deleted sentence keeps one [DEL]).
+
+Every random draw is a hash of the row's key (see `contrastive_hf.seeding`), so a view depends only on
+(seed, epoch, example, view) and never on the rest of the batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
+from .seeding import combine, stream, uniform
+from .synonyms import TokenSynonyms, load_synonyms
+from .token_batch import TokenBatch, ragged_arange
+
 __all__ = [
     "DEL_TOKEN",
+    "DEL_WORD_PROBABILITY",
+    "NUM_DELETED_SPANS",
+    "NUM_REORDERED_PAIRS",
+    "SPAN_RATIO",
+    "SUBSTITUTION_PROBABILITY",
+    "AUGMENTATION_NAMES",
+    "CLEAR_AUGMENTATIONS",
     "Augmentation",
     "Identity",
     "WordDeletion",
-    "AUGMENTATION_NAMES",
+    "SpanDeletion",
+    "Reordering",
+    "SynonymSubstitution",
+    "Composition",
+    "Mixture",
     "build_augmentation",
+    "needs_del_token",
     "add_del_token",
 ]
 
 DEL_TOKEN = "[DEL]"
 
+# CLEAR §4.1 hyper-parameters, the defaults everywhere in the package.
+DEL_WORD_PROBABILITY = 0.7  # del_word: fraction of the tokens deleted
+NUM_DELETED_SPANS = 5  # del_span: spans deleted per sentence
+NUM_REORDERED_PAIRS = 5  # reorder: pairs of spans swapped per sentence
+SPAN_RATIO = 0.05  # del_span, reorder: length of each span as a fraction of the sentence
+SUBSTITUTION_PROBABILITY = 0.3  # subs: fraction of the words having a synonym that are substituted
+
+AUGMENTATION_NAMES = ("dropout", "del_word", "del_span", "reorder", "subs")
+# The augmentations and compositions of CLEAR's Tables 1 and 2.
+CLEAR_AUGMENTATIONS = (
+    "del_word",
+    "del_span",
+    "reorder",
+    "subs",
+    "subs+del_word",
+    "subs+del_span",
+    "del_word+reorder",
+    "del_span+reorder",
+    "subs+del_word+reorder",
+)
+_NEVER = np.iinfo(np.int64).max // 4  # a position no row reaches
+
 
 class Augmentation:
-    """Base class: ``augment(ids, is_special, rng)`` returns the ids of one view."""
+    """Base class. ``apply(batch, keys)`` makes one view of each row of a `TokenBatch`; ``keys`` are the rows'
+    ``(N,)`` uint64 random keys (`contrastive_hf.seeding.example_keys`)."""
 
     name = "augmentation"
+    needs_del_token = False
 
-    def augment(self, ids: Sequence[int], is_special: np.ndarray, rng: np.random.Generator) -> list[int]:
+    def apply(self, batch: TokenBatch, keys: np.ndarray) -> TokenBatch:
         raise NotImplementedError
+
+    def augment(self, ids: Sequence[int], is_special: Sequence[bool], rng: np.random.Generator) -> list[int]:
+        """One view of one sentence, its key drawn from ``rng`` (for trying an augmentation out)."""
+        flags = np.asarray(is_special, dtype=bool).reshape(-1)
+        batch = TokenBatch.from_rows([list(ids)], [flags.tolist()])
+        key = rng.integers(0, 2**64, size=1, dtype=np.uint64)
+        return self.apply(batch, key).rows()[0]
 
     def __repr__(self) -> str:
         return self.name
@@ -44,58 +103,410 @@ class Identity(Augmentation):
 
     name = "dropout"
 
-    def augment(self, ids, is_special, rng):
-        return list(ids)
+    def apply(self, batch, keys):
+        return batch
 
 
-@dataclass(repr=False)
+def _round(values: np.ndarray) -> np.ndarray:
+    """Round to the nearest integer (halves to even, like Python's ``round``)."""
+    return np.rint(values).astype(np.int64)
+
+
+def _choose_sorted(keys: np.ndarray, population: np.ndarray, count: np.ndarray, max_count: int) -> np.ndarray:
+    """For each row, ``count`` distinct integers drawn uniformly from ``range(population)``, sorted ascending;
+    ``(N, max_count)`` with `_NEVER` after a row's ``count`` values.
+
+    Floyd's algorithm, vectorised over rows: at step i (j = population - count + i), draw t uniformly in [0, j];
+    take t, or j when t was already taken. Every subset is equally likely; it needs ``max_count`` draws per row.
+    """
+    rows = len(keys)
+    chosen = np.full((rows, max_count), -1, dtype=np.int64)
+    draws = uniform(keys[:, None], np.arange(max_count))  # (N, max_count)
+    for step in range(max_count):  # at most 2 * NUM_REORDERED_PAIRS steps
+        active = step < count
+        j = population - count + step
+        t = np.floor(draws[:, step] * (j + 1)).astype(np.int64)
+        taken = (chosen[:, :step] == t[:, None]).any(axis=1)
+        chosen[:, step] = np.where(active, np.where(taken, j, t), -1)
+    chosen[chosen < 0] = _NEVER
+    return np.sort(chosen, axis=1)
+
+
+def _replace_runs_with_del(batch: TokenBatch, deleted: np.ndarray, del_token_id: int) -> TokenBatch:
+    """Delete the ``deleted`` positions, each maximal run of them becoming one [DEL] (itself a special token)."""
+    previous = np.zeros_like(deleted)
+    previous[:, 1:] = deleted[:, :-1]
+    run_start = deleted & ~previous
+    ids = np.where(run_start, del_token_id, batch.ids)
+    is_special = batch.is_special | run_start
+    return TokenBatch(ids, is_special, batch.lengths, batch.pad_id).keep(~deleted | run_start)
+
+
+def _content(batch: TokenBatch) -> tuple[np.ndarray, np.ndarray]:
+    """The positions an augmentation may touch (``(N, L)`` bool) and their number per row."""
+    content = ~batch.is_special
+    return content, content.sum(axis=1)
+
+
+def _mark_ranges(starts: np.ndarray, span: np.ndarray, width: int) -> np.ndarray:
+    """``(N, width)`` bool: True inside ``[starts[r, j], starts[r, j] + span[r])`` for the real starts of each row
+    (not `_NEVER`); ranges must be at least one position apart (so no range ends where another starts)."""
+    rows, slots = np.nonzero(starts != _NEVER)
+    begin = starts[rows, slots]
+    diff = np.zeros((len(starts), width + 1), dtype=np.int8)
+    diff[rows, begin] = 1
+    diff[rows, begin + span[rows]] = -1
+    return np.cumsum(diff, axis=1, dtype=np.int8)[:, :width] > 0
+
+
+def _by_content_rank(content: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Look up ``table[r, k]`` at each content position, k being its rank among the row's content positions."""
+    rank = np.maximum(np.cumsum(content, axis=1) - 1, 0)
+    return np.take_along_axis(table, np.minimum(rank, table.shape[1] - 1), axis=1) & content
+
+
 class WordDeletion(Augmentation):
     """CLEAR's word deletion: a fraction ``probability`` of the tokens becomes [DEL]; a run of [DEL]s becomes one.
 
     Args:
         del_token_id: id of the [DEL] token (see `add_del_token`).
         probability: fraction of the non-special tokens deleted (CLEAR §4.1: 0.7). The count is
-            round(probability * n), so every view of an n-token sentence deletes the same number of tokens.
+            round(probability * n), so every view of an n-token sentence deletes the same number of tokens, chosen
+            uniformly at random.
     """
 
-    del_token_id: int
-    probability: float = 0.7
     name = "del_word"
+    needs_del_token = True
 
-    def __post_init__(self):
-        if not 0.0 <= self.probability <= 1.0:
-            raise ValueError(f"del_word probability must be in [0, 1], got {self.probability}.")
+    def __init__(self, del_token_id: int, probability: float = DEL_WORD_PROBABILITY):
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"del_word probability must be in [0, 1], got {probability}.")
+        self.del_token_id = del_token_id
+        self.probability = probability
 
-    def augment(self, ids, is_special, rng):
-        ids = np.asarray(ids)
-        candidates = np.flatnonzero(~is_special)
-        n_delete = int(round(self.probability * len(candidates)))
-        if n_delete == 0:
-            return ids.tolist()
-        deleted = np.zeros(len(ids), dtype=bool)
-        deleted[rng.choice(candidates, size=n_delete, replace=False)] = True
-        # keep a [DEL] only where a run of deletions starts
-        run_start = deleted & ~np.concatenate([[False], deleted[:-1]])
-        out = np.where(deleted, self.del_token_id, ids)
-        return out[~deleted | run_start].tolist()
-
-
-AUGMENTATION_NAMES = ("dropout", "del_word")
+    def apply(self, batch, keys):
+        content, n = _content(batch)
+        count = _round(self.probability * n)
+        if not count.any():
+            return batch
+        # delete the `count` content positions with the smallest random priorities
+        priority = uniform(stream(keys, self.name)[:, None], np.arange(batch.width))  # (N, L)
+        priority[~content] = 2.0
+        threshold = np.sort(priority, axis=1)[np.arange(len(batch)), np.maximum(count - 1, 0)]
+        threshold[count == 0] = -1.0
+        return _replace_runs_with_del(batch, priority <= threshold[:, None], self.del_token_id)
 
 
-def build_augmentation(name: str, tokenizer, del_word_probability: float = 0.7) -> Augmentation:
-    """The augmentation called ``name`` (one of `AUGMENTATION_NAMES`), configured for ``tokenizer``."""
-    if name == "dropout":
-        return Identity()
-    if name == "del_word":
+class SpanDeletion(Augmentation):
+    """CLEAR's span deletion: ``num_spans`` spans of about ``span_ratio`` of the length each become one [DEL] each.
+
+    For a sentence of n non-special tokens the spans are s = max(1, round(span_ratio * n)) tokens long and there
+    are k = min(num_spans, round(num_spans * span_ratio * n / s)) of them (so short sentences, whose spans round up
+    to one token, lose about the same share, not more), placed uniformly at random without overlapping or
+    touching (each [DEL] stands for one span). Fewer fit when the sentence is short; a sentence of one token is
+    left alone, and a view always keeps at least one of its tokens.
+    """
+
+    name = "del_span"
+    needs_del_token = True
+
+    def __init__(self, del_token_id: int, num_spans: int = NUM_DELETED_SPANS, span_ratio: float = SPAN_RATIO):
+        if num_spans < 1:
+            raise ValueError(f"del_span num_spans must be >= 1, got {num_spans}.")
+        if not 0.0 < span_ratio <= 1.0:
+            raise ValueError(f"del_span span_ratio must be in (0, 1], got {span_ratio}.")
+        self.del_token_id = del_token_id
+        self.num_spans = num_spans
+        self.span_ratio = span_ratio
+
+    def spans(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Span length and number of spans for sentences of ``n`` non-special tokens."""
+        span = np.maximum(1, _round(self.span_ratio * n))
+        count = np.minimum(self.num_spans, np.maximum(1, _round(self.num_spans * self.span_ratio * n / span)))
+        count = np.minimum(count, (n + 1) // (span + 1))  # spans separated by at least one kept token
+        count = np.minimum(count, (n - 1) // span)  # and at least one token of the sentence kept
+        count[n < 2] = 0
+        return span, count
+
+    def apply(self, batch, keys):
+        content, n = _content(batch)
+        span, count = self.spans(n)
+        if not count.any():
+            return batch
+        # k spans of s tokens, each followed by a kept token (the last one by a virtual one past the end): k blocks
+        # of s + 1 among n + 1 places, i.e. k of the (n + 1 - k*(s+1)) + k items "free token or block"
+        slots = _choose_sorted(stream(keys, self.name), n + 1 - count * span, count, self.num_spans)
+        starts = np.where(slots == _NEVER, _NEVER, slots + np.arange(self.num_spans) * span[:, None])
+        deleted = _by_content_rank(content, _mark_ranges(starts, span, int(n.max())))
+        return _replace_runs_with_del(batch, deleted, self.del_token_id)
+
+
+class Reordering(Augmentation):
+    """CLEAR's reordering: ``num_pairs`` pairs of spans of about ``span_ratio`` of the length each, swapped pairwise.
+
+    2k spans of s = max(1, round(span_ratio * n)) tokens (k = min(num_pairs, round(num_pairs * span_ratio * n / s),
+    n // (2s))) are placed uniformly at random without overlapping, paired at random, and each pair's contents are
+    exchanged. Only non-special tokens move: the spans are taken over the sentence without its special tokens.
+    """
+
+    name = "reorder"
+
+    def __init__(self, num_pairs: int = NUM_REORDERED_PAIRS, span_ratio: float = SPAN_RATIO):
+        if num_pairs < 1:
+            raise ValueError(f"reorder num_pairs must be >= 1, got {num_pairs}.")
+        if not 0.0 < span_ratio <= 0.5:
+            raise ValueError(f"reorder span_ratio must be in (0, 0.5], got {span_ratio}.")
+        self.num_pairs = num_pairs
+        self.span_ratio = span_ratio
+
+    def spans(self, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Span length and number of *pairs* for sentences of ``n`` non-special tokens."""
+        span = np.maximum(1, _round(self.span_ratio * n))
+        pairs = np.minimum(self.num_pairs, np.maximum(1, _round(self.num_pairs * self.span_ratio * n / span)))
+        pairs = np.minimum(pairs, n // (2 * span))
+        pairs[n < 2] = 0
+        return span, pairs
+
+    def apply(self, batch, keys):
+        content, n = _content(batch)
+        span, pairs = self.spans(n)
+        if not pairs.any():
+            return batch
+        rows = len(batch)
+        max_spans = 2 * self.num_pairs
+        spans = 2 * pairs
+        # 2k non-overlapping spans: choose 2k of (n - 2k*s) + 2k slots, then widen each slot to s tokens
+        slots = _choose_sorted(stream(keys, self.name + "/spans"), n - spans * span + spans, spans, max_spans)
+        starts = np.where(slots == _NEVER, _NEVER, slots + np.arange(max_spans) * (span[:, None] - 1))
+        # pair the spans at random: a random order of each row's spans, read two by two
+        priority = uniform(stream(keys, self.name + "/pairs")[:, None], np.arange(max_spans))
+        priority[np.arange(max_spans) >= spans[:, None]] = 2.0
+        order = np.argsort(priority, axis=1)
+        partner = np.empty_like(order)
+        row_index = np.arange(rows)[:, None]
+        partner[row_index, order[:, 0::2]] = order[:, 1::2]
+        partner[row_index, order[:, 1::2]] = order[:, 0::2]
+        # the content rank each content rank takes its token from
+        width = int(n.max())
+        rank = np.arange(width)
+        span_flags = np.zeros((rows, width + 1), dtype=np.int64)
+        real = starts != _NEVER
+        span_flags[np.nonzero(real)[0], starts[real]] = 1
+        which = np.cumsum(span_flags, axis=1)[:, :width] - 1  # (N, W): the last span starting at or before
+        safe = np.maximum(which, 0)
+        offset = rank - np.take_along_axis(starts, safe, axis=1)
+        inside = (which >= 0) & (offset < span[:, None]) & (rank < n[:, None])
+        partner_start = np.take_along_axis(starts, np.take_along_axis(partner, safe, axis=1), axis=1)
+        source_rank = np.where(inside, partner_start + offset, rank)
+        # content ranks to positions, and the move
+        content_rows, content_cols = np.nonzero(content)
+        content_rank = (np.cumsum(content, axis=1) - 1)[content_rows, content_cols]
+        position_of_rank = np.zeros((rows, width), dtype=np.int64)
+        position_of_rank[content_rows, content_rank] = content_cols
+        source = position_of_rank[content_rows, source_rank[content_rows, content_rank]]
+        ids = batch.ids.copy()
+        ids[content_rows, content_cols] = batch.ids[content_rows, source]
+        return TokenBatch(ids, batch.is_special, batch.lengths, batch.pad_id)
+
+
+class SynonymSubstitution(Augmentation):
+    """CLEAR's synonym substitution: round(probability * h) of the h words having a synonym, chosen uniformly, are
+    each replaced by one of their synonyms, chosen uniformly.
+
+    A word is a maximal run of pieces (a word-start piece and its continuations, e.g. ``un ##believ ##ably``); it
+    is looked up and replaced as a whole, so a synonym may have a different number of pieces than the word.
+
+    Args:
+        synonyms: a compiled `TokenSynonyms` (from a JSON table or the encoder's input embeddings).
+        probability: fraction of the words having a synonym that are substituted (CLEAR §4.1: 0.3).
+    """
+
+    name = "subs"
+
+    def __init__(self, synonyms: TokenSynonyms, probability: float = SUBSTITUTION_PROBABILITY):
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"subs probability must be in [0, 1], got {probability}.")
+        self.synonyms = synonyms
+        self.probability = probability
+
+    def apply(self, batch, keys):
+        rows, width = batch.ids.shape
+        if rows == 0 or width == 0:
+            return batch
+        if int(batch.ids.max()) >= self.synonyms.vocab_size:
+            raise ValueError(
+                f"Token id {int(batch.ids.max())} is outside the vocabulary the synonyms were built for "
+                f"({self.synonyms.vocab_size} ids): build them with the tokenizer of these input_ids."
+            )
+        content = ~batch.is_special
+        after_special = np.ones_like(content)
+        after_special[:, 1:] = batch.is_special[:, :-1]
+        word_start = content & (self.synonyms.word_starts[batch.ids] | after_special)
+        continues = np.zeros_like(content)
+        continues[:, :-1] = content[:, 1:] & ~word_start[:, 1:]
+        word_end = content & ~continues
+        flat_ids = batch.ids.ravel()
+        starts = np.flatnonzero(word_start.ravel())  # one entry per word, in row-major order
+        lengths = np.flatnonzero(word_end.ravel()) - starts + 1
+        offset, count = self.synonyms.lookup(flat_ids, starts, lengths)
+        candidates = np.flatnonzero(count)  # the words having synonyms
+        candidate_row, candidate_column = np.divmod(starts[candidates], width)
+        chosen_per_row = _round(self.probability * np.bincount(candidate_row, minlength=rows))
+        if not chosen_per_row.any():
+            return batch
+        # choose the words: the `chosen_per_row` candidates of each row with the smallest random priorities
+        priority = np.full((rows, width), 2.0)  # (N, L), at the first piece of each candidate word
+        priority[candidate_row, candidate_column] = uniform(
+            stream(keys, self.name + "/words")[candidate_row], candidate_column
+        )
+        threshold = np.sort(priority, axis=1)[np.arange(rows), np.maximum(chosen_per_row - 1, 0)]
+        threshold[chosen_per_row == 0] = -1.0
+        picked = candidates[priority[candidate_row, candidate_column] <= threshold[candidate_row]]
+        picked_row, picked_column = np.divmod(starts[picked], width)
+        # and one synonym for each
+        draw = uniform(stream(keys, self.name + "/choice")[picked_row], picked_column)
+        choice = offset[picked] + np.floor(draw * count[picked]).astype(np.int64)
+        replacement_start = self.synonyms.choice_start[choice]
+        replacement_length = self.synonyms.choice_length[choice]
+        word_start_flat, word_length = starts[picked], lengths[picked]
+        ids = batch.ids.copy()
+        if (word_length == 1).all() and (replacement_length == 1).all():  # one piece for one piece
+            ids.ravel()[word_start_flat] = self.synonyms.pool[replacement_start]
+            return TokenBatch(ids, batch.is_special, batch.lengths, batch.pad_id)
+        if np.array_equal(replacement_length, word_length):  # same lengths
+            ids.ravel()[np.repeat(word_start_flat, word_length) + ragged_arange(word_length)] = self.synonyms.pool[
+                np.repeat(replacement_start, replacement_length) + ragged_arange(replacement_length)
+            ]
+            return TokenBatch(ids, batch.is_special, batch.lengths, batch.pad_id)
+        # otherwise rebuild the rows: every position emits itself, except that a picked word emits its replacement
+        # (from the synonym pool, appended after the batch) at its first piece and nothing at the others
+        emit = batch.valid.ravel().astype(np.int64)
+        source = np.arange(rows * width, dtype=np.int64)
+        emit[np.repeat(word_start_flat, word_length) + ragged_arange(word_length)] = 0
+        emit[word_start_flat] = replacement_length
+        source[word_start_flat] = rows * width + replacement_start
+        gather = np.repeat(source, emit) + ragged_arange(emit)
+        pool_ids = np.concatenate([flat_ids, self.synonyms.pool])
+        pool_special = np.concatenate([batch.is_special.ravel(), np.zeros(len(self.synonyms.pool), dtype=bool)])
+        lengths_out = emit.reshape(rows, width).sum(axis=1)
+        return TokenBatch.from_flat(pool_ids[gather], pool_special[gather], lengths_out, batch.pad_id)
+
+
+class Composition(Augmentation):
+    """Augmentations applied in order, each with its own random draws: ``subs+del_span`` substitutes, then deletes."""
+
+    def __init__(self, parts: Sequence[Augmentation]):
+        if not parts:
+            raise ValueError("A composition needs at least one augmentation.")
+        self.parts = tuple(parts)
+        self.name = "+".join(part.name for part in self.parts)
+        self.needs_del_token = any(part.needs_del_token for part in self.parts)
+
+    def apply(self, batch, keys):
+        for stage, part in enumerate(self.parts):
+            batch = part.apply(batch, combine(keys, stage))
+        return batch
+
+
+class Mixture(Augmentation):
+    """Each view draws one augmentation of ``choices``, uniformly (the mixing option; named ``a,b,...``)."""
+
+    def __init__(self, choices: Sequence[Augmentation]):
+        if not choices:
+            raise ValueError("A mixture needs at least one augmentation.")
+        self.choices = tuple(choices)
+        self.name = ",".join(choice.name for choice in self.choices)
+        self.needs_del_token = any(choice.needs_del_token for choice in self.choices)
+
+    def pick(self, keys: np.ndarray) -> np.ndarray:
+        """Which choice each row uses."""
+        draw = uniform(stream(keys, "mix"), 0)
+        return np.minimum((draw * len(self.choices)).astype(np.int64), len(self.choices) - 1)
+
+    def apply(self, batch, keys):
+        picked = self.pick(keys)
+        parts, rows = [], []
+        for index, choice in enumerate(self.choices):
+            selected = np.flatnonzero(picked == index)
+            if len(selected):
+                parts.append(choice.apply(batch.take(selected), combine(keys[selected], index)))
+                rows.append(selected)
+        return TokenBatch.stack(parts, rows, len(batch), batch.pad_id)
+
+
+def _parse(spec: str) -> list[list[str]]:
+    """``"a+b,c"`` -> ``[["a", "b"], ["c"]]``, checking every name."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"Empty augmentation {spec!r}: choose one of {', '.join(AUGMENTATION_NAMES)}.")
+    mixture = [[name.strip() for name in choice.split("+")] for choice in spec.split(",")]
+    for choice in mixture:
+        for name in choice:
+            if name not in AUGMENTATION_NAMES:
+                raise ValueError(
+                    f"Unknown augmentation {name!r}: choose one of {', '.join(AUGMENTATION_NAMES)}, composed with "
+                    "'+' (CLEAR's names, e.g. subs+del_span) or mixed with ',' (each view draws one, e.g. "
+                    "del_word,reorder)."
+                )
+    return mixture
+
+
+def needs_del_token(spec: str | Augmentation) -> bool:
+    """Whether an augmentation (or its name) writes the [DEL] token, so the tokenizer needs `add_del_token`."""
+    if isinstance(spec, Augmentation):
+        return spec.needs_del_token
+    return any(name in ("del_word", "del_span") for choice in _parse(spec) for name in choice)
+
+
+def build_augmentation(
+    name: str,
+    tokenizer,
+    del_word_probability: float = DEL_WORD_PROBABILITY,
+    synonyms=None,
+    *,
+    num_deleted_spans: int = NUM_DELETED_SPANS,
+    num_reordered_pairs: int = NUM_REORDERED_PAIRS,
+    span_ratio: float = SPAN_RATIO,
+    substitution_probability: float = SUBSTITUTION_PROBABILITY,
+) -> Augmentation:
+    """The augmentation called ``name``, configured for ``tokenizer``.
+
+    ``name`` is one of `AUGMENTATION_NAMES`, a ``+`` composition of them (``subs+del_span``) or a ``,`` mixture
+    (``del_word,subs+reorder``). ``synonyms`` is needed for ``subs``: a JSON table file, a word -> synonyms dict,
+    a `TokenSynonyms`, or a model (or embedding matrix) whose input embeddings give nearest-neighbour synonyms.
+    The other arguments are CLEAR's hyper-parameters (defaults from its §4.1).
+    """
+    mixture = _parse(name)
+    names = {atom for choice in mixture for atom in choice}
+    del_token_id = None
+    if names & {"del_word", "del_span"}:
         del_token_id = tokenizer.convert_tokens_to_ids(DEL_TOKEN)
         if del_token_id is None or del_token_id == tokenizer.unk_token_id:
             raise ValueError(
-                f"del_word needs the {DEL_TOKEN} token in the tokenizer; call "
+                f"{name} needs the {DEL_TOKEN} token in the tokenizer; call "
                 "contrastive_hf.augmentations.add_del_token(tokenizer, model) first."
             )
-        return WordDeletion(del_token_id=del_token_id, probability=del_word_probability)
-    raise ValueError(f"Unknown augmentation {name!r}: choose one of {', '.join(AUGMENTATION_NAMES)}.")
+    token_synonyms = None
+    if "subs" in names:
+        if synonyms is None:
+            raise ValueError(
+                f"{name} needs a synonym source: synonyms='table.json' (a JSON word -> synonyms table, "
+                "--synonyms_file) or synonyms=model (nearest neighbours in the encoder's input embeddings)."
+            )
+        token_synonyms = load_synonyms(synonyms, tokenizer)
+
+    def atom(atom_name: str) -> Augmentation:
+        if atom_name == "dropout":
+            return Identity()
+        if atom_name == "del_word":
+            return WordDeletion(del_token_id, probability=del_word_probability)
+        if atom_name == "del_span":
+            return SpanDeletion(del_token_id, num_spans=num_deleted_spans, span_ratio=span_ratio)
+        if atom_name == "reorder":
+            return Reordering(num_pairs=num_reordered_pairs, span_ratio=span_ratio)
+        return SynonymSubstitution(token_synonyms, probability=substitution_probability)
+
+    choices = [atom(choice[0]) if len(choice) == 1 else Composition([atom(a) for a in choice]) for choice in mixture]
+    return choices[0] if len(choices) == 1 else Mixture(choices)
 
 
 def add_del_token(tokenizer, model=None) -> int:

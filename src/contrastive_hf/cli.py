@@ -1,56 +1,167 @@
-"""The ``contrastive-hf`` command line."""
+"""The ``contrastive-hf`` command line: ``evaluate`` a model, ``plot`` a run.
+
+contrastive-hf evaluate MODEL --tasks sts,transfer,align --data-dir DIR [--output eval_results.json]
+contrastive-hf plot RUN_DIR [RESULTS.json ...] [--output-dir DIR]
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-__all__ = ["main", "load_encoder"]
+__all__ = ["main", "build_parser"]
 
 
-def load_encoder(name_or_path: str, pooler_type: str = "mean"):
-    """A [`ContrastiveModel`] and its tokenizer: a contrastive_hf checkpoint as saved, or any transformers encoder
-    checkpoint wrapped with ``pooler_type`` and no projection."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-    from . import ContrastiveConfig, ContrastiveModel
-
-    config = AutoConfig.from_pretrained(name_or_path)
-    if config.model_type == ContrastiveConfig.model_type:
-        model = AutoModel.from_pretrained(name_or_path)
-    else:
-        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
-    model.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    return model.eval()
+def _write_json(path: str, payload: dict) -> None:
+    """Write through a temporary file, so that a failure never leaves a half-written results file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate_sts, read_stsbenchmark
+    from .evaluation import format_results, load_encoder, run_evaluation
+    from .evaluation.suite import parse_tasks
 
-    model = load_encoder(args.model, pooler_type=args.pooler_type)
-    scores = evaluate_sts(model, read_stsbenchmark(args.stsb_file), batch_size=args.batch_size)
-    results = {"model": args.model, "stsb": {"spearman": scores["spearman"], "pearson": scores["pearson"]}}
-    print(f"{'task':<10} {'spearman x 100':>15}")
-    print(f"{'STS-B':<10} {scores['spearman']:>15.2f}")
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2)
+    if args.data_dir is None and args.stsb_file is None:
+        raise ValueError("Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file.")
+    tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B"))  # fails before the model loads
+    encoder = load_encoder(
+        args.model, backend=args.backend, pooler_type=args.pooler_type, max_length=args.max_length, device=args.device
+    )
+    results = run_evaluation(
+        encoder,
+        args.data_dir,
+        tasks,
+        aggregation=args.sts_aggregation,
+        stsb_split=args.stsb_split,
+        sick_split=args.sick_split,
+        stsb_file=args.stsb_file,
+        kfold=args.kfold,
+        n_jobs=args.n_jobs,
+        batch_size=args.batch_size,
+        show_progress=not args.no_progress,
+    )
+    results["model"] = args.model
+    print(f"Model: {args.model} ({results['encoder']['backend']})")
+    print(format_results(results))
+    _write_json(args.output, results)
     print(f"Results written to {args.output}")
+    return 0
+
+
+def plot_command(args: argparse.Namespace) -> int:
+    from .evaluation.plots import (
+        alignment_uniformity_trajectory,
+        load_model_point,
+        load_training_run,
+        plot_alignment_uniformity,
+        plot_training_curves,
+    )
+
+    runs, models = [], []
+    for path in args.inputs:
+        if os.path.isdir(path):
+            runs.append(load_training_run(path))
+            continue
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path} does not exist; give training output directories or JSON files.")
+        with open(path, encoding="utf-8") as handle:
+            content = json.load(handle)
+        if isinstance(content, dict) and "log_history" in content:
+            runs.append(load_training_run(path))
+        else:
+            models.append(load_model_point(path))
+    os.makedirs(args.output_dir, exist_ok=True)
+    written = []
+    if runs:
+        written.append(plot_training_curves(runs, os.path.join(args.output_dir, "training_curves.png")))
+    if models or any(alignment_uniformity_trajectory(run) for run in runs):
+        written.append(
+            plot_alignment_uniformity(runs, models, os.path.join(args.output_dir, "alignment_uniformity.png"))
+        )
+    elif runs:
+        print(
+            "No alignment/uniformity was logged during these runs (train with STS evaluation: --eval_strategy steps "
+            "--stsb_dev_file ...), so alignment_uniformity.png is not drawn."
+        )
+    for path in written:
+        print(f"Wrote {path}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrastive-hf", description="Contrastive sentence encoders on HF.")
     commands = parser.add_subparsers(dest="command", required=True)
-    evaluate = commands.add_parser("evaluate", help="Score a model on STS (cosine similarity, Spearman x 100).")
-    evaluate.add_argument("model", help="A contrastive_hf checkpoint, or any transformers encoder checkpoint.")
-    evaluate.add_argument("--stsb-file", required=True, help="STS Benchmark sts-dev.csv or sts-test.csv.")
-    evaluate.add_argument(
-        "--pooler-type", default="mean", help="Pooling for plain transformers checkpoints (default: mean)."
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="Score a model on STS (Spearman x 100), SentEval transfer and alignment/uniformity.",
+        description="Score a model as the papers do; prints a table and writes the results as JSON.",
     )
+    evaluate.add_argument(
+        "model",
+        help="A contrastive_hf checkpoint, a sentence-transformers folder, or any transformers encoder checkpoint.",
+    )
+    evaluate.add_argument(
+        "--tasks",
+        default=None,
+        help="Comma-separated groups (sts, transfer, align) or tasks (STS12..STS16, STS-B, SICK-R, MR, CR, SUBJ, "
+        "MPQA, SST2, TREC, MRPC). Default: sts with --data-dir, STS-B with --stsb-file alone.",
+    )
+    evaluate.add_argument(
+        "--data-dir", default=None, help="A folder laid out like SentEval's data/downstream (STS/STS12-en-test, ...)."
+    )
+    evaluate.add_argument("--stsb-file", default=None, help="Score STS-B from this file (e.g. sts-dev.csv) instead.")
+    evaluate.add_argument("--stsb-split", default="test", choices=("train", "dev", "test"), help="Default: test.")
+    evaluate.add_argument("--sick-split", default="test", choices=("train", "trial", "test"), help="Default: test.")
+    evaluate.add_argument(
+        "--sts-aggregation",
+        default="all",
+        choices=("all", "wmean", "mean"),
+        help="STS12-16: all = subsets concatenated, one Spearman (SimCSE; default); wmean = SentEval's weighted mean.",
+    )
+    evaluate.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "contrastive", "transformers", "sentence-transformers"),
+        help="How to encode: auto (contrastive_hf checkpoints, then folders with modules.json as "
+        "sentence-transformers, then transformers), or force one.",
+    )
+    evaluate.add_argument(
+        "--pooler-type", default="mean", help="Pooling for the transformers backend (default: mean)."
+    )
+    evaluate.add_argument("--max-length", type=int, default=None, help="Truncation in tokens (default: the model's).")
     evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA when available).")
+    evaluate.add_argument("--kfold", type=int, default=10, help="Cross-validation folds of the transfer tasks.")
+    evaluate.add_argument("--n-jobs", type=int, default=None, help="Processes for the transfer classifiers.")
     evaluate.add_argument("--output", default="eval_results.json", help="Where the JSON results go.")
+    evaluate.add_argument("--no-progress", action="store_true", help="No progress bars.")
     evaluate.set_defaults(handler=evaluate_command)
+
+    plot = commands.add_parser(
+        "plot",
+        help="Draw the alignment-uniformity plane and training curves.",
+        description="Writes training_curves.png (from each run's trainer_state.json) and alignment_uniformity.png "
+        "(a trajectory per run that logged eval_*_alignment/uniformity, a point per evaluate results JSON).",
+    )
+    plot.add_argument(
+        "inputs",
+        nargs="+",
+        help="Training output directories or trainer_state.json files, and results JSON of `evaluate --tasks align`.",
+    )
+    plot.add_argument("--output-dir", default=".", help="Where the PNG files go (default: the current directory).")
+    plot.set_defaults(handler=plot_command)
     return parser
 
 

@@ -1,19 +1,58 @@
-"""Reading a training corpus (text/csv/json files or a Hub dataset) and tokenizing it with `datasets`."""
+"""Reading a training corpus (text/csv/json files or a Hub dataset) and tokenizing it with `datasets`.
+
+Two ways to hold a corpus, both giving ``input_ids`` (and ``example_index``) examples to the collators:
+
+* **map-style** (`datasets.Dataset`, the default): loaded and tokenized once with ``datasets.map(batched=True,
+  num_proc=...)``, cached on disk and memory-mapped, so each process touches only the rows it samples.
+* **streaming** (`datasets.IterableDataset`, ``streaming=True``): for corpora larger than memory or disk cache;
+  read and tokenized on the fly. Local text files (plain or ``.gz``) are read by `text_stream`, whose shards are
+  byte ranges of the files (whole files for ``.gz``), so that in multi-process training each process reads only
+  its own shards (`prepare_streaming` sets accelerate up for that).
+
+Paragraph corpora (a paragraph per line) can be used a line per example (``line_by_line=True``), a sentence per
+example (``split_sentences=True``), or packed into blocks of ``max_seq_length`` tokens as transformers' run_mlm.py
+does (``line_by_line=False``).
+
+``example_index`` is each example's stable identity, from which the collators derive its random views (with the
+seed, epoch and view): the row number of a map-style corpus, the file and byte offset of a streamed line, or a hash
+of (line, offset) for packed blocks.
+"""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
+import re
 from collections.abc import Sequence
 from itertools import chain
 
-from datasets import Dataset, DatasetDict, load_dataset
+import numpy as np
+from datasets import Dataset, DatasetDict, Features, IterableDataset, IterableDatasetDict, Value, load_dataset
 
-__all__ = ["load_corpus", "tokenize_corpus", "EmptyCorpusError"]
+from .collators import EXAMPLE_INDEX_COLUMN
+from .seeding import combine
+
+__all__ = [
+    "load_corpus",
+    "tokenize_corpus",
+    "text_stream",
+    "text_shards",
+    "split_into_sentences",
+    "prepare_streaming",
+    "special_token_frame",
+    "EmptyCorpusError",
+    "EXAMPLE_INDEX_COLUMN",
+]
 
 logger = logging.getLogger(__name__)
 
 _EXTENSION_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
+# A streamed plain-text file is cut into this many byte ranges at most (enough shards for many processes times
+# dataloader workers), each at least _MIN_SHARD_BYTES long.
+SHARDS_PER_FILE = 64
+_MIN_SHARD_BYTES = 1 << 12
+_OFFSET_BITS = 44  # example_index of a streamed line: file number << 44 | byte offset (files up to 16 TiB)
 
 
 class EmptyCorpusError(ValueError):
@@ -26,15 +65,17 @@ def load_corpus(
     dataset_config_name: str | None = None,
     split: str = "train",
     cache_dir: str | None = None,
-) -> Dataset:
-    """One split of a corpus: local text (one sentence or paragraph per line), csv or json files, or a Hub dataset.
+    streaming: bool = False,
+) -> Dataset | IterableDataset:
+    """One split of a corpus: local text (one sentence or paragraph per line, optionally ``.gz``), csv or json
+    files, or a Hub dataset; a `datasets.IterableDataset` read on the fly when ``streaming``.
 
     Raises a `ValueError` naming the problem when neither or both sources are given, or a file is missing.
     """
     if (train_files is None) == (dataset_name is None):
         raise ValueError("Give exactly one corpus: --train_file PATH (text/csv/json) or --dataset_name NAME.")
     if dataset_name is not None:
-        return load_dataset(dataset_name, dataset_config_name, split=split, cache_dir=cache_dir)
+        return load_dataset(dataset_name, dataset_config_name, split=split, cache_dir=cache_dir, streaming=streaming)
     files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
     missing = [str(path) for path in files if not os.path.isfile(path)]
     if missing:
@@ -47,8 +88,16 @@ def load_corpus(
     if len(builders) > 1:
         raise ValueError(f"Mixed corpus file types {sorted(extensions)}: give files of one type.")
     builder = builders.pop()
+    if streaming and builder == "text":
+        return text_stream(files)
     kwargs = {"delimiter": "\t"} if extensions == {"tsv"} else {}
-    corpus = load_dataset(builder, data_files={split: [str(path) for path in files]}, cache_dir=cache_dir, **kwargs)
+    corpus = load_dataset(
+        builder,
+        data_files={split: [str(path) for path in files]},
+        cache_dir=cache_dir,
+        streaming=streaming,
+        **kwargs,
+    )
     return corpus[split]
 
 
@@ -59,65 +108,241 @@ def _extension(path) -> str:
     return name.rsplit(".", 1)[-1] if "." in os.path.basename(name) else "txt"
 
 
+# ----------------------------------------------------------------------------------------------------
+# Streaming local text
+# ----------------------------------------------------------------------------------------------------
+
+
+def text_stream(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> IterableDataset:
+    """A streamed text corpus (one example per non-empty line) with ``text`` and ``example_index`` columns.
+
+    Its shards are byte ranges of the files, up to ``shards_per_file`` per plain file and one per ``.gz`` file
+    (gzip cannot be read from the middle), so ``dataset.shard(num_shards, index)`` (what accelerate does for each
+    process) and dataloader workers read disjoint parts of the corpus. A line belongs to the range holding its
+    first byte. Empty lines are skipped and counted in the log, per shard.
+    """
+    shards = text_shards(files, shards_per_file)
+    features = Features({"text": Value("string"), EXAMPLE_INDEX_COLUMN: Value("int64")})
+    return IterableDataset.from_generator(_read_text_shards, features=features, gen_kwargs={"shards": shards})
+
+
+def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> list[tuple[str, int, int, int]]:
+    """The shards of `text_stream`: ``(path, file number, first byte, end byte)``, end -1 for a whole ``.gz`` file."""
+    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    shards = []
+    for file_number, path in enumerate(files):
+        path = str(path)
+        if path.lower().endswith(".gz"):
+            shards.append((path, file_number, 0, -1))
+            continue
+        size = os.path.getsize(path)
+        count = max(1, min(shards_per_file, size // _MIN_SHARD_BYTES))
+        bounds = np.linspace(0, size, count + 1).astype(np.int64)
+        shards.extend(
+            (path, file_number, int(start), int(end)) for start, end in zip(bounds[:-1], bounds[1:], strict=True)
+        )
+    return shards
+
+
+def _read_text_shards(shards):
+    for path, file_number, start, end in shards:
+        opener = gzip.open if path.lower().endswith(".gz") else open
+        skipped = total = 0
+        with opener(path, "rb") as handle:
+            position = start
+            if start > 0:  # the line holding byte start - 1 belongs to the previous range
+                handle.seek(start - 1)
+                position = start - 1 + len(handle.readline())
+            while end < 0 or position < end:
+                line = handle.readline()
+                if not line:
+                    break
+                text = line.decode("utf-8").rstrip("\r\n")
+                total += 1
+                if text.strip():
+                    yield {"text": text, EXAMPLE_INDEX_COLUMN: (file_number << _OFFSET_BITS) | position}
+                else:
+                    skipped += 1
+                position += len(line)
+        if skipped:
+            where = os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "")
+            logger.warning("Skipped %d empty line(s) of %d in %s.", skipped, total, where)
+
+
+def prepare_streaming(dataset: IterableDataset, training_args) -> None:
+    """Set ``training_args`` up so that each process reads only its own shards of a streamed ``dataset``.
+
+    By default accelerate lets process 0 read every batch of an iterable dataset and send slices to the others;
+    with ``dispatch_batches=False`` it gives each process ``dataset.shard(num_processes, process_index)`` instead.
+    Raises when the dataset has fewer shards than processes (each would then read the whole corpus).
+    """
+    world_size = training_args.world_size
+    if world_size > 1 and dataset.n_shards < world_size:
+        raise ValueError(
+            f"The streamed corpus has {dataset.n_shards} shard(s), fewer than the {world_size} processes, so every "
+            "process would read all of it: split it into more files, or use plain-text (not .gz) files, which "
+            "are read in byte ranges."
+        )
+    config = training_args.accelerator_config
+    if getattr(config, "dispatch_batches", None):
+        raise ValueError(
+            "Streaming reads a shard per process, which accelerator_config.dispatch_batches=True prevents; "
+            "leave dispatch_batches unset or false."
+        )
+    config.dispatch_batches = False
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tokenization
+# ----------------------------------------------------------------------------------------------------
+
+
+class _EmptyLineCounter:
+    """Filter for streamed corpora: counts the empty lines it drops, logging at 1, 10, 100... of them."""
+
+    def __init__(self, text_column: str):
+        self.text_column = text_column
+        self.skipped = 0
+        self.seen = 0
+
+    def __call__(self, batch):
+        keep = [isinstance(text, str) and bool(text.strip()) for text in batch[self.text_column]]
+        for kept in keep:
+            self.seen += 1
+            if not kept:
+                self.skipped += 1
+                if self.skipped in (1, 10, 100) or self.skipped % 1000 == 0:
+                    logger.warning("Skipped %d empty line(s) of %d so far in the corpus.", self.skipped, self.seen)
+        return keep
+
+
 def tokenize_corpus(
-    corpus: Dataset | DatasetDict,
+    corpus: Dataset | DatasetDict | IterableDataset,
     tokenizer,
     max_seq_length: int = 32,
     text_column: str | None = None,
     line_by_line: bool = True,
     num_proc: int | None = None,
-) -> Dataset:
-    """Drop empty lines (counted and logged), then tokenize with `datasets.map` into an ``input_ids`` column.
+    split_sentences: bool = False,
+) -> Dataset | IterableDataset:
+    """Drop empty lines (counted and logged), then tokenize into ``input_ids`` and ``example_index`` columns.
 
-    With ``line_by_line`` each non-empty line is one example, truncated to ``max_seq_length`` tokens. Without it the
-    text is concatenated and cut into blocks of ``max_seq_length`` tokens (each with the tokenizer's special tokens),
-    as run_mlm.py does for documents.
+    A map-style corpus is tokenized with `datasets.map` (cached, ``num_proc`` processes); a streamed one lazily, as
+    it is read. With ``line_by_line`` each non-empty line is one example, truncated to ``max_seq_length`` tokens;
+    with ``split_sentences`` too, each sentence of a line is one (`split_into_sentences`, for paragraph corpora).
+    Without ``line_by_line`` the text is concatenated and cut into blocks of ``max_seq_length`` tokens (each with the
+    tokenizer's special tokens), as run_mlm.py does for documents.
 
-    Raises `EmptyCorpusError` when nothing is left.
+    Raises `EmptyCorpusError` when a map-style corpus has no text left.
     """
-    if isinstance(corpus, DatasetDict):
+    if isinstance(corpus, (DatasetDict, IterableDatasetDict)):
         corpus = corpus["train"]
-    text_column = text_column or ("text" if "text" in corpus.column_names else corpus.column_names[0])
-    if text_column not in corpus.column_names:
-        raise ValueError(f"Text column {text_column!r} not in the corpus columns {corpus.column_names}.")
-    total = len(corpus)
-    corpus = corpus.filter(
-        lambda batch: [isinstance(text, str) and bool(text.strip()) for text in batch[text_column]],
-        batched=True,
-        num_proc=num_proc,
-        desc="Skipping empty lines",
-    )
-    skipped = total - len(corpus)
-    if skipped:
-        logger.warning("Skipped %d empty line(s) of %d in the corpus.", skipped, total)
-    if len(corpus) == 0:
-        raise EmptyCorpusError(
-            f"The corpus has no text: all {total} line(s) of column {text_column!r} are empty. Check --train_file "
-            "(one sentence per line for text files) or --text_column."
-        )
-    if line_by_line:
-        return corpus.map(
-            lambda batch: {
-                "input_ids": tokenizer(batch[text_column], truncation=True, max_length=max_seq_length)["input_ids"]
-            },
+    streaming = isinstance(corpus, IterableDataset)
+    columns = corpus.column_names
+    if columns is not None:
+        text_column = text_column or ("text" if "text" in columns else columns[0])
+        if text_column not in columns:
+            raise ValueError(f"Text column {text_column!r} not in the corpus columns {columns}.")
+    else:
+        text_column = text_column or "text"
+    has_index = columns is not None and EXAMPLE_INDEX_COLUMN in columns
+    if streaming:
+        corpus = corpus.filter(_EmptyLineCounter(text_column), batched=True)
+        map_kwargs = {}
+    else:
+        total = len(corpus)
+        corpus = corpus.filter(
+            lambda batch: [isinstance(text, str) and bool(text.strip()) for text in batch[text_column]],
             batched=True,
-            remove_columns=corpus.column_names,
             num_proc=num_proc,
-            desc="Tokenizing",
+            desc="Skipping empty lines",
         )
+        skipped = total - len(corpus)
+        if skipped:
+            logger.warning("Skipped %d empty line(s) of %d in the corpus.", skipped, total)
+        if len(corpus) == 0:
+            raise EmptyCorpusError(
+                f"The corpus has no text: all {total} line(s) of column {text_column!r} are empty. Check "
+                "--train_file (one sentence per line for text files) or --text_column."
+            )
+        map_kwargs = {"num_proc": num_proc}
+    # map-style rows are numbered here; streamed lines keep the identity their reader gave them (if any)
+    number_rows = not streaming and not has_index
+
+    def identities(batch, indices) -> list[int] | None:
+        if has_index:
+            return list(batch[EXAMPLE_INDEX_COLUMN])
+        return list(indices) if number_rows else None
+
+    if line_by_line:
+
+        def tokenize(batch, indices):
+            texts, ids = batch[text_column], identities(batch, indices)
+            if split_sentences:  # one example per sentence; its identity: (line, sentence number)
+                sentences = [split_into_sentences(text) for text in texts]
+                texts = [sentence for line in sentences for sentence in line]
+                if ids is not None:
+                    lines = np.repeat(np.asarray(ids, dtype=np.int64), [len(line) for line in sentences])
+                    numbers = np.concatenate([np.arange(len(line)) for line in sentences] or [np.zeros(0)])
+                    ids = combine(lines.astype(np.uint64), numbers.astype(np.int64)).view(np.int64).tolist()
+            encoded = {"input_ids": tokenizer(texts, truncation=True, max_length=max_seq_length)["input_ids"]}
+            if ids is not None:
+                encoded[EXAMPLE_INDEX_COLUMN] = ids
+            return encoded
+
+        return corpus.map(
+            tokenize,
+            batched=True,
+            with_indices=True,
+            remove_columns=columns,
+            **map_kwargs,
+            **({} if streaming else {"desc": "Tokenizing"}),
+        )
+
     prefix, suffix = special_token_frame(tokenizer)
     block = max_seq_length - len(prefix) - len(suffix)
     if block < 1:
         raise ValueError(f"max_seq_length={max_seq_length} leaves no room for text between the special tokens.")
 
-    def to_blocks(batch):
+    def to_blocks(batch, indices):
         pieces = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
         stream = list(chain.from_iterable(pieces))
-        return {"input_ids": [prefix + stream[start : start + block] + suffix for start in range(0, len(stream), block)]}
+        starts = range(0, len(stream), block)
+        blocks = {"input_ids": [prefix + stream[start : start + block] + suffix for start in starts]}
+        lines = identities(batch, indices)
+        if lines is not None:
+            # a block's identity: the line its first token comes from and that token's offset in the line
+            line_ends = np.cumsum([len(piece) for piece in pieces])
+            first = np.asarray(list(starts), dtype=np.int64)
+            line = np.searchsorted(line_ends, first, side="right")
+            offset = first - (line_ends[line] - np.asarray([len(pieces[i]) for i in line], dtype=np.int64))
+            line_identity = np.asarray(lines, dtype=np.int64)[line].astype(np.uint64)
+            blocks[EXAMPLE_INDEX_COLUMN] = combine(line_identity, offset).view(np.int64).tolist()
+        return blocks
 
     return corpus.map(
-        to_blocks, batched=True, remove_columns=corpus.column_names, num_proc=num_proc, desc="Tokenizing into blocks"
+        to_blocks,
+        batched=True,
+        with_indices=True,
+        remove_columns=columns,
+        **map_kwargs,
+        **({} if streaming else {"desc": "Tokenizing into blocks"}),
     )
+
+
+# A sentence ends at . ! or ? (and any closing quotes or brackets) followed by space and a capital, digit or opening
+# quote: "Mr. Smith" is split wrongly, "D.C. in 1990" is not split. Split the corpus beforehand for better sentences.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+
+
+def split_into_sentences(text: str) -> list[str]:
+    """The sentences of a paragraph, by a simple punctuation rule (no model, no download); empty ones dropped."""
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        sentences.append(text[start : match.start() + len(match.group(0).rstrip())].strip())
+        start = match.end()
+    sentences.append(text[start:].strip())
+    return [sentence for sentence in sentences if sentence]
 
 
 def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:

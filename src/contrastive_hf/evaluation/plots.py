@@ -1,0 +1,228 @@
+"""Pictures of a run: the alignment-uniformity plane (SimCSE's Figure 2, Gao et al., 2021) and training curves.
+
+Inputs are what training and ``contrastive-hf evaluate`` already write: a run's ``trainer_state.json`` (its
+``log_history`` holds ``loss``, ``mlm_loss``, ``cl_loss`` and, with STS evaluation during training,
+``eval_stsb_spearman``, ``eval_stsb_alignment`` and ``eval_stsb_uniformity`` per evaluation step) and the results JSON
+of ``contrastive-hf evaluate --tasks align`` (one point per model). matplotlib draws without a display (Agg).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "TrainingRun",
+    "ModelPoint",
+    "load_training_run",
+    "load_model_point",
+    "alignment_uniformity_trajectory",
+    "plot_alignment_uniformity",
+    "plot_training_curves",
+]
+
+LOSS_CURVES = ("loss", "mlm_loss", "cl_loss")
+_LOSS_TITLES = {
+    "loss": "loss = mlm_weight x mlm_loss + cl_weight x cl_loss",
+    "mlm_loss": "mlm_loss (masked language modelling)",
+    "cl_loss": "cl_loss (contrastive)",
+}
+
+
+@dataclass
+class TrainingRun:
+    """A run's logged history (``trainer_state.json``)."""
+
+    name: str
+    log_history: list[dict]
+    best_global_step: int | None = None
+    best_metric: float | None = None
+
+
+@dataclass
+class ModelPoint:
+    """One model's alignment and uniformity (from ``contrastive-hf evaluate --tasks align``)."""
+
+    name: str
+    alignment: float
+    uniformity: float
+
+
+def _checkpoint_step(path: str) -> int:
+    match = re.search(r"checkpoint-(\d+)$", os.path.dirname(path))
+    return int(match.group(1)) if match else -1
+
+
+def load_training_run(path: str | os.PathLike, name: str | None = None) -> TrainingRun:
+    """Read a run: its output directory (``trainer_state.json``, else the latest ``checkpoint-*/``'s) or the file."""
+    path = os.fspath(path)
+    state_path = path
+    if os.path.isdir(path):
+        state_path = os.path.join(path, "trainer_state.json")
+        if not os.path.isfile(state_path):
+            checkpoints = sorted(
+                glob.glob(os.path.join(path, "checkpoint-*", "trainer_state.json")), key=_checkpoint_step
+            )
+            if not checkpoints:
+                raise FileNotFoundError(
+                    f"No trainer_state.json in {path} or its checkpoint-*/ folders; give a training output directory."
+                )
+            state_path = checkpoints[-1]
+    with open(state_path, encoding="utf-8") as handle:
+        state = json.load(handle)
+    if "log_history" not in state:
+        raise ValueError(f"{state_path} has no log_history; is it a transformers trainer_state.json?")
+    run_dir = os.path.dirname(os.path.abspath(state_path))
+    if re.search(r"checkpoint-\d+$", run_dir):
+        run_dir = os.path.dirname(run_dir)
+    best_step = state.get("best_global_step")
+    if best_step is None and state.get("best_model_checkpoint"):
+        best_step = _checkpoint_step(os.path.join(state["best_model_checkpoint"], "x")) or None
+    return TrainingRun(
+        name=name or os.path.basename(run_dir),
+        log_history=state["log_history"],
+        best_global_step=best_step,
+        best_metric=state.get("best_metric"),
+    )
+
+
+def load_model_point(path: str | os.PathLike, name: str | None = None) -> ModelPoint:
+    """One model's point from the results JSON of ``contrastive-hf evaluate --tasks align``."""
+    with open(path, encoding="utf-8") as handle:
+        results = json.load(handle)
+    align = results.get("align") if isinstance(results, dict) else None
+    if not align or align.get("alignment") is None:
+        raise ValueError(
+            f"{path} holds no alignment/uniformity figures; write it with `contrastive-hf evaluate MODEL --tasks "
+            "align --data-dir DIR --output FILE`."
+        )
+    if name is None:
+        # the last two parts of the model's path or Hub id: "org/model", "run/checkpoint-500"
+        parts = os.path.normpath(str(results.get("model") or os.path.splitext(path)[0])).split(os.sep)
+        name = "/".join(parts[-2:]) + (f" ({align['data']})" if align.get("data") else "")
+    return ModelPoint(name, float(align["alignment"]), float(align["uniformity"]))
+
+
+def alignment_uniformity_trajectory(run: TrainingRun) -> list[tuple[int, float, float]]:
+    """``(step, alignment, uniformity)`` of every evaluation of ``run`` that logged both, in step order."""
+    points = []
+    for entry in run.log_history:
+        for key in entry:
+            if key.endswith("_alignment"):
+                prefix = key[: -len("_alignment")]
+                if f"{prefix}_uniformity" in entry:
+                    points.append((int(entry["step"]), float(entry[key]), float(entry[f"{prefix}_uniformity"])))
+                    break
+    return sorted(points)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def plot_alignment_uniformity(
+    runs: Sequence[TrainingRun], models: Sequence[ModelPoint], path: str | os.PathLike
+) -> str:
+    """Draw ℓ_align against ℓ_uniform: one arrowed trajectory per run (a point per evaluation, in step order) and
+    one point per model. Writes a PNG to ``path`` and returns it."""
+    trajectories = [(run, alignment_uniformity_trajectory(run)) for run in runs]
+    trajectories = [(run, points) for run, points in trajectories if points]
+    if not trajectories and not models:
+        raise ValueError(
+            "Nothing to draw on the alignment-uniformity plane: train with STS evaluation (eval_dataset={'stsb': "
+            "...}, --eval_strategy steps --stsb_dev_file ...) or give results of `contrastive-hf evaluate --tasks "
+            "align`."
+        )
+    figure = _figure(7.5, 5.5)
+    axes = figure.add_subplot()
+    colors = iter(f"C{i}" for i in range(100))
+    for run, points in trajectories:
+        color = next(colors)
+        steps, alignments, uniformities = zip(*points, strict=True)
+        axes.plot(
+            uniformities,
+            alignments,
+            "o",
+            color=color,
+            markersize=5,
+            label=f"{run.name} (steps {steps[0]}-{steps[-1]})",
+        )
+        for i in range(len(points) - 1):
+            axes.annotate(
+                "",
+                xy=(uniformities[i + 1], alignments[i + 1]),
+                xytext=(uniformities[i], alignments[i]),
+                arrowprops={"arrowstyle": "->", "color": color, "lw": 1.3},
+            )
+        labelled = range(len(points)) if len(points) <= 10 else (0, len(points) - 1)
+        for i in labelled:
+            axes.annotate(
+                f"{steps[i]}", (uniformities[i], alignments[i]), textcoords="offset points", xytext=(5, 4),
+                fontsize=8, color=color,
+            )  # fmt: skip
+    for model in models:
+        color = next(colors)
+        axes.plot(model.uniformity, model.alignment, "*", color=color, markersize=13, label=model.name)
+    axes.set_xlabel("ℓ_uniform  (uniformity; lower = more uniform)")
+    axes.set_ylabel("ℓ_align  (alignment of positive pairs; lower = closer)")
+    axes.set_title("Alignment vs uniformity on STS-B (numbers: training step)\nlower left is better")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc="best")
+    figure.savefig(path, dpi=150)
+    return os.fspath(path)
+
+
+def _curve(run: TrainingRun, key: str) -> tuple[list[int], list[float]]:
+    points = sorted((entry["step"], entry[key]) for entry in run.log_history if key in entry and "step" in entry)
+    return [step for step, _ in points], [value for _, value in points]
+
+
+def _metric_title(key: str) -> str:
+    match = re.fullmatch(r"eval_(\w+?)_spearman", key)
+    data = {"stsb": "STS-B dev"}.get(match.group(1), match.group(1)) if match else key
+    return f"{key} ({data}, cosine, Spearman x 100)"
+
+
+def plot_training_curves(runs: Sequence[TrainingRun], path: str | os.PathLike) -> str:
+    """Draw loss, mlm_loss, cl_loss and every ``eval_*_spearman`` against the training step, one panel each, one
+    line per run, the best checkpoint marked. Writes a PNG to ``path`` and returns it."""
+    from matplotlib.ticker import MaxNLocator
+
+    keys = [key for key in LOSS_CURVES if any(_curve(run, key)[0] for run in runs)]
+    metric_keys = sorted(
+        {key for run in runs for entry in run.log_history for key in entry if re.fullmatch(r"eval_\w+_spearman", key)}
+    )
+    keys += metric_keys
+    if not keys:
+        raise ValueError("The run logged neither losses nor STS figures; train with --logging_steps set.")
+    columns = 2 if len(keys) > 1 else 1
+    rows = (len(keys) + columns - 1) // columns
+    figure = _figure(6.0 * columns, 3.6 * rows)
+    for index, key in enumerate(keys):
+        axes = figure.add_subplot(rows, columns, index + 1)
+        for number, run in enumerate(runs):
+            steps, values = _curve(run, key)
+            if not steps:
+                continue
+            color = f"C{number}"
+            marker = "o" if key in metric_keys else None
+            axes.plot(steps, values, color=color, marker=marker, markersize=4, label=run.name)
+            if key in metric_keys and run.best_global_step in steps:
+                best = values[steps.index(run.best_global_step)]
+                axes.plot(
+                    run.best_global_step, best, "*", color=color, markersize=14, label=f"{run.name}: best checkpoint"
+                )
+        axes.set_title(_LOSS_TITLES.get(key) or _metric_title(key), fontsize=11)
+        axes.set_xlabel("training step")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.set_ylabel("loss (nats)" if key in LOSS_CURVES else "Spearman x 100")
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
+    figure.savefig(path, dpi=150)
+    return os.fspath(path)

@@ -1,0 +1,61 @@
+"""Pre-batch negatives (DensePhrases, Lee et al., 2021): the keys of the previous C batches as extra negatives.
+
+The queue holds the detached key embeddings of the last ``num_batches`` batches, gathered from every device before
+they are enqueued, on the device, in a fixed-size buffer (bounded memory: ``num_batches * global_batch * dim``
+floats). Its keys are a few optimisation steps old; ``warmup_steps`` keeps it out of the loss until the encoder has
+settled, and `reset` (e.g. at each epoch) drops what it holds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .distributed import gather_no_grad
+
+__all__ = ["PrebatchQueue"]
+
+
+class PrebatchQueue:
+    """A FIFO of the last ``num_batches`` batches' keys.
+
+    Args:
+        num_batches: C, how many previous batches are kept (DensePhrases found C = 2 best).
+        warmup_steps: `negatives` returns nothing before this many optimisation steps.
+    """
+
+    def __init__(self, num_batches: int, warmup_steps: int = 0):
+        if num_batches < 1:
+            raise ValueError(f"The pre-batch queue needs num_batches >= 1, got {num_batches}.")
+        if warmup_steps < 0:
+            raise ValueError(f"prebatch_warmup_steps must be >= 0, got {warmup_steps}.")
+        self.num_batches = num_batches
+        self.warmup_steps = warmup_steps
+        self._batches: list[torch.Tensor] = []  # oldest first, each (global_batch, d)
+
+    def __len__(self) -> int:
+        """Number of keys held."""
+        return sum(batch.shape[0] for batch in self._batches)
+
+    def negatives(self, step: int) -> torch.Tensor | None:
+        """The held keys, ``(len(self), d)``, or None while warming up or empty."""
+        if step < self.warmup_steps or not self._batches:
+            return None
+        return torch.cat(self._batches, dim=0)
+
+    @torch.no_grad()
+    def push(self, keys: torch.Tensor) -> None:
+        """Enqueue this step's keys ``(B, d)`` (gathered from every device), dropping the oldest batch when full."""
+        self._batches.append(gather_no_grad(keys.detach()).contiguous())
+        if len(self._batches) > self.num_batches:
+            self._batches.pop(0)
+
+    def reset(self) -> None:
+        self._batches = []
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The held keys, to save with a checkpoint (exact resume)."""
+        return {f"batch_{index}": batch.cpu().contiguous() for index, batch in enumerate(self._batches)}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> None:
+        keys = sorted(state, key=lambda name: int(name.split("_")[1]))
+        self._batches = [state[name].to(device) for name in keys][-self.num_batches :]

@@ -1,0 +1,117 @@
+"""STS evaluation during training: eval_stsb_spearman every eval_steps keeps the best checkpoint (SimCSE's selection),
+through ContrastiveTrainer and through examples/run_clear.py, and `contrastive-hf plot` draws the run."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+
+import pytest
+import torch
+from datasets import Dataset
+from PIL import Image
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.cli import main as cli_main
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.evaluation import STSData, read_stsbenchmark, sts_eval_metrics
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+from conftest import DEMO_TOKENIZER, tiny_bert_config
+
+
+@pytest.fixture
+def stsb_dev(repo_root) -> STSData:
+    data = read_stsbenchmark(repo_root / "examples" / "demo" / "data" / "sts-dev.csv")
+    return STSData(data.sentences1[:64], data.sentences2[:64], data.scores[:64])
+
+
+def test_best_checkpoint_by_stsb_spearman_is_kept(repo_root, tokenizer, tmp_path, stsb_dev):
+    torch.manual_seed(1)
+    config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="mean", mlm_weight=0.0)
+    model = ContrastiveForPreTraining(config)
+    corpus = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()[:96]
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        max_steps=6,
+        logging_steps=2,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="steps",
+        save_steps=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_stsb_spearman",
+        learning_rate=3e-3,
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        seed=1,
+    )
+    trainer = ContrastiveTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict({"text": corpus}),
+        eval_dataset={"stsb": stsb_dev},
+        data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=24, seed=1),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+
+    evaluations = [entry for entry in trainer.state.log_history if "eval_stsb_spearman" in entry]
+    assert [entry["step"] for entry in evaluations] == [2, 4, 6]
+    for entry in evaluations:
+        assert {"eval_stsb_pearson", "eval_stsb_alignment", "eval_stsb_uniformity"} <= set(entry)
+    best = max(evaluations, key=lambda entry: entry["eval_stsb_spearman"])
+    assert trainer.state.best_metric == best["eval_stsb_spearman"]
+    assert trainer.state.best_model_checkpoint.endswith(f"checkpoint-{best['step']}")
+    # this run's best is not its last checkpoint, so the reload below is what restores it
+    assert best["step"] != 6 and best["eval_stsb_spearman"] != evaluations[-1]["eval_stsb_spearman"]
+    rescored = sts_eval_metrics(trainer.model, stsb_dev, tokenizer)
+    assert rescored["eval_spearman"] == pytest.approx(best["eval_stsb_spearman"], abs=1e-4)
+    assert rescored["eval_alignment"] == pytest.approx(best["eval_stsb_alignment"], abs=1e-5)
+
+
+def test_run_clear_evaluates_every_eval_steps_and_plot_draws_the_run(repo_root, tmp_path, monkeypatch, capsys):
+    encoder_config = tmp_path / "encoder.json"
+    encoder_config.write_text(json.dumps({**tiny_bert_config().to_dict(), "model_type": "bert"}))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join((repo_root / "examples/demo/data/wiki1m_sample.txt").read_text().splitlines()[:64]))
+    stsb = tmp_path / "sts-dev.csv"
+    stsb.write_text("\n".join((repo_root / "examples/demo/data/sts-dev.csv").read_text().splitlines()[:64]) + "\n")
+    output_dir = tmp_path / "run"
+    argv = [
+        "run_clear.py",
+        "--config_name", str(encoder_config),
+        "--tokenizer_name", str(DEMO_TOKENIZER),
+        "--train_file", str(corpus),
+        "--stsb_dev_file", str(stsb),
+        "--max_steps", "4",
+        "--logging_steps", "1",
+        "--per_device_train_batch_size", "16",
+        "--max_seq_length", "24",
+        "--eval_strategy", "steps",
+        "--eval_steps", "2",
+        "--save_strategy", "steps",
+        "--save_steps", "2",
+        "--load_best_model_at_end", "true",
+        "--metric_for_best_model", "eval_stsb_spearman",
+        "--report_to", "none",
+        "--use_cpu", "true",
+        "--output_dir", str(output_dir),
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    runpy.run_path(str(repo_root / "examples" / "run_clear.py"), run_name="__main__")
+
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    steps = [entry["step"] for entry in state["log_history"] if "eval_stsb_spearman" in entry]
+    assert steps == [2, 4]
+    assert state["best_model_checkpoint"] is not None and state["best_metric"] is not None
+
+    assert cli_main(["plot", str(output_dir), "--output-dir", str(tmp_path / "pictures")]) == 0
+    for name in ("training_curves.png", "alignment_uniformity.png"):
+        with Image.open(tmp_path / "pictures" / name) as image:
+            assert image.format == "PNG" and image.width > 600 and image.height > 400
+    assert "alignment_uniformity.png" in capsys.readouterr().out
