@@ -122,8 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", default=None, help="A folder laid out like SentEval's data/downstream (STS/STS12-en-test, ...)."
     )
     evaluate.add_argument("--stsb-file", default=None, help="Score STS-B from this file (e.g. sts-dev.csv) instead.")
-    evaluate.add_argument("--stsb-split", default="test", choices=("train", "dev", "test"), help="Default: test.")
-    evaluate.add_argument("--sick-split", default="test", choices=("train", "trial", "test"), help="Default: test.")
+    evaluate.add_argument(
+        "--stsb-split",
+        default="test",
+        choices=("train", "dev", "test"),
+        help="STS-B split for sts and align (default: test).",
+    )
+    evaluate.add_argument(
+        "--sick-split", default="test", choices=("train", "trial", "test"), help="SICK-R split (default: test)."
+    )
     evaluate.add_argument(
         "--sts-aggregation",
         default="all",
