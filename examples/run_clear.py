@@ -18,14 +18,15 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, set_seed
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
 from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, needs_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.loading import load_pretraining_model
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -135,18 +136,9 @@ def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTrain
         "mlm_weight": model_args.mlm_weight,
         "cl_weight": model_args.cl_weight,
     }
-    if model_args.model_name_or_path:
-        source_config = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
-        if source_config.model_type == ContrastiveConfig.model_type:
-            return ContrastiveForPreTraining.from_pretrained(model_args.model_name_or_path, **overrides)
-        return ContrastiveForPreTraining.from_encoder_pretrained(model_args.model_name_or_path, **overrides)
-    if not model_args.config_name:
-        raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
-    encoder_config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
-    encoder_config.vocab_size = len(tokenizer)
-    encoder_config.pad_token_id = tokenizer.pad_token_id
-    logger.info("Training a %s encoder from scratch.", encoder_config.model_type)
-    return ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder_config, **overrides))
+    return load_pretraining_model(
+        model_args.model_name_or_path, model_args.config_name, tokenizer, model_args.cache_dir, **overrides
+    )
 
 
 def main():

@@ -32,16 +32,6 @@ from contrastive_hf.training_args import ContrastiveTrainingArguments
 
 from conftest import SHARED_DATA, tiny_bert_config
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models train several times faster on one thread than on two contended ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 LINES = [
     "the first sentence of the corpus",
     "",

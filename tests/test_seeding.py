@@ -21,16 +21,6 @@ from contrastive_hf.training_args import ContrastiveTrainingArguments
 
 from conftest import REPO_ROOT, tiny_bert_config
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models train several times faster on one thread than on two contended ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 
