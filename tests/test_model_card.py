@@ -42,3 +42,14 @@ def test_card_with_a_hub_base_model_and_no_results():
     assert card.data.base_model == "bert-base-uncased"
     assert "No evaluation was run" in card.text
     assert "Gao et al., 2021" in card.text
+
+
+def test_card_lists_sts_transfer_and_average_results_with_their_hub_data_sets():
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=50)))
+    results = {"sts12": {"spearman": 61.0}, "sickr": {"spearman": 70.5}, "mr": {"accuracy": 78.25}}
+    results["avg_sts"] = {"spearman": 65.75}
+    card = ModelCard(str(render_model_card(model, make_info(eval_results=results))))
+    assert "| avg_sts | spearman x 100 | 65.75 |" in card.text and "| mr | accuracy x 100 | 78.25 |" in card.text
+    by_data_set = {result.dataset_type: result for result in card.data.eval_results}
+    assert set(by_data_set) == {"mteb/sts12-sts", "mteb/sickr-sts", "mr"}
+    assert by_data_set["mr"].task_type == "text-classification" and by_data_set["mr"].metric_type == "accuracy"

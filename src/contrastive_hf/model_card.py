@@ -38,6 +38,19 @@ METHODS = {
 }
 
 
+# Hub data sets and display names for the tasks of an evaluation ("stsb_dev" -> "stsb"); others keep their own name.
+_HUB_DATASETS = {
+    "stsb": "sentence-transformers/stsb",
+    "sts12": "mteb/sts12-sts",
+    "sts13": "mteb/sts13-sts",
+    "sts14": "mteb/sts14-sts",
+    "sts15": "mteb/sts15-sts",
+    "sts16": "mteb/sts16-sts",
+    "sickr": "mteb/sickr-sts",
+}
+_DATASET_NAMES = {"stsb": "STS Benchmark", "sickr": "SICK-R"}
+
+
 @dataclass
 class ModelCardInfo:
     """What a card says about a run; every field is free of local paths, tokens and user names."""
@@ -48,7 +61,8 @@ class ModelCardInfo:
     augmentation: str
     training_data: str
     hyperparameters: dict
-    eval_results: dict = field(default_factory=dict)  # {"stsb_dev": {"spearman": 72.3}}
+    # {"stsb_dev": {"spearman": 72.3}, "sts12": {"spearman": 60.1}, "mr": {"accuracy": 80.2}, "avg_sts": {...}}
+    eval_results: dict = field(default_factory=dict)
     world_size: int = 1
     zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
     negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
@@ -75,16 +89,19 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     eval_rows, eval_results = [], []
     for task, metrics in info.eval_results.items():
         for metric, value in metrics.items():
-            if metric not in ("spearman", "pearson"):
+            if metric not in ("spearman", "pearson", "accuracy"):
                 continue
             eval_rows.append({"task": task, "metric": f"{metric} x 100", "value": value})
+            if task.startswith("avg"):
+                continue  # averages go in the table only: the Hub's model-index wants one data set per result
+            similarity = metric != "accuracy"
             eval_results.append(
                 EvalResult(
-                    task_type="sentence-similarity",
-                    dataset_type="sentence-transformers/stsb",
-                    dataset_name=f"STS Benchmark ({task})",
+                    task_type="sentence-similarity" if similarity else "text-classification",
+                    dataset_type=_HUB_DATASETS.get(task.split("_")[0], task.split("_")[0]),
+                    dataset_name=_DATASET_NAMES.get(task.split("_")[0], task),
                     dataset_split="validation" if "dev" in task else "test",
-                    metric_type=f"{metric}_cosine",
+                    metric_type=f"{metric}_cosine" if similarity else "accuracy",
                     metric_value=round(value, 2),
                 )
             )
