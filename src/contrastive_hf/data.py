@@ -235,17 +235,8 @@ def tokenize_corpus(
 
     Raises `EmptyCorpusError` when a map-style corpus has no text left.
     """
-    if isinstance(corpus, (DatasetDict, IterableDatasetDict)):
-        corpus = corpus["train"]
-    streaming = isinstance(corpus, IterableDataset)
+    corpus, text_column, streaming, has_index = resolve_text_column(corpus, text_column)
     columns = corpus.column_names
-    if columns is not None:
-        text_column = text_column or ("text" if "text" in columns else columns[0])
-        if text_column not in columns:
-            raise ValueError(f"Text column {text_column!r} not in the corpus columns {columns}.")
-    else:
-        text_column = text_column or "text"
-    has_index = columns is not None and EXAMPLE_INDEX_COLUMN in columns
     if streaming:
         corpus = corpus.filter(_EmptyLineCounter(text_column), batched=True)
         map_kwargs = {}
@@ -354,3 +345,22 @@ def special_token_frame(tokenizer) -> tuple[list[int], list[int]]:
         if framed[start : start + len(content)] == content:
             return framed[:start], framed[start + len(content) :]
     raise ValueError(f"Cannot tell where {type(tokenizer).__name__} puts its special tokens.")
+
+
+def resolve_text_column(corpus, text_column: str | None):
+    """``(split, text column, is streaming, has an example-index column)`` of a corpus or its ``train`` split.
+
+    The text column defaults to ``text``, else the first column; a named column that is missing is an error.
+    """
+    if isinstance(corpus, (DatasetDict, IterableDatasetDict)):
+        corpus = corpus["train"]
+    streaming = isinstance(corpus, IterableDataset)
+    columns = corpus.column_names
+    if columns is not None:
+        text_column = text_column or ("text" if "text" in columns else columns[0])
+        if text_column not in columns:
+            raise ValueError(f"Text column {text_column!r} not in the corpus columns {columns}.")
+    else:
+        text_column = text_column or "text"
+    has_index = columns is not None and EXAMPLE_INDEX_COLUMN in columns
+    return corpus, text_column, streaming, has_index

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict
+from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
 from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, example_identities, mask_tokens
-from .data import special_token_frame
+from .data import resolve_text_column, special_token_frame
 from .seeding import combine, example_keys, new_seed, stream, uniform
 from .synonyms import word_start_table
 from .token_batch import TokenBatch, ragged_arange, row_of, special_token_table
@@ -92,18 +92,9 @@ def tokenize_documents(
 
     A map-style corpus is processed with `datasets.map`/``filter`` (``num_proc`` processes); a streamed one lazily.
     """
-    if isinstance(corpus, (DatasetDict, IterableDatasetDict)):
-        corpus = corpus["train"]
-    minimum = words_needed(view, span_words, hard_negatives)
-    streaming = isinstance(corpus, IterableDataset)
+    corpus, text_column, streaming, has_index = resolve_text_column(corpus, text_column)
     columns = corpus.column_names
-    if columns is not None:
-        text_column = text_column or ("text" if "text" in columns else columns[0])
-        if text_column not in columns:
-            raise ValueError(f"Text column {text_column!r} not in the corpus columns {columns}.")
-    else:
-        text_column = text_column or "text"
-    has_index = columns is not None and EXAMPLE_INDEX_COLUMN in columns
+    minimum = words_needed(view, span_words, hard_negatives)
 
     def tokenize(batch, indices):
         texts = [text if isinstance(text, str) else "" for text in batch[text_column]]
