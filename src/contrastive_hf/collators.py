@@ -106,6 +106,17 @@ def mask_tokens(
     return ids, labels
 
 
+def mlm_copy(
+    sentences: TokenBatch, keys: np.ndarray, tokenizer, mlm_probability: float, pad_to_multiple_of: int | None
+) -> dict[str, torch.Tensor]:
+    """The MLM-masked copy of ``sentences`` as ``mlm_input_ids``, ``mlm_attention_mask`` and ``mlm_labels``."""
+    masked, labels = mask_tokens(sentences, keys, mlm_probability, tokenizer.mask_token_id, len(tokenizer))
+    masked_batch = TokenBatch(masked, sentences.is_special, sentences.lengths, sentences.pad_id)
+    input_ids, attention_mask = masked_batch.to_tensors(pad_to_multiple_of)
+    label_ids = TokenBatch(labels, sentences.is_special, sentences.lengths, -100).to_tensors(pad_to_multiple_of)[0]
+    return {"mlm_input_ids": input_ids, "mlm_attention_mask": attention_mask, "mlm_labels": label_ids}
+
+
 def _uses_subs(augmentation) -> bool:
     if isinstance(augmentation, str):
         return "subs" in {name.strip() for choice in augmentation.split(",") for name in choice.split("+")}
@@ -222,13 +233,7 @@ class ContrastiveDataCollator:
         }
         if self.mlm:
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
-            masked, labels = mask_tokens(
-                sentences, mlm_keys, self.mlm_probability, self.tokenizer.mask_token_id, len(self.tokenizer)
-            )
-            mlm = TokenBatch(masked, sentences.is_special, sentences.lengths, sentences.pad_id)
-            batch["mlm_input_ids"], batch["mlm_attention_mask"] = mlm.to_tensors(self.pad_to_multiple_of)
-            label_batch = TokenBatch(labels, sentences.is_special, sentences.lengths, -100)
-            batch["mlm_labels"] = label_batch.to_tensors(self.pad_to_multiple_of)[0]
+            batch.update(mlm_copy(sentences, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
         return batch
 
 
@@ -316,15 +321,7 @@ class PairCollator:
         if self.mlm:
             anchors = sentences.take(np.arange(0, len(sequences), len(columns)))
             keys = example_keys(self.seed, self.epoch, example_identities(features, anchors), MLM_VIEW)
-            masked, labels = mask_tokens(
-                anchors, keys, self.mlm_probability, self.tokenizer.mask_token_id, len(self.tokenizer)
-            )
-            batch["mlm_input_ids"], batch["mlm_attention_mask"] = TokenBatch(
-                masked, anchors.is_special, anchors.lengths, anchors.pad_id
-            ).to_tensors(self.pad_to_multiple_of)
-            batch["mlm_labels"] = TokenBatch(labels, anchors.is_special, anchors.lengths, -100).to_tensors(
-                self.pad_to_multiple_of
-            )[0]
+            batch.update(mlm_copy(anchors, keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
         return batch
 
 

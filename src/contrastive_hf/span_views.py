@@ -27,7 +27,7 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, example_identities, mask_tokens
+from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, example_identities, mlm_copy
 from .data import resolve_text_column, special_token_frame
 from .seeding import combine, example_keys, new_seed, stream, uniform
 from .synonyms import word_start_table
@@ -274,15 +274,7 @@ class SpanViewCollator:
         if self.mlm:
             anchors = self._frame(unmasked_anchor)
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
-            masked, labels = mask_tokens(
-                anchors, mlm_keys, self.mlm_probability, self.tokenizer.mask_token_id, len(self.tokenizer)
-            )
-            batch["mlm_input_ids"], batch["mlm_attention_mask"] = TokenBatch(
-                masked, anchors.is_special, anchors.lengths, anchors.pad_id
-            ).to_tensors(self.pad_to_multiple_of)
-            batch["mlm_labels"] = TokenBatch(labels, anchors.is_special, anchors.lengths, -100).to_tensors(
-                self.pad_to_multiple_of
-            )[0]
+            batch.update(mlm_copy(anchors, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
         return batch
 
     def _layout(self, keys: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
