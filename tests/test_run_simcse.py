@@ -1,0 +1,202 @@
+"""examples/run_simcse.py: SimCSE's per-mode defaults, and both modes end to end on real data with a tiny BERT."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+import contrastive_hf  # noqa: F401  (registers the model type)
+
+from conftest import REPO_ROOT, SHARED_DATA, tiny_bert_config
+
+DEMO = REPO_ROOT / "examples" / "demo"
+SNLI_TRIPLES = SHARED_DATA / "nli" / "snli_triples.csv"
+
+
+@pytest.fixture(scope="module")
+def run_simcse():
+    """The script as a module (for its argument parsing and data loading, without training)."""
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        import run_simcse
+
+        yield run_simcse
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+
+
+def snli_slice(path, rows: int) -> str:
+    """The first ``rows`` SNLI triples (sent0,sent1,hard_neg) as a csv of their own."""
+    with open(SNLI_TRIPLES, newline="", encoding="utf-8") as source:
+        lines = list(csv.reader(source))[: rows + 1]
+    with open(path, "w", newline="", encoding="utf-8") as target:
+        csv.writer(target).writerows(lines)
+    return str(path)
+
+
+def run(tmp_path, mode: str, *extra: str) -> tuple[str, object]:
+    encoder_config = tmp_path / "encoder.json"
+    encoder_config.write_text(json.dumps({**tiny_bert_config().to_dict(), "model_type": "bert"}))
+    output_dir = tmp_path / f"out-{mode}"
+    command = [
+        sys.executable, str(REPO_ROOT / "examples" / "run_simcse.py"),
+        "--mode", mode,
+        "--config_name", str(encoder_config),
+        "--tokenizer_name", str(DEMO / "tokenizer"),
+        "--stsb_dev_file", str(DEMO / "data" / "sts-dev.csv"),
+        "--max_steps", "3",
+        "--logging_steps", "1",
+        "--per_device_train_batch_size", "16",
+        "--report_to", "none",
+        "--save_strategy", "no",
+        "--use_cpu", "true",
+        "--output_dir", str(output_dir),
+        *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr, output_dir
+
+
+def saved_settings(output_dir) -> tuple[dict, object, list[dict]]:
+    config = json.loads((output_dir / "config.json").read_text())
+    training_args = torch.load(output_dir / "training_args.bin", weights_only=False)
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return config, training_args, history
+
+
+@pytest.mark.parametrize(
+    "mode,batch,learning_rate,epochs,projection_at_inference",
+    [("unsup", 64, 3e-5, 1, False), ("sup", 512, 5e-5, 3, True)],
+)
+def test_each_mode_applies_simcses_defaults(
+    run_simcse, tmp_path, mode, batch, learning_rate, epochs, projection_at_inference
+):
+    model_args, data_args, training_args = run_simcse.parse_arguments(["--mode", mode, "--output_dir", str(tmp_path)])
+    assert training_args.per_device_train_batch_size == batch
+    assert training_args.learning_rate == learning_rate
+    assert training_args.num_train_epochs == epochs
+    assert model_args.projection_at_inference is projection_at_inference
+    assert (model_args.temperature, data_args.max_seq_length, model_args.hard_negative_weight) == (0.05, 32, 0.0)
+    assert model_args.pooler_type == "cls_before_pooler" and model_args.projection_type == "mlp"
+    assert not model_args.do_mlm and model_args.mlm_weight == 0.1
+
+
+def test_a_given_flag_overrides_the_mode_default_and_only_that_one(run_simcse, tmp_path):
+    argv = ["--mode", "sup", "--learning_rate", "1e-4", "--projection_at_inference", "False", "--output_dir", "x"]
+    model_args, _, training_args = run_simcse.parse_arguments(argv)
+    assert training_args.learning_rate == 1e-4 and model_args.projection_at_inference is False
+    assert training_args.per_device_train_batch_size == 512 and training_args.num_train_epochs == 3
+    line = run_simcse.describe_hyperparameters("sup", model_args, training_args)
+    assert "learning_rate (5e-05 -> 0.0001)" in line and "projection_at_inference (True -> False)" in line
+    assert "num_train_epochs (" not in line
+
+    # the same from a JSON file
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"mode": "unsup", "num_train_epochs": 2, "output_dir": str(tmp_path)}))
+    model_args, _, training_args = run_simcse.parse_arguments([str(settings)])
+    assert training_args.num_train_epochs == 2 and training_args.learning_rate == 3e-5
+    assert training_args.per_device_train_batch_size == 64
+
+
+def test_global_batch_is_split_over_processes(run_simcse, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    _, _, training_args = run_simcse.parse_arguments(["--mode", "sup", "--output_dir", "x"])
+    assert training_args.per_device_train_batch_size == 128  # SimCSE's 512 = 4 GPUs x 128
+
+
+def test_mode_is_required_and_checked(run_simcse, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        run_simcse.parse_arguments(["--output_dir", "x"])
+    assert "--mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_simcse.parse_arguments(["--mode", "semi", "--output_dir", "x"])
+    assert "invalid choice: 'semi'" in capsys.readouterr().err
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"output_dir": "x"}))
+    with pytest.raises(ValueError, match='must set "mode" to one of unsup, sup'):
+        run_simcse.parse_arguments([str(settings)])
+
+
+def test_sup_batches_are_triplets_and_incomplete_rows_are_dropped(run_simcse, tmp_path, tokenizer):
+    from contrastive_hf.collators import PairCollator
+
+    path = snli_slice(tmp_path / "nli.csv", 8)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("A man sleeps .,A person rests .,\n")  # no hard negative: dropped, not half-used
+    _, data_args, _ = run_simcse.parse_arguments(["--mode", "sup", "--train_file", path, "--output_dir", "x"])
+    collator = PairCollator(tokenizer, max_length=32)
+    pairs = run_simcse.load_pairs(data_args, collator, cache_dir=None)
+    assert len(pairs) == 8 and tuple(collator.columns) == ("sent0", "sent1", "hard_neg")
+    batch = collator([pairs[i] for i in range(4)])
+    assert batch["input_ids"].shape[:2] == (4, 3)  # anchor, entailment, contradiction
+    first = next(csv.DictReader(open(path, encoding="utf-8")))
+    assert tokenizer.decode(batch["input_ids"][0, 2], skip_special_tokens=True) == tokenizer.decode(
+        tokenizer(first["hard_neg"])["input_ids"], skip_special_tokens=True
+    )
+
+
+def test_unsup_with_mlm_end_to_end(tmp_path):
+    log, output_dir = run(
+        tmp_path, "unsup", "--train_file", str(DEMO / "data" / "wiki1m_sample.txt"), "--max_train_samples", "96",
+        "--do_mlm",
+    )  # fmt: skip
+    assert "SimCSE --mode unsup:" in log and "per_device_train_batch_size (64 -> 16)" in log
+    config, training_args, history = saved_settings(output_dir)
+    assert config["temperature"] == 0.05 and config["contrastive_loss"] == "info_nce"
+    assert config["pooler_type"] == "cls_before_pooler" and config["projection_at_inference"] is False
+    assert (config["projection_layers"], config["projection_activation"]) == (1, "tanh")
+    assert config["mlm_weight"] == 0.1
+    assert training_args.learning_rate == 3e-5 and training_args.per_device_train_batch_size == 16  # default, given
+    assert any("mlm_loss" in entry and "cl_loss" in entry for entry in history)
+
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert (
+        -100 <= results["eval_stsb_spearman_before_training"] <= 100 and -100 <= results["eval_stsb_spearman"] <= 100
+    )
+    assert "before training" in log and "AutoModel reload of" in log
+
+    # the projection is for training only: the embedding is the raw [CLS] state
+    model = AutoModel.from_pretrained(output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    batch = tokenizer(["a man is playing a guitar .", "the cat sat"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        embeddings = model(**batch).pooler_output
+        cls_states = model.encoder(**batch).last_hidden_state[:, 0]
+    torch.testing.assert_close(embeddings, cls_states)
+    card = (output_dir / "README.md").read_text()
+    assert "SimCSE" in card and "`dropout`" in card and "0.1 x L_MLM" in card
+
+
+def test_sup_end_to_end_with_hard_negatives_and_prebatch_queue(tmp_path):
+    train_file = snli_slice(tmp_path / "nli.csv", 64)
+    log, output_dir = run(
+        tmp_path, "sup", "--train_file", train_file, "--learning_rate", "1e-4", "--prebatch_size", "1"
+    )
+    assert "Training on 64 (anchor, positive, hard negative) triplets from columns sent0, sent1, hard_neg" in log
+    config, training_args, history = saved_settings(output_dir)
+    assert config["temperature"] == 0.05 and config["hard_negative_weight"] == 0.0
+    assert config["projection_at_inference"] is True and config["mlm_weight"] == 0.0
+    assert training_args.learning_rate == 1e-4  # given
+    assert training_args.num_train_epochs == 3 and training_args.prebatch_size == 1  # SimCSE's default; given
+    assert any("cl_loss" in entry for entry in history) and not any("mlm_loss" in entry for entry in history)
+
+    # supervised SimCSE keeps its MLP at inference: the embedding is tanh(W [CLS] + b)
+    model = AutoModel.from_pretrained(output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    batch = tokenizer(["two women are embracing .", "the men are fighting ."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        embeddings = model(**batch).pooler_output
+        (dense,) = model.projection.layers
+        expected = torch.tanh(dense(model.encoder(**batch).last_hidden_state[:, 0]))
+    torch.testing.assert_close(embeddings, expected)
+    card = (output_dir / "README.md").read_text()
+    assert "hard negative hard_neg (contradiction)" in card and "pre-batch queue 1" in card
