@@ -102,7 +102,14 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
     features = _features(del_tokenizer)
     collator = ContrastiveDataCollator(del_tokenizer, augmentation="del_word", num_views=num_views, seed=0)
     batch = collator(features)
-    assert set(batch) == {"input_ids", "attention_mask", "mlm_input_ids", "mlm_attention_mask", "mlm_labels"}
+    assert set(batch) == {
+        "input_ids",
+        "attention_mask",
+        "sentence_ids",
+        "mlm_input_ids",
+        "mlm_attention_mask",
+        "mlm_labels",
+    }
     b = len(features)
     length = batch["input_ids"].shape[-1]
     assert batch["input_ids"].shape == batch["attention_mask"].shape == (b, num_views, length)
@@ -111,6 +118,7 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
     assert batch["mlm_attention_mask"].shape == batch["mlm_labels"].shape == (b, longest)
     for key in batch:
         assert batch[key].dtype == torch.long, key
+    assert batch["sentence_ids"].shape == (b, num_views)
     # attention covers exactly the ids before the padding, and some view is as long as the tensor
     pad = del_tokenizer.pad_token_id
     lengths = batch["attention_mask"].sum(-1)
@@ -125,7 +133,7 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
 
 def test_mlm_off_has_no_mlm_keys(del_tokenizer):
     batch = ContrastiveDataCollator(del_tokenizer, mlm=False, seed=0)(_features(del_tokenizer))
-    assert set(batch) == {"input_ids", "attention_mask"}
+    assert set(batch) == {"input_ids", "attention_mask", "sentence_ids"}
 
 
 @pytest.mark.parametrize("augmentation", ["dropout", Identity()])

@@ -103,7 +103,8 @@ def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer
     )
     first.train()  # saves checkpoint-2 (with its queue) and checkpoint-4
     checkpoint = tmp_path / "resumed" / "checkpoint-2"
-    assert len(load_file(checkpoint / PREBATCH_QUEUE_FILE)) == 2
+    saved = load_file(checkpoint / PREBATCH_QUEUE_FILE)
+    assert sorted(saved) == ["batch_0", "batch_1", "ids_0", "ids_1"]  # two batches of keys, with their sentence ids
     resumed = make_trainer(tokenizer, tmp_path / "resumed", max_steps=4, prebatch_size=2, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))
     for (name, expected), (_, got) in zip(
@@ -111,3 +112,4 @@ def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer
     ):
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=name)
     torch.testing.assert_close(resumed.prebatch_queue.negatives(10), straight.prebatch_queue.negatives(10))
+    assert torch.equal(resumed.prebatch_queue.negative_ids(10), straight.prebatch_queue.negative_ids(10))

@@ -36,7 +36,9 @@ __all__ = [
     "CollatorEpochCallback",
     "EXAMPLE_INDEX_COLUMN",
     "PAIR_COLUMN_NAMES",
+    "content_hashes",
     "example_identities",
+    "sentence_ids",
     "mask_tokens",
     "pad_sequences",
 ]
@@ -65,11 +67,22 @@ def example_identities(features: Sequence[dict[str, Any]], batch: TokenBatch) ->
     token ids (then identical sentences share their random draws)."""
     if features and all(EXAMPLE_INDEX_COLUMN in feature for feature in features):
         return np.array([int(feature[EXAMPLE_INDEX_COLUMN]) for feature in features], dtype=np.int64).astype(np.uint64)
+    return content_hashes(batch)
+
+
+def content_hashes(batch: TokenBatch) -> np.ndarray:
+    """A 64-bit hash of each row's token ids (uint64): equal rows, and only they (up to hash collisions), share it."""
     positions = np.arange(batch.width, dtype=np.uint64)
     with np.errstate(over="ignore"):
         codes = mix64(batch.ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + positions)
     codes[~batch.valid] = 0
     return mix64(codes.sum(axis=1, dtype=np.uint64) + batch.lengths.astype(np.uint64))
+
+
+def sentence_ids(*columns: TokenBatch) -> torch.Tensor:
+    """The models' ``sentence_ids`` input: ``(B, len(columns))`` int64 content hashes of each example's sentence in
+    each column, so that identical sentences are never made each other's negatives (`losses.duplicate_mask`)."""
+    return torch.from_numpy(np.stack([content_hashes(column) for column in columns], axis=1).view(np.int64))
 
 
 def mask_tokens(
@@ -230,6 +243,7 @@ class ContrastiveDataCollator:
         batch = {
             "input_ids": input_ids.view(size, views_per, -1),  # (B, V, L)
             "attention_mask": attention_mask.view(size, views_per, -1),
+            "sentence_ids": sentence_ids(sentences).expand(size, views_per),  # every view is of the same sentence
         }
         if self.mlm:
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
@@ -317,6 +331,9 @@ class PairCollator:
         batch = {
             "input_ids": input_ids.view(size, len(columns), -1),  # (B, 2 or 3, L)
             "attention_mask": attention_mask.view(size, len(columns), -1),
+            "sentence_ids": sentence_ids(
+                *(sentences.take(np.arange(slot, len(sequences), len(columns))) for slot in range(len(columns)))
+            ),
         }
         if self.mlm:
             anchors = sentences.take(np.arange(0, len(sequences), len(columns)))

@@ -46,6 +46,12 @@ class ContrastiveConfig(PreTrainedConfig):
             Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
         hard_negative_weight (`float`, defaults to 0.0):
             SimCSE's weight added to the logit of each anchor's own hard negative.
+        sub_batch_size (`int`, defaults to 0):
+            How training batches are encoded. 0: all views in one forward pass, padded to the longest. N > 0: the
+            views sorted by length and encoded N at a time, each group padded only to its own longest, so that
+            padding (most of the tokens of a batch of short and long sentences) is not computed. The negatives of
+            a batch stay the same random sentences and the embeddings equal those of the padded pass (with
+            dropout off; with dropout on, each view draws its own masks either way).
     """
 
     model_type = "contrastive"
@@ -65,6 +71,7 @@ class ContrastiveConfig(PreTrainedConfig):
     mlm_weight: float = 1.0
     cl_weight: float = 1.0
     hard_negative_weight: float = 0.0
+    sub_batch_size: int = 0
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -91,6 +98,8 @@ class ContrastiveConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive size or None, got {value}.")
+        if self.sub_batch_size < 0:
+            raise ValueError(f"sub_batch_size must be >= 0 (0: one padded pass), got {self.sub_batch_size}.")
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")

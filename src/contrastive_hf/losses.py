@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["cosine_logits", "info_nce", "nt_xent", "alignment", "uniformity"]
+__all__ = ["cosine_logits", "duplicate_mask", "info_nce", "nt_xent", "alignment", "uniformity"]
 
 
 def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -21,6 +21,28 @@ def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch
         a = F.normalize(a.float(), dim=-1)
         b = F.normalize(b.float(), dim=-1)
         return a @ b.T / temperature
+
+
+def duplicate_mask(row_ids: torch.Tensor, column_ids: torch.Tensor, positive_columns: torch.Tensor) -> torch.Tensor:
+    """Which logits compare a row with a copy of itself: ``True`` where column j holds the same sentence as row i.
+
+    Identical sentences (the same text twice in a batch, or again in a pre-batch queue) must never be each other's
+    negatives: such a "negative" is a positive the loss would push away. Sentences are compared by id (e.g. a hash
+    of their token ids, as the collators' ``sentence_ids``).
+
+    Args:
+        row_ids: ``(N,)`` or ``(N, R)`` ids a row stands for, e.g. its query's and its positive's sentence.
+        column_ids: ``(C,)`` the sentence id of every column (keys, hard negatives, queued keys).
+        positive_columns: ``(N,)`` each row's positive column, never masked.
+
+    Returns:
+        Boolean ``(N, C)``, ``True`` where the column is to be left out of that row's softmax.
+    """
+    if row_ids.dim() == 1:
+        row_ids = row_ids[:, None]
+    mask = (row_ids[:, :, None] == column_ids[None, None, :]).any(dim=1)  # (N, C)
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    return mask.index_put((rows, positive_columns.to(mask.device)), torch.tensor(False, device=mask.device))
 
 
 def info_nce(
@@ -86,6 +108,7 @@ def nt_xent(
     all_z1: torch.Tensor | None = None,
     all_z2: torch.Tensor | None = None,
     offset: int = 0,
+    negatives_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""NT-Xent over the 2N views of a batch (SimCLR, Chen et al., 2020; CLEAR, Wu et al., 2020, eq. (1)-(2)).
 
@@ -104,6 +127,8 @@ def nt_xent(
         all_z1, all_z2: optional ``(M, d)`` views of the global batch gathered from every device, in which this
             process's rows start at ``offset``. Then the 2N local views are scored against all 2M views (their
             negatives are the other 2M-2), and the mean over devices of this loss is the global batch's loss.
+        negatives_mask: optional boolean ``(2N, 2M)`` of logits to exclude (e.g. duplicate sentences), rows
+            ``[z1; z2]`` against columns ``[all_z1; all_z2]``. A view's positive (its other view) must not be masked.
 
     Returns:
         Scalar loss (float32).
@@ -119,6 +144,8 @@ def nt_xent(
     own = torch.cat([torch.arange(n), torch.arange(n) + m]).to(local.device) + offset  # each view's own column
     other = torch.cat([torch.arange(n) + m, torch.arange(n)]).to(local.device) + offset  # its other view
     logits = logits.index_put((rows, own), torch.tensor(float("-inf"), device=local.device))
+    if negatives_mask is not None:
+        logits = logits.masked_fill(negatives_mask, float("-inf"))
     return F.cross_entropy(logits, other)
 
 

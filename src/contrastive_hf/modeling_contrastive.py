@@ -23,8 +23,8 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration_contrastive import ContrastiveConfig
-from .distributed import gather_with_grad, rank, world_size
-from .losses import info_nce, nt_xent
+from .distributed import gather_no_grad, gather_with_grad, rank, world_size
+from .losses import duplicate_mask, info_nce, nt_xent
 from .sentence_transformers_files import write_sentence_transformers_files
 
 logger = logging.getLogger(__name__)
@@ -75,12 +75,15 @@ class ContrastivePreTrainingOutput(ModelOutput):
             The masked-language-modelling loss on the MLM copy of the batch.
         embeddings (`torch.FloatTensor` of shape `(batch_size, num_views, projection_dim)`):
             The projected embeddings of every view, on which the contrastive loss is computed.
+        negatives_per_query (`torch.FloatTensor` of shape `()`, *optional*):
+            How many negatives each query was contrasted with, on average (after leaving out duplicates).
     """
 
     loss: torch.FloatTensor | None = None
     cl_loss: torch.FloatTensor | None = None
     mlm_loss: torch.FloatTensor | None = None
     embeddings: torch.FloatTensor | None = None
+    negatives_per_query: torch.FloatTensor | None = None
 
 
 class SentencePooler(nn.Module):
@@ -346,6 +349,53 @@ class ContrastiveModel(ContrastivePreTrainedModel):
             attentions=outputs.attentions if output_attentions else None,
         )
 
+    def sentence_embeddings(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        project: bool = True,
+        sub_batch_size: int = 0,
+    ) -> torch.Tensor:
+        """The sentence vectors alone, ``(..., L) -> (..., d)``, skipping padding when ``sub_batch_size > 0``.
+
+        With ``sub_batch_size`` N, the sequences are sorted by length and encoded N at a time, each group cut to its
+        own longest sequence: on sentences of mixed lengths most of a batch padded to its longest is padding. Which
+        sentences share a batch does not change (the negatives stay random), and the vectors equal those of one
+        padded pass (absolute positions and attention masks make right-padding invisible). Inputs that are not
+        right-padded take the single padded pass.
+        """
+        views_shape = input_ids.shape[:-1]
+        width = input_ids.shape[-1]
+        input_ids = input_ids.reshape(-1, width)
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.reshape(-1, width)
+        token_type_ids = None if token_type_ids is None else token_type_ids.reshape(-1, width)
+        lengths = attention_mask.sum(dim=1)  # (N,)
+        right_padded = torch.equal(
+            attention_mask.bool(), torch.arange(width, device=lengths.device)[None, :] < lengths[:, None]
+        )
+        if not sub_batch_size or not right_padded:
+            pooled = self._pool(input_ids, attention_mask, token_type_ids, project)
+            return pooled.reshape(*views_shape, pooled.shape[-1])
+        order = torch.argsort(lengths, descending=True, stable=True)
+        group_widths = lengths[order][::sub_batch_size].clamp(min=1).tolist()  # each group's longest
+        parts = []
+        for group, start in enumerate(range(0, input_ids.shape[0], sub_batch_size)):
+            rows, cut = order[start : start + sub_batch_size], group_widths[group]
+            types = None if token_type_ids is None else token_type_ids[rows, :cut]
+            parts.append(self._pool(input_ids[rows, :cut], attention_mask[rows, :cut], types, project))
+        pooled = torch.cat(parts).index_select(0, torch.argsort(order))  # back to batch order, (N, d)
+        return pooled.reshape(*views_shape, pooled.shape[-1])
+
+    def _pool(self, input_ids, attention_mask, token_type_ids, project: bool) -> torch.Tensor:
+        encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
+        if token_type_ids is not None:
+            encoder_kwargs["token_type_ids"] = token_type_ids
+        if self.pooler.needs_hidden_states:
+            encoder_kwargs["output_hidden_states"] = True
+        pooled = self.pooler(self.encoder(**encoder_kwargs), attention_mask)
+        return self.projection(pooled) if project else pooled
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -528,43 +578,99 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                 self.mlm_head.decoder_weight.copy_(output.weight)
         return True
 
+    # The batch entries `embed_views` takes, each with the batch in dim 0 (GradCache slices them into chunks).
+    view_input_names = ("input_ids", "attention_mask", "token_type_ids")
+
+    def embed_views(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, in `config.sub_batch_size` groups."""
+        if input_ids is None or input_ids.dim() != 3:
+            raise ValueError(
+                "ContrastiveForPreTraining needs input_ids of shape (batch, num_views, length); build batches with "
+                "contrastive_hf.ContrastiveDataCollator."
+            )
+        return self.contrastive.sentence_embeddings(
+            input_ids, attention_mask, token_type_ids, project=True, sub_batch_size=self.config.sub_batch_size
+        )
+
     def compute_contrastive_loss(
         self,
         embeddings: torch.Tensor,
+        sentence_ids: torch.Tensor | None = None,
         extra_negatives: torch.Tensor | None = None,
+        extra_negative_ids: torch.Tensor | None = None,
         gather_across_devices: bool = False,
-    ) -> torch.Tensor:
-        """L_CL on ``(B, S, d)`` view embeddings: S = 2 (two views) or 3 (anchor, positive, hard negative).
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """L_CL on ``(B, S, d)`` view embeddings (S = 2: two views; 3: anchor, positive, hard negative), and the mean
+        number of negatives per query.
 
         With ``gather_across_devices`` (and several processes), the views of every process are gathered with a
         differentiable all-gather: this process's views are scored against the global batch, and the mean of the
         per-process losses (which DDP/DeepSpeed's gradient averaging takes) is the global batch's loss, exactly.
+        With ``sentence_ids`` (``(B, S)``, the collators' content hashes; ``extra_negative_ids`` for the queue), a
+        sentence is never a negative of an identical one.
         """
         num_views = embeddings.shape[1]
-        offset, everyone = 0, embeddings
+        offset, everyone, everyone_ids = 0, embeddings, sentence_ids
         if gather_across_devices and world_size() > 1:
             everyone = gather_with_grad(embeddings)  # (W * B, S, d), rank order
+            everyone_ids = None if sentence_ids is None else gather_no_grad(sentence_ids)
             offset = rank() * embeddings.shape[0]
+        local = torch.arange(embeddings.shape[0], device=embeddings.device)
         if self.config.contrastive_loss == "nt_xent":
             if num_views != 2 or extra_negatives is not None:
                 raise ValueError(
                     f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} "
                     "views); use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
                 )
-            return nt_xent(
-                embeddings[:, 0], embeddings[:, 1], self.config.temperature, everyone[:, 0], everyone[:, 1], offset
+            total = everyone.shape[0]
+            own = torch.cat([local, local + total]) + offset  # each view's own column among [all z1; all z2]
+            positive = torch.cat([local + total, local]) + offset
+            excluded = torch.zeros(2 * len(local), 2 * total, dtype=torch.bool, device=embeddings.device)
+            if sentence_ids is not None:
+                rows = torch.cat([sentence_ids[:, 0], sentence_ids[:, 1]])
+                excluded = duplicate_mask(rows, torch.cat([everyone_ids[:, 0], everyone_ids[:, 1]]), positive)
+            excluded[torch.arange(len(own), device=own.device), own] = True
+            loss = nt_xent(
+                embeddings[:, 0],
+                embeddings[:, 1],
+                self.config.temperature,
+                everyone[:, 0],
+                everyone[:, 1],
+                offset,
+                negatives_mask=excluded if sentence_ids is not None else None,
             )
+            return loss, (2 * total - 1 - excluded.sum(dim=1)).float().mean()
         if num_views not in (2, 3):
             raise ValueError(f"info_nce takes 2 views (anchor, positive) or 3 (+ hard negative), got {num_views}.")
-        return info_nce(
+        num_extra = 0 if extra_negatives is None else extra_negatives.shape[0]
+        columns = everyone.shape[0] * (num_views - 1) + num_extra  # keys, hard negatives, queued keys
+        excluded = None
+        if sentence_ids is not None:
+            column_ids = [everyone_ids[:, 1]] + ([everyone_ids[:, 2]] if num_views == 3 else [])
+            if num_extra:
+                if extra_negative_ids is None:  # queued keys of unknown sentences: none can be left out
+                    extra_negative_ids = torch.full((num_extra,), -1, dtype=sentence_ids.dtype)
+                column_ids.append(extra_negative_ids.to(sentence_ids.device))
+            excluded = duplicate_mask(sentence_ids[:, :2], torch.cat(column_ids), local + offset)
+            if num_extra and extra_negative_ids is not None and (extra_negative_ids == -1).all():
+                excluded[:, columns - num_extra :] = False
+        loss = info_nce(
             embeddings[:, 0],
             everyone[:, 1],
             self.config.temperature,
             hard_negatives=everyone[:, 2] if num_views == 3 else None,
             hard_negative_weight=self.config.hard_negative_weight,
             extra_negatives=extra_negatives,
+            negatives_mask=excluded,
             positive_offset=offset,
         )
+        left_out = 0 if excluded is None else excluded.sum(dim=1).float().mean()
+        return loss, torch.as_tensor(columns - 1 - left_out, dtype=torch.float32, device=embeddings.device)
 
     def compute_mlm_loss(
         self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None, mlm_labels: torch.Tensor
@@ -574,8 +680,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             input_ids=mlm_input_ids, attention_mask=mlm_attention_mask, return_dict=True
         )
         masked = mlm_labels != -100  # (B, L)
-        if not masked.any():
-            return outputs.last_hidden_state.sum() * 0.0  # keeps every parameter in the graph
+        if not masked.any():  # nothing to predict: a zero that keeps every parameter (the head too) in the graph
+            return self.mlm_head(outputs.last_hidden_state[:, 0], self.get_input_embeddings().weight).sum() * 0.0
         hidden = outputs.last_hidden_state[masked]  # (n_masked, h)
         logits = self.mlm_head(hidden, self.get_input_embeddings().weight)  # (n_masked, vocab)
         return F.cross_entropy(logits.float(), mlm_labels[masked])
@@ -588,9 +694,13 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_input_ids: torch.Tensor | None = None,
         mlm_attention_mask: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
+        sentence_ids: torch.Tensor | None = None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
         extra_negatives: torch.Tensor | None = None,
+        extra_negative_ids: torch.Tensor | None = None,
+        cached_embedding_gradients: torch.Tensor | None = None,
+        mlm_loss_share: float = 1.0,
         return_dict: bool | None = None,
     ) -> ContrastivePreTrainingOutput | tuple:
         r"""
@@ -598,33 +708,47 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             The views of each sentence: 2 (positive pairs) or 3 (anchor, positive, hard negative).
         mlm_input_ids, mlm_attention_mask, mlm_labels (`torch.LongTensor` of shape `(batch_size, mlm_length)`):
             The masked copy of the batch and its labels (-100 where nothing is predicted), for L_MLM.
+        sentence_ids (`torch.LongTensor` of shape `(batch_size, num_views)`, *optional*):
+            An id of each view's sentence (the collators give content hashes): views of identical sentences are
+            never made each other's negatives.
         return_loss (`bool`, defaults to `True`):
             Compute the losses; otherwise only the view embeddings are returned.
         gather_across_devices (`bool`, defaults to `False`):
             Use the views of every process as negatives (see `compute_contrastive_loss`).
         extra_negatives (`torch.FloatTensor` of shape `(num_negatives, projection_dim)`, *optional*):
-            More negatives for every anchor, e.g. a pre-batch queue of earlier batches' keys (InfoNCE only).
+            More negatives for every anchor, e.g. a pre-batch queue of earlier batches' keys (InfoNCE only), and
+            ``extra_negative_ids`` their sentence ids.
+        cached_embedding_gradients (`torch.FloatTensor` of shape `(batch_size, num_views, d)`, *optional*):
+            GradCache's second pass (`ContrastiveTrainer` with ``grad_cache_chunk_size``): the gradient of L_CL with
+            respect to these embeddings, computed on the whole batch. The returned ``loss`` is then
+            ``cl_weight * sum(embeddings * gradients) + mlm_weight * mlm_loss_share * L_MLM``, whose parameter
+            gradient is this chunk's share of the full batch's; ``mlm_loss_share`` is the chunk's fraction of the
+            batch's masked tokens.
         """
-        if input_ids is None or input_ids.dim() != 3:
-            raise ValueError(
-                "ContrastiveForPreTraining needs input_ids of shape (batch, num_views, length); build batches with "
-                "contrastive_hf.ContrastiveDataCollator."
-            )
-        embeddings = self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=True).pooler_output
-        cl_loss = mlm_loss = loss = None
+        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
+        cl_loss = mlm_loss = loss = negatives_per_query = None
         if return_loss:
             loss = 0.0
-            if self.config.cl_weight > 0:
-                cl_loss = self.compute_contrastive_loss(
-                    embeddings, extra_negatives=extra_negatives, gather_across_devices=gather_across_devices
+            if cached_embedding_gradients is not None:
+                surrogate = (embeddings.float() * cached_embedding_gradients.float()).sum()
+                loss = loss + self.config.cl_weight * surrogate
+            elif self.config.cl_weight > 0:
+                cl_loss, negatives_per_query = self.compute_contrastive_loss(
+                    embeddings, sentence_ids, extra_negatives, extra_negative_ids, gather_across_devices
                 )
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
-                mlm_loss = self.compute_mlm_loss(mlm_input_ids, mlm_attention_mask, mlm_labels)
+                mlm_loss = self.compute_mlm_loss(mlm_input_ids, mlm_attention_mask, mlm_labels) * mlm_loss_share
                 loss = loss + self.config.mlm_weight * mlm_loss
             if not torch.is_tensor(loss):
                 raise ValueError("mlm_weight > 0 needs mlm_labels, and cl_weight is 0: there is no loss to compute.")
-        output = ContrastivePreTrainingOutput(loss=loss, cl_loss=cl_loss, mlm_loss=mlm_loss, embeddings=embeddings)
+        output = ContrastivePreTrainingOutput(
+            loss=loss,
+            cl_loss=cl_loss,
+            mlm_loss=mlm_loss,
+            embeddings=embeddings,
+            negatives_per_query=negatives_per_query,
+        )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 

@@ -31,10 +31,16 @@ class PrebatchQueue:
         self.num_batches = num_batches
         self.warmup_steps = warmup_steps
         self._batches: list[torch.Tensor] = []  # oldest first, each (global_batch, d)
+        self._ids: list[torch.Tensor | None] = []  # the keys' sentence ids, (global_batch,), when known
 
     def __len__(self) -> int:
         """Number of keys held."""
         return sum(batch.shape[0] for batch in self._batches)
+
+    @property
+    def fill(self) -> float:
+        """The fraction of the queue's batches that are held (0 when empty, 1 when full)."""
+        return len(self._batches) / self.num_batches
 
     def negatives(self, step: int) -> torch.Tensor | None:
         """The held keys, ``(len(self), d)``, or None while warming up or empty."""
@@ -42,20 +48,35 @@ class PrebatchQueue:
             return None
         return torch.cat(self._batches, dim=0)
 
+    def negative_ids(self, step: int) -> torch.Tensor | None:
+        """The sentence ids of `negatives` ``(len(self),)``, or None when unknown for any held batch."""
+        if step < self.warmup_steps or not self._batches or any(ids is None for ids in self._ids):
+            return None
+        return torch.cat(self._ids, dim=0)
+
     @torch.no_grad()
-    def push(self, keys: torch.Tensor) -> None:
-        """Enqueue this step's keys ``(B, d)`` (gathered from every device), dropping the oldest batch when full."""
+    def push(self, keys: torch.Tensor, ids: torch.Tensor | None = None) -> None:
+        """Enqueue this step's keys ``(B, d)`` and their sentence ids ``(B,)`` (gathered from every device),
+        dropping the oldest batch when full."""
         self._batches.append(gather_no_grad(keys.detach()).contiguous())
+        self._ids.append(None if ids is None else gather_no_grad(ids.detach()).contiguous())
         if len(self._batches) > self.num_batches:
             self._batches.pop(0)
+            self._ids.pop(0)
 
     def reset(self) -> None:
-        self._batches = []
+        self._batches, self._ids = [], []
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The held keys, to save with a checkpoint (exact resume)."""
-        return {f"batch_{index}": batch.cpu().contiguous() for index, batch in enumerate(self._batches)}
+        """The held keys and ids, to save with a checkpoint (exact resume)."""
+        state = {f"batch_{index}": batch.cpu().contiguous() for index, batch in enumerate(self._batches)}
+        for index, ids in enumerate(self._ids):
+            if ids is not None:
+                state[f"ids_{index}"] = ids.cpu().contiguous()
+        return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor], device: torch.device | str = "cpu") -> None:
-        keys = sorted(state, key=lambda name: int(name.split("_")[1]))
-        self._batches = [state[name].to(device) for name in keys][-self.num_batches :]
+        count = sum(1 for name in state if name.startswith("batch_"))
+        batches = [state[f"batch_{index}"].to(device) for index in range(count)]
+        ids = [state[f"ids_{index}"].to(device) if f"ids_{index}" in state else None for index in range(count)]
+        self._batches, self._ids = batches[-self.num_batches :], ids[-self.num_batches :]

@@ -27,7 +27,7 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, example_identities, mlm_copy
+from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, content_hashes, example_identities, mlm_copy
 from .data import resolve_text_column, special_token_frame
 from .seeding import combine, example_keys, new_seed, stream, uniform
 from .synonyms import word_start_table
@@ -261,6 +261,8 @@ class SpanViewCollator:
             ends - begins,
             self.tokenizer.pad_token_id,
         )
+        # identical spans (e.g. of a document that is in the batch twice) are never each other's negatives
+        span_ids = torch.from_numpy(content_hashes(content).view(np.int64)).view(len(usable), views)
         unmasked_anchor = content.take(np.arange(0, len(content), views))
         if self.masked:
             content = self._mask(content, keys, views)
@@ -270,6 +272,7 @@ class SpanViewCollator:
         batch = {
             "input_ids": input_ids.view(size, views, -1),  # (B, 2 or 3, L)
             "attention_mask": attention_mask.view(size, views, -1),
+            "sentence_ids": span_ids,
         }
         if self.mlm:
             anchors = self._frame(unmasked_anchor)

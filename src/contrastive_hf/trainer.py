@@ -10,22 +10,34 @@ from transformers import Trainer, TrainerCallback
 
 from .collators import CollatorEpochCallback
 from .evaluation.sts import STSData
+from .losses import alignment, uniformity
 from .prebatch_queue import PrebatchQueue
 
-__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "PREBATCH_QUEUE_FILE"]
+__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
 
 PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 
-# Parts of the objective logged beside `loss` (each unweighted; `loss` is their weighted sum).
+# Logged beside `loss`, each averaged over the steps since the last log and over processes: the parts of the
+# objective (unweighted; `loss` is their weighted sum), the alignment and uniformity of the training embeddings
+# (Wang & Isola, 2020: query vs positive views, and the queries), the negatives each query was contrasted with, and
+# how full the pre-batch queue is.
 LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
+STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
 
 class ContrastiveTrainer(Trainer):
     """A `Trainer` for [`ContrastiveForPreTraining`]-style models.
 
     `compute_loss` runs the model's objective (L = mlm_weight * L_MLM + cl_weight * L_CL) and the trainer logs
-    ``mlm_loss`` and ``cl_loss``, averaged over the steps since the last log and over processes, beside ``loss``.
-    Use it with `ContrastiveTrainingArguments` and `ContrastiveDataCollator`.
+    `STEP_METRICS` (``mlm_loss``, ``cl_loss``, ``alignment``, ``uniformity``, ``negatives_per_query``,
+    ``queue_fill``), averaged over the steps since the last log and over processes, beside ``loss``. A loss that is
+    NaN or infinite stops training with an error naming the step and the part of the loss. Use it with
+    `ContrastiveTrainingArguments` and `ContrastiveDataCollator` (or `PairCollator`).
+
+    Negatives: the other sentences of the global batch (gathered from every process), hard negatives when the batch
+    has a third view, and with ``prebatch_size`` the keys of earlier batches; identical sentences (``sentence_ids``)
+    are never each other's negatives. With ``grad_cache_chunk_size`` the batch is encoded in chunks (GradCache,
+    `contrastive_hf.grad_cache`): the loss and gradients of the whole batch for the memory of one chunk.
 
     STS evaluation during training, as SimCSE selects checkpoints: an `STSData` among the eval datasets, e.g.
     ``eval_dataset={"stsb": read_stsbenchmark("sts-dev.csv")}``, is scored every ``eval_steps`` (cosine similarity,
@@ -40,13 +52,13 @@ class ContrastiveTrainer(Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._component_sums: dict[str, torch.Tensor] = {}
-        self._component_counts: dict[str, int] = {}
+        self._metric_sums: dict[str, torch.Tensor] = {}
+        self._metric_counts: dict[str, int] = {}
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
         self.prebatch_queue = None
         if self.args.prebatch_size:
-            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
             if getattr(config, "contrastive_loss", "info_nce") != "info_nce":
                 raise ValueError(
                     "--prebatch_size needs contrastive_loss='info_nce' (queued keys are negatives of the anchors), "
@@ -55,33 +67,108 @@ class ContrastiveTrainer(Trainer):
             self.prebatch_queue = PrebatchQueue(self.args.prebatch_size, self.args.prebatch_warmup_steps)
             if self.args.prebatch_reset_each_epoch:
                 self.add_callback(_ResetQueueEachEpoch(self.prebatch_queue))
+        if self.args.grad_cache_chunk_size:
+            model = self.accelerator.unwrap_model(self.model)
+            if not hasattr(model, "embed_views") or not hasattr(model, "view_input_names"):
+                raise ValueError(
+                    f"--grad_cache_chunk_size needs a model with embed_views / compute_contrastive_loss (e.g. "
+                    f"ContrastiveForPreTraining); {type(model).__name__} has none. Unset grad_cache_chunk_size."
+                )
+            if self.is_deepspeed_enabled:
+                raise ValueError(
+                    "--grad_cache_chunk_size does not run under DeepSpeed: GradCache back-propagates each chunk "
+                    "separately, and ZeRO reduces gradients once per backward. Use DDP (accelerate launch without "
+                    "a DeepSpeed config) with GradCache, or ZeRO with a smaller per-device batch."
+                )
+
+    def _negatives_kwargs(self, model) -> dict:
+        """What the model's loss needs beyond the batch: cross-device gathering and the pre-batch queue."""
+        kwargs = {}
+        if self.args.world_size > 1 and self.args.gather_negatives_across_devices:
+            kwargs["gather_across_devices"] = True  # exact global-batch negatives (distributed.py)
+        if self.prebatch_queue is not None and model.training:
+            kwargs["extra_negatives"] = self.prebatch_queue.negatives(self.state.global_step)
+            kwargs["extra_negative_ids"] = self.prebatch_queue.negative_ids(self.state.global_step)
+        return kwargs
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
-        if self.args.world_size > 1 and self.args.gather_negatives_across_devices:
-            inputs = {**inputs, "gather_across_devices": True}  # exact global-batch negatives (distributed.py)
-        queue = self.prebatch_queue if model.training else None
-        if queue is not None:
-            inputs = {**inputs, "extra_negatives": queue.negatives(self.state.global_step)}
-        outputs = model(**inputs)
+        outputs = model(**inputs, **self._negatives_kwargs(model))
         if outputs.loss is None:
             raise ValueError("The model returned no loss: pass its inputs with return_loss=True (the default).")
-        if queue is not None:
-            queue.push(outputs.embeddings[:, 1])  # this batch's keys are the next batches' negatives
         if model.training:
-            for name in LOSS_COMPONENTS:
-                value = getattr(outputs, name, None)
-                if value is not None:
-                    # accumulate on the device: no host sync per step
-                    self._component_sums[name] = self._component_sums.get(name, 0.0) + value.detach().float()
-                    self._component_counts[name] = self._component_counts.get(name, 0) + 1
+            self._check_finite(outputs.loss, {name: getattr(outputs, name, None) for name in LOSS_COMPONENTS})
+            self._after_step(outputs, inputs)
         return (outputs.loss, outputs) if return_outputs else outputs.loss
 
+    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+        """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
+        if not self.args.grad_cache_chunk_size:
+            return super().training_step(model, inputs, num_items_in_batch)
+        from .grad_cache import grad_cache_step
+
+        model.train()
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+        inputs = self._prepare_inputs(inputs)
+        scale = 1.0 / self.current_gradient_accumulation_steps  # as the Trainer scales the loss it back-propagates
+        with self.compute_loss_context_manager():
+            result = grad_cache_step(
+                model,
+                self.accelerator.unwrap_model(model),
+                inputs,
+                self.args.grad_cache_chunk_size,
+                backward=self.accelerator.backward,
+                loss_scale=scale,
+                negatives_kwargs=self._negatives_kwargs(model),
+                no_sync=self.accelerator.no_sync if self.args.world_size > 1 else None,
+                check_finite=lambda parts: self._check_finite(None, parts),
+            )
+        self._after_step(result, inputs)
+        return result.loss * scale
+
+    def _check_finite(self, loss: torch.Tensor | None, parts: dict[str, torch.Tensor | None]) -> None:
+        """Stop at a NaN or infinite loss, naming the step and the part of the loss that went wrong."""
+        values = {name: value for name, value in parts.items() if value is not None}
+        if loss is not None:
+            values["loss"] = loss
+        if all(bool(torch.isfinite(value.detach()).all()) for value in values.values()):
+            return
+        shown = ", ".join(f"{name}={value.detach().float().item():.4g}" for name, value in values.items())
+        bad = [name for name, value in values.items() if name != "loss" and not torch.isfinite(value).all()]
+        raise FloatingPointError(
+            f"Non-finite loss at step {self.state.global_step + 1} (epoch {self.state.epoch or 0:.2f}) in "
+            f"{', '.join(bad) or 'loss'}: {shown}. Lower the learning rate or warm it up longer, use bf16 rather "
+            "than fp16, or check the batch for empty or corrupt examples; resume from the last checkpoint."
+        )
+
+    @torch.no_grad()
+    def _after_step(self, outputs, inputs) -> None:
+        """Push this batch's keys into the pre-batch queue and record the step's metrics (on the device)."""
+        embeddings = outputs.embeddings
+        ids = inputs.get("sentence_ids")
+        if self.prebatch_queue is not None and embeddings is not None:
+            # this batch's keys are the next batches' negatives
+            self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
+        metrics = {name: getattr(outputs, name, None) for name in LOSS_COMPONENTS}
+        metrics["negatives_per_query"] = getattr(outputs, "negatives_per_query", None)
+        if embeddings is not None and embeddings.dim() == 3 and embeddings.shape[1] >= 2:
+            metrics["alignment"] = alignment(embeddings[:, 0], embeddings[:, 1])
+            if embeddings.shape[0] >= 2:
+                metrics["uniformity"] = uniformity(embeddings[:, 0])
+        if self.prebatch_queue is not None:
+            metrics["queue_fill"] = torch.tensor(self.prebatch_queue.fill, device=self.args.device)
+        for name, value in metrics.items():
+            if value is not None:  # accumulated on the device: no host sync per step
+                self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
+                self._metric_counts[name] = self._metric_counts.get(name, 0) + 1
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._component_sums:
-            for name, total in self._component_sums.items():
-                mean = total / self._component_counts[name]
-                logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
-            self._component_sums, self._component_counts = {}, {}
+        if "loss" in logs and self._metric_sums:
+            for name in STEP_METRICS:
+                if name in self._metric_sums:
+                    mean = self._metric_sums[name] / self._metric_counts[name]
+                    logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
+            self._metric_sums, self._metric_counts = {}, {}
         super().log(logs, start_time)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:

@@ -1,0 +1,143 @@
+"""GradCache (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup").
+
+In-batch negatives make the contrastive loss of a batch one function of all its embeddings, so a batch does not
+split into independent micro-batches: gradient accumulation over micro-batches of k sentences trains with k - 1
+negatives per query, not B - 1. GradCache keeps the whole batch's loss while holding the activations of only one
+chunk at a time:
+
+1. embed every chunk without building a graph, remembering the random state (dropout) each chunk started from;
+2. compute the contrastive loss on the detached embeddings of the whole batch, and its gradient with respect to
+   each embedding (cheap: the embeddings are a (B, S, d) tensor);
+3. for each chunk, replay its forward pass with the graph from the same random state (so dropout draws the same
+   masks and the embeddings are the ones of step 1) and back-propagate the cached embedding gradients: the
+   parameter gradients add up to those of the full-batch loss.
+
+Each chunk's pass also carries its share of the MLM loss. Peak memory is that of one chunk plus the (B, S, d)
+embeddings, whatever the batch size; the price is a second forward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+
+__all__ = ["RandomState", "grad_cache_step", "GradCacheResult"]
+
+
+class RandomState:
+    """The CPU random state and, on a CUDA device, that device's: what dropout draws from."""
+
+    def __init__(self, device: torch.device):
+        self.cpu = torch.get_rng_state()
+        self.device = device if device.type == "cuda" else None
+        self.cuda = torch.cuda.get_rng_state(device) if self.device is not None else None
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.cpu)
+        if self.device is not None:
+            torch.cuda.set_rng_state(self.cuda, self.device)
+
+
+class GradCacheResult:
+    """What one GradCache step computed, unscaled: the losses and the whole batch's detached embeddings."""
+
+    def __init__(self, loss, cl_loss, mlm_loss, embeddings, negatives_per_query):
+        self.loss = loss
+        self.cl_loss = cl_loss
+        self.mlm_loss = mlm_loss
+        self.embeddings = embeddings
+        self.negatives_per_query = negatives_per_query
+
+
+def grad_cache_step(
+    model: torch.nn.Module,
+    unwrapped: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    chunk_size: int,
+    backward,
+    loss_scale: float = 1.0,
+    negatives_kwargs: dict | None = None,
+    no_sync=None,
+    check_finite=None,
+) -> GradCacheResult:
+    """Forward and backward of one batch in chunks of ``chunk_size`` sentences, with the full batch's loss.
+
+    Args:
+        model: the model as prepared for training (possibly DDP-wrapped): the replayed passes go through it so that
+            its gradient synchronisation happens once, on the last chunk.
+        unwrapped: the bare model, with ``view_input_names``, ``embed_views``, ``compute_contrastive_loss`` and
+            a forward taking ``cached_embedding_gradients`` and ``mlm_loss_share`` (`ContrastiveForPreTraining`).
+        inputs: the batch (views ``(B, S, L)``, optional ``sentence_ids`` and MLM copy).
+        chunk_size: sentences per chunk.
+        backward: ``backward(loss)``, e.g. ``accelerator.backward``.
+        loss_scale: factor on what is back-propagated (1 / gradient accumulation steps).
+        negatives_kwargs: ``gather_across_devices``, ``extra_negatives``, ``extra_negative_ids`` for the loss.
+        no_sync: ``no_sync(model)`` context that defers gradient synchronisation (DDP); None: no deferral.
+        check_finite: called with ``{"cl_loss": ...}`` before anything is back-propagated.
+    """
+    names = [name for name in unwrapped.view_input_names if inputs.get(name) is not None]
+    batch_size = inputs[names[0]].shape[0]
+    starts = list(range(0, batch_size, chunk_size))
+    device = inputs[names[0]].device
+
+    # 1. every chunk's embeddings, without a graph; the random state each chunk started from is kept for step 3
+    states, pieces = [], []
+    with torch.no_grad():
+        for start in starts:
+            states.append(RandomState(device))
+            pieces.append(unwrapped.embed_views(**{name: inputs[name][start : start + chunk_size] for name in names}))
+    embeddings = torch.cat(pieces).detach().requires_grad_()  # (B, S, d)
+
+    # 2. the whole batch's contrastive loss and its gradient with respect to each embedding
+    cl_loss = negatives = None
+    gradients = None
+    if unwrapped.config.cl_weight > 0:
+        cl_loss, negatives = unwrapped.compute_contrastive_loss(
+            embeddings, inputs.get("sentence_ids"), **(negatives_kwargs or {})
+        )
+        if check_finite is not None:
+            check_finite({"cl_loss": cl_loss})
+        (gradients,) = torch.autograd.grad(cl_loss, embeddings)
+
+    # 3. replay each chunk with its graph and back-propagate the cached gradients (plus the chunk's MLM share)
+    labels = inputs.get("mlm_labels")
+    with_mlm = labels is not None and unwrapped.config.mlm_weight > 0
+    masked_total = max(int((labels != -100).sum()), 1) if with_mlm else 1
+    mlm_loss = None
+    for index, start in enumerate(starts):
+        end = start + chunk_size
+        chunk = {name: inputs[name][start:end] for name in names}
+        share = 1.0
+        if with_mlm:
+            for name in ("mlm_input_ids", "mlm_attention_mask", "mlm_labels"):
+                if inputs.get(name) is not None:
+                    chunk[name] = inputs[name][start:end]
+            share = int((labels[start:end] != -100).sum()) / masked_total
+        if gradients is not None:
+            chunk["cached_embedding_gradients"] = gradients[start:end]
+        last = index == len(starts) - 1
+        context = contextlib.nullcontext if last or no_sync is None else functools.partial(no_sync, model)
+        with context():
+            states[index].restore()
+            outputs = model(**chunk, mlm_loss_share=share)
+            if with_mlm and check_finite is not None:
+                check_finite({"mlm_loss": outputs.mlm_loss})
+            backward(outputs.loss * loss_scale)
+        if outputs.mlm_loss is not None:
+            mlm_loss = outputs.mlm_loss.detach() if mlm_loss is None else mlm_loss + outputs.mlm_loss.detach()
+
+    config = unwrapped.config
+    loss = 0.0
+    if cl_loss is not None:
+        loss = loss + config.cl_weight * cl_loss.detach()
+    if mlm_loss is not None:
+        loss = loss + config.mlm_weight * mlm_loss
+    return GradCacheResult(
+        loss=torch.as_tensor(loss, device=device, dtype=torch.float32),
+        cl_loss=None if cl_loss is None else cl_loss.detach(),
+        mlm_loss=mlm_loss,
+        embeddings=embeddings.detach(),
+        negatives_per_query=negatives,
+    )
