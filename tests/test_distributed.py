@@ -9,6 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.grad_cache import grad_cache_step
 
 from conftest import tiny_bert_config
 
@@ -18,12 +19,18 @@ VOCAB = 60
 SETTINGS = {
     "nt_xent": {"contrastive_loss": "nt_xent", "num_views": 2},
     "info_nce_hard": {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3},
+    # GradCache in chunks of 2 on each process, and a sentence of rank 0 repeated on rank 1 (never a negative)
+    "grad_cache_duplicates": {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True},
 }
+# sentence ids of the global batch: row 4 (on rank 1) repeats the positive of row 0 (on rank 0)
+SENTENCE_IDS = torch.arange(BATCH * 3).view(BATCH, 3)
+SENTENCE_IDS[4, 1] = SENTENCE_IDS[0, 1]
 
 
 def build(name: str) -> tuple[ContrastiveForPreTraining, torch.Tensor]:
     settings = dict(SETTINGS[name])
     num_views = settings.pop("num_views")
+    settings.pop("grad_cache", None)
     torch.manual_seed(0)
     encoder = tiny_bert_config(vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder, mlm_weight=0.0, **settings))
@@ -42,9 +49,15 @@ def worker(rank: int, port: int, output: str) -> None:
     results = {}
     for name in SETTINGS:
         model, views = build(name)
-        local = views[rank * BATCH // WORLD : (rank + 1) * BATCH // WORLD]
-        loss = model(input_ids=local, gather_across_devices=True).loss
-        loss.backward()
+        rows = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
+        if SETTINGS[name].get("grad_cache"):
+            inputs = {"input_ids": views[rows], "sentence_ids": SENTENCE_IDS[rows]}
+            backward = lambda loss: loss.backward()  # noqa: E731
+            kwargs = {"negatives_kwargs": {"gather_across_devices": True}}
+            loss = grad_cache_step(model, model, inputs, 2, backward, **kwargs).loss
+        else:
+            loss = model(input_ids=views[rows], gather_across_devices=True).loss
+            loss.backward()
         grads = gradients(model)
         for grad in grads.values():  # what DDP does: average parameter gradients over ranks
             dist.all_reduce(grad)
@@ -69,7 +82,8 @@ def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(tmp_path):
     distributed = torch.load(output)
     for name in SETTINGS:
         model, views = build(name)
-        loss = model(input_ids=views).loss
+        sentence_ids = SENTENCE_IDS if SETTINGS[name].get("grad_cache") else None
+        loss = model(input_ids=views, sentence_ids=sentence_ids).loss
         loss.backward()
         reference = gradients(model)
         torch.testing.assert_close(distributed[name]["loss"], loss.detach(), atol=1e-5, rtol=1e-5)

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from contrastive_hf.losses import alignment, cosine_logits, info_nce, nt_xent, uniformity
+from contrastive_hf.losses import alignment, cosine_logits, duplicate_mask, info_nce, nt_xent, uniformity
 
 ATOL = 1e-5
 RTOL = 1e-4
@@ -319,3 +320,65 @@ def test_float32_under_bf16_autocast(name):
         kn = torch.nn.functional.normalize(k.detach().float(), dim=-1)
         exact = (qn.double() @ kn.double().T) / 0.05
         torch.testing.assert_close(result.double(), exact, atol=1e-4, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Duplicates are never negatives
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_duplicate_mask_leaves_out_copies_of_the_query_and_its_positive_but_never_the_positive():
+    row_ids = torch.tensor([[7, 7], [8, 9], [7, 7]])  # (query, positive) sentence ids; rows 0 and 2 are one sentence
+    column_ids = torch.tensor([7, 9, 7, 9, 5])
+    mask = duplicate_mask(row_ids, column_ids, positive_columns=torch.tensor([0, 1, 2]))
+    expected = torch.tensor(
+        [
+            [False, False, True, False, False],  # column 2 is the same sentence as query 0
+            [False, False, False, True, False],  # column 3 repeats the positive of query 1
+            [True, False, False, False, False],
+        ]
+    )
+    assert torch.equal(mask, expected)
+
+
+def reference_masked_info_nce(queries, keys, temperature, excluded):
+    """-log softmax over the columns that are not excluded, written as a loop."""
+    losses = []
+    for i in range(queries.shape[0]):
+        similarities = [
+            torch.exp(F.cosine_similarity(queries[i], keys[j], dim=0) / temperature)
+            for j in range(keys.shape[0])
+            if not excluded[i][j]
+        ]
+        positive = torch.exp(F.cosine_similarity(queries[i], keys[i], dim=0) / temperature)
+        losses.append(-torch.log(positive / torch.stack(similarities).sum()))
+    return torch.stack(losses).mean()
+
+
+def test_info_nce_with_a_duplicate_mask_equals_the_loop_reference():
+    generator = torch.Generator().manual_seed(0)
+    queries, keys = torch.randn(4, 8, generator=generator), torch.randn(4, 8, generator=generator)
+    ids = torch.tensor([1, 2, 1, 3])  # sentence 0 is in the batch twice
+    mask = duplicate_mask(torch.stack([ids, ids], dim=1), ids, torch.arange(4))
+    assert mask.sum() == 2
+    got = info_nce(queries, keys, 0.1, negatives_mask=mask)
+    torch.testing.assert_close(got, reference_masked_info_nce(queries, keys, 0.1, mask.tolist()))
+    assert not torch.allclose(got, info_nce(queries, keys, 0.1))
+
+
+def test_nt_xent_with_a_duplicate_mask_drops_the_copies_views():
+    generator = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(3, 8, generator=generator), torch.randn(3, 8, generator=generator)
+    ids = torch.tensor([4, 5, 4])
+    rows = torch.cat([ids, ids])
+    positive = torch.tensor([3, 4, 5, 0, 1, 2])
+    mask = duplicate_mask(rows, rows, positive)
+    got = nt_xent(z1, z2, 0.2, negatives_mask=mask)
+    # reference: with sentence 2 (the copy of sentence 0) dropped from view 0's and view 0+N's negatives, etc.
+    z = torch.cat([z1, z2])
+    losses = []
+    for i in range(6):
+        kept = [j for j in range(6) if j != i and not mask[i, j]]
+        logits = torch.stack([F.cosine_similarity(z[i], z[j], dim=0) / 0.2 for j in kept])
+        losses.append(-F.log_softmax(logits, dim=0)[kept.index(int(positive[i]))])
+    torch.testing.assert_close(got, torch.stack(losses).mean())

@@ -282,3 +282,110 @@ def test_from_config_wraps_an_encoder_config_or_takes_a_contrastive_one():
     assert overridden.config.pooler_type == "mean" and overridden.config.temperature == 0.1
     with pytest.raises(ValueError, match="Unknown pooler_type"):
         ContrastiveModel.from_config(tiny_bert_config(vocab_size=VOCAB), pooler_type="first")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Length-sorted sub-batches: no padding computed, the same embeddings and gradients
+# ----------------------------------------------------------------------------------------------------
+
+
+def mixed_length_views(size=7, views=2, width=12):
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.randint(2, width + 1, (size, views), generator=generator)
+    lengths[0, 0] = width
+    mask = (torch.arange(width) < lengths[..., None]).long()
+    return torch.randint(5, VOCAB, (size, views, width), generator=generator) * mask, mask
+
+
+@pytest.mark.parametrize("pooler_type", ["cls", "mean", "max", "avg_first_last"])
+@pytest.mark.parametrize("sub_batch_size", [1, 3, 100])
+def test_sub_batches_give_the_padded_embeddings_and_gradients(pooler_type, sub_batch_size):
+    input_ids, attention_mask = mixed_length_views()
+    results = []
+    for size in (0, sub_batch_size):
+        torch.manual_seed(0)
+        encoder = tiny_bert_config(vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        config = ContrastiveConfig(encoder=encoder, pooler_type=pooler_type, mlm_weight=0.0, sub_batch_size=size)
+        model = ContrastiveForPreTraining(config)
+        embeddings = model.embed_views(input_ids, attention_mask)
+        embeddings.pow(2).sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+        results.append((embeddings.detach(), grads))
+    (padded, padded_grads), (grouped, grouped_grads) = results
+    assert grouped.shape == padded.shape == (7, 2, 32)
+    torch.testing.assert_close(grouped, padded, atol=1e-5, rtol=1e-5)
+    assert grouped_grads.keys() == padded_grads.keys()
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(grouped_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_sub_batches_encode_fewer_tokens(monkeypatch):
+    input_ids, attention_mask = mixed_length_views()
+    model = make_model(ContrastiveForPreTraining, pooler_type="mean", mlm_weight=0.0, sub_batch_size=4)
+    shapes = []
+    forward = model.contrastive.encoder.forward
+    model.contrastive.encoder.forward = lambda **kwargs: shapes.append(kwargs["input_ids"].shape) or forward(**kwargs)
+    model.embed_views(input_ids, attention_mask)
+    lengths = sorted(attention_mask.sum(-1).flatten().tolist(), reverse=True)
+    assert shapes == [(4, lengths[0]), (4, lengths[4]), (4, lengths[8]), (2, lengths[12])]
+
+
+def test_left_padded_inputs_take_the_single_padded_pass():
+    input_ids, attention_mask = mixed_length_views()
+    left_mask, left_ids = attention_mask.flip(-1), input_ids.flip(-1)
+    model = make_model(ContrastiveForPreTraining, pooler_type="mean", mlm_weight=0.0, sub_batch_size=2).eval()
+    padded = model.embed_views(left_ids, left_mask)
+    model.config.sub_batch_size = 0
+    torch.testing.assert_close(model.embed_views(left_ids, left_mask), padded)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Duplicate sentences are never negatives
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("contrastive_loss", ["nt_xent", "info_nce"])
+def test_a_sentence_twice_in_the_batch_is_not_its_own_negative(tokenizer, contrastive_loss):
+    from contrastive_hf.collators import ContrastiveDataCollator
+
+    sentences = ["the cat sat on the mat", "a man plays a guitar", "the cat sat on the mat", "rain fell all day"]
+    collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, seed=0)
+    inputs = collator([{"text": sentence} for sentence in sentences])
+    assert inputs["sentence_ids"][0, 0] == inputs["sentence_ids"][2, 1] != inputs["sentence_ids"][1, 0]
+    torch.manual_seed(0)
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(
+            encoder=tiny_bert_config(vocab_size=len(tokenizer), hidden_dropout_prob=0.0),
+            contrastive_loss=contrastive_loss,
+            mlm_weight=0.0,
+        )
+    )
+    masked = model(**inputs)
+    unmasked = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    if contrastive_loss == "info_nce":  # 3 negatives each; sentences 0 and 2 lose their copy
+        assert masked.negatives_per_query.item() == pytest.approx((2 + 3 + 2 + 3) / 4)
+        assert unmasked.negatives_per_query.item() == 3
+    else:  # 2N - 2 = 6 negatives per view; the copies' views lose two (both views of the copy)
+        assert masked.negatives_per_query.item() == pytest.approx((4 + 6 + 4 + 6) / 4)
+        assert unmasked.negatives_per_query.item() == 6
+    # with dropout off the two copies embed identically, so the unmasked loss has a positive among its "negatives"
+    assert masked.cl_loss < unmasked.cl_loss
+
+
+def test_queued_copies_of_a_sentence_are_not_its_negatives():
+    model = make_model(ContrastiveForPreTraining, contrastive_loss="info_nce", mlm_weight=0.0).eval()
+    input_ids, attention_mask = mixed_length_views(size=3)
+    sentence_ids = torch.tensor([[10, 10], [11, 11], [12, 12]])
+    queue = torch.randn(4, 32)
+    with_ids = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        sentence_ids=sentence_ids,
+        extra_negatives=queue,
+        extra_negative_ids=torch.tensor([11, 50, 51, 52]),  # the first queued key is sentence 1 again
+    )
+    assert with_ids.negatives_per_query.item() == pytest.approx((6 + 5 + 6) / 3)
+    without_ids = model(
+        input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids, extra_negatives=queue
+    )
+    assert without_ids.negatives_per_query.item() == 6  # unknown ids: nothing in the queue is left out

@@ -135,7 +135,7 @@ def _train(tokenizer, output_dir, resume_from_checkpoint=None):
         save_strategy="steps",
         save_steps=4,  # one checkpoint, after the first step of epoch 1
         learning_rate=1e-3,
-        logging_steps=100,
+        logging_steps=1,
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
@@ -145,16 +145,20 @@ def _train(tokenizer, output_dir, resume_from_checkpoint=None):
         model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    return collator.batches, {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
+    weights = {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
+    logged = {entry["step"]: entry for entry in trainer.state.log_history if "loss" in entry}
+    return collator.batches, weights, logged
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_resumed_training_sees_the_same_views_and_epochs_differ(tokenizer, tmp_path):
     add_del_token(tokenizer)
-    full, full_weights = _train(tokenizer, tmp_path)
+    full, full_weights, full_logs = _train(tokenizer, tmp_path)
     assert [batch[0] for batch in full] == [0, 0, 0, 1, 1, 1]
 
-    resumed, resumed_weights = _train(tokenizer, tmp_path, resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    resumed, resumed_weights, resumed_logs = _train(
+        tokenizer, tmp_path, resume_from_checkpoint=str(tmp_path / "checkpoint-4")
+    )
     # the resumed run builds exactly the batches the uninterrupted run built after its 4th step
     assert len(resumed) == 2
     for (epoch, indices, views, mlm), (epoch_r, indices_r, views_r, mlm_r) in zip(full[4:], resumed, strict=True):
@@ -164,6 +168,11 @@ def test_resumed_training_sees_the_same_views_and_epochs_differ(tokenizer, tmp_p
         assert torch.equal(mlm, mlm_r)
     for name, value in full_weights.items():
         torch.testing.assert_close(resumed_weights[name], value, rtol=0, atol=1e-6, msg=name)
+    # and it logs the losses the uninterrupted run logged at steps 5 and 6
+    assert sorted(resumed_logs) == [1, 2, 3, 4, 5, 6]  # steps 1-4 come with the checkpoint
+    for step in (5, 6):
+        for key in ("loss", "mlm_loss", "cl_loss", "alignment", "uniformity", "grad_norm"):
+            assert resumed_logs[step][key] == full_logs[step][key], (step, key)
 
     # each example's views in epoch 0 differ from its views in epoch 1
     def views_by_example(epoch):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModel
@@ -7,10 +8,10 @@ from transformers import AutoModel
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.augmentations import add_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.trainer import STEP_METRICS, ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
 
-from conftest import tiny_bert_config
+from conftest import REPO_ROOT, tiny_bert_config
 
 SENTENCES = [
     "the cat sat on the mat",
@@ -24,13 +25,25 @@ SENTENCES = [
 ] * 4
 
 
-def make_trainer(tokenizer, tmp_path, augmentation="del_word", mlm_weight=1.0, max_steps=4):
+def make_trainer(
+    tokenizer,
+    tmp_path,
+    augmentation="del_word",
+    mlm_weight=1.0,
+    max_steps=4,
+    contrastive_loss="nt_xent",
+    sentences=SENTENCES,
+    **extra,
+):
     add_del_token(tokenizer)
     config = ContrastiveConfig(
-        encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="cls", mlm_weight=mlm_weight
+        encoder=tiny_bert_config(vocab_size=len(tokenizer)),
+        pooler_type="cls",
+        mlm_weight=mlm_weight,
+        contrastive_loss=contrastive_loss,
     )
     model = ContrastiveForPreTraining(config)
-    dataset = Dataset.from_dict({"text": SENTENCES})
+    dataset = Dataset.from_dict({"text": sentences})
     args = ContrastiveTrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
@@ -41,6 +54,7 @@ def make_trainer(tokenizer, tmp_path, augmentation="del_word", mlm_weight=1.0, m
         save_strategy="no",
         disable_tqdm=True,
         use_cpu=True,
+        **extra,
     )
     collator = ContrastiveDataCollator(tokenizer, augmentation=augmentation, mlm=mlm_weight > 0, max_length=16, seed=0)
     return ContrastiveTrainer(
@@ -80,3 +94,36 @@ def test_saved_model_reproduces_the_embeddings_at_the_end_of_training(tokenizer,
     with torch.no_grad():
         pooler_output = reloaded(**batch).pooler_output
     torch.testing.assert_close(pooler_output, trained, atol=1e-5, rtol=1e-5)
+
+
+def test_every_step_metric_is_logged(tokenizer, tmp_path):
+    distinct = (REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()[:32]
+    trainer = make_trainer(
+        tokenizer, tmp_path, "dropout", contrastive_loss="info_nce", sentences=distinct, prebatch_size=1
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    for entry in logged:
+        for name in STEP_METRICS:
+            assert name in entry, name
+        assert 0.0 <= entry["alignment"] <= 4.0 and entry["uniformity"] <= 0.0
+    # step 1: 7 in-batch negatives and an empty queue; from step 2 on, the previous batch's 8 keys too
+    assert logged[0]["negatives_per_query"] == pytest.approx((7 + 15) / 2)
+    assert logged[0]["queue_fill"] == pytest.approx((0 + 1) / 2)
+    assert logged[1]["negatives_per_query"] == pytest.approx(15) and logged[1]["queue_fill"] == 1.0
+
+
+def test_a_nan_loss_stops_training_naming_the_step_and_the_part(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path)
+    model = trainer.model
+    compute = model.compute_mlm_loss
+    calls = []
+
+    def failing_mlm_loss(*args, **kwargs):
+        calls.append(1)
+        loss = compute(*args, **kwargs)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    model.compute_mlm_loss = failing_mlm_loss
+    with pytest.raises(FloatingPointError, match=r"step 3 .*mlm_loss"):
+        trainer.train()

@@ -145,10 +145,6 @@ class ContrastiveTrainer(Trainer):
     def _after_step(self, outputs, inputs) -> None:
         """Push this batch's keys into the pre-batch queue and record the step's metrics (on the device)."""
         embeddings = outputs.embeddings
-        ids = inputs.get("sentence_ids")
-        if self.prebatch_queue is not None and embeddings is not None:
-            # this batch's keys are the next batches' negatives
-            self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
         metrics = {name: getattr(outputs, name, None) for name in LOSS_COMPONENTS}
         metrics["negatives_per_query"] = getattr(outputs, "negatives_per_query", None)
         if embeddings is not None and embeddings.dim() == 3 and embeddings.shape[1] >= 2:
@@ -156,7 +152,10 @@ class ContrastiveTrainer(Trainer):
             if embeddings.shape[0] >= 2:
                 metrics["uniformity"] = uniformity(embeddings[:, 0])
         if self.prebatch_queue is not None:
-            metrics["queue_fill"] = torch.tensor(self.prebatch_queue.fill, device=self.args.device)
+            metrics["queue_fill"] = torch.tensor(self.prebatch_queue.fill, device=self.args.device)  # as used
+            if embeddings is not None:  # this batch's keys are the next batches' negatives
+                ids = inputs.get("sentence_ids")
+                self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
         for name, value in metrics.items():
             if value is not None:  # accumulated on the device: no host sync per step
                 self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
