@@ -1,0 +1,297 @@
+#!/usr/bin/env python
+"""DPR dual encoders: train a question encoder and a passage encoder on (question, positive passage[, hard
+negative]) pairs with in-batch negatives, optional hard negatives and DensePhrases' pre-batch negatives
+(``--prebatch_size``), then score retrieval (recall@k, MRR) on held-out pairs.
+
+Runs as ``python examples/run_dpr.py ...`` or ``accelerate launch examples/run_dpr.py ...``; flags or a single JSON
+file. Every TrainingArguments flag works. Offline, on NLI triples (premise -> entailment as question -> passage, the
+contradiction as hard negative), from all-MiniLM-L6-v2:
+
+    python examples/run_dpr.py --model_name_or_path path/to/all-MiniLM-L6-v2 \
+        --train_file ../shared/data/nli/snli_triples.csv \
+        --query_column sent0 --positive_column sent1 --hard_negative_column hard_neg \
+        --pooler_type mean --similarity cosine --eval_size 500 --evaluate_before_training \
+        --max_steps 100 --per_device_train_batch_size 32 --learning_rate 2e-5 --output_dir outputs/dpr-snli
+
+Natural Questions from the Hub (question, Wikipedia passage pairs):
+
+    accelerate launch examples/run_dpr.py --model_name_or_path bert-base-uncased \
+        --dataset_name sentence-transformers/natural-questions --query_column query --positive_column answer \
+        --eval_size 2000 --per_device_train_batch_size 128 --learning_rate 2e-5 --num_train_epochs 40 \
+        --prebatch_size 2 --bf16 --output_dir outputs/dpr-nq
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import transformers
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+
+from contrastive_hf.configuration_dual_encoder import DualEncoderConfig
+from contrastive_hf.data import load_corpus
+from contrastive_hf.dual_encoder_data import (
+    QueryPassageCollator,
+    drop_incomplete_rows,
+    resolve_query_passage_columns,
+    tokenize_query_passage_pairs,
+)
+from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
+from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A pretrained encoder both towers start from (DPR starts from BERT), or a dual encoder checkpoint "
+            "to continue training; unset to train from --config_name."
+        },
+    )
+    passage_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A different pretrained encoder for the passage tower."}
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Encoder config for training from scratch."})
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+    share_encoders: bool = field(
+        default=False, metadata={"help": "One encoder for questions and passages (DPR trains two)."}
+    )
+    pooler_type: str = field(
+        default="cls_before_pooler",
+        metadata={"help": "cls_before_pooler (DPR: the [CLS] state), mean (for sentence-transformers models), ..."},
+    )
+    similarity: str | None = field(
+        default=None, metadata={"help": "dot (DPR, the default for a new model) or cosine."}
+    )
+    temperature: float | None = field(
+        default=None, metadata={"help": "Scores are divided by it; default 1.0 for dot, 0.05 for cosine."}
+    )
+    projection_dim: int | None = field(
+        default=None, metadata={"help": "A linear layer to this size on each tower's vector (none when unset)."}
+    )
+
+
+@dataclass
+class DataArguments:
+    train_file: str | None = field(default=None, metadata={"help": "A .csv or .json(l) file of pairs or triples."})
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset of pairs or triples."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    dataset_split: str = field(default="train", metadata={"help": "The split to train on (and hold pairs out of)."})
+    query_column: str | None = field(
+        default=None, metadata={"help": "The question column (default: query, question, anchor or sent0)."}
+    )
+    positive_column: str | None = field(
+        default=None,
+        metadata={"help": "The positive passage column (default: positive, positive_passage, passage, answer, sent1)"},
+    )
+    hard_negative_column: str | None = field(
+        default=None,
+        metadata={"help": "The hard negative column (default: hard_negative, negative_passage, negative, hard_neg)."},
+    )
+    no_hard_negatives: bool = field(default=False, metadata={"help": "Ignore any hard negative column."})
+    max_query_length: int = field(default=64, metadata={"help": "Most tokens per question."})
+    max_passage_length: int = field(default=256, metadata={"help": "Most tokens per passage (DPR: 256)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on at most this many pairs."})
+    eval_size: int = field(
+        default=1000,
+        metadata={
+            "help": "Pairs held out (after a seeded shuffle) for the retrieval evaluation: their questions are "
+            "searched among all their passages. 0: no evaluation."
+        },
+    )
+    eval_hard_negatives: bool = field(
+        default=True, metadata={"help": "Add the held-out pairs' hard negatives to the searched collection."}
+    )
+    retrieval_k: str = field(default="1,5,20,100", metadata={"help": "The k of recall@k, comma-separated."})
+    evaluate_before_training: bool = field(
+        default=False, metadata={"help": "Also score retrieval before training (eval_before_* metrics)."}
+    )
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
+    """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config."""
+    loss_overrides = {
+        name: value
+        for name, value in (("similarity", model_args.similarity), ("temperature", model_args.temperature))
+        if value is not None
+    }
+    if model_args.model_name_or_path:
+        source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
+        if source.model_type == DualEncoderConfig.model_type:
+            logger.info("Continuing to train the dual encoder %s.", model_args.model_name_or_path)
+            return DualEncoderModel.from_pretrained(model_args.model_name_or_path, **loss_overrides)
+        return DualEncoderModel.from_encoder_pretrained(
+            model_args.model_name_or_path,
+            model_args.passage_model_name_or_path,
+            share_encoders=model_args.share_encoders,
+            pooler_type=model_args.pooler_type,
+            projection_dim=model_args.projection_dim,
+            **loss_overrides,
+        )
+    if not model_args.config_name:
+        raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
+    if model_args.passage_model_name_or_path:
+        raise ValueError("--passage_model_name_or_path needs --model_name_or_path for the query tower.")
+    encoder_config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
+    encoder_config.vocab_size = len(tokenizer)
+    encoder_config.pad_token_id = tokenizer.pad_token_id
+    config = DualEncoderConfig(
+        query_encoder=encoder_config,
+        share_encoders=model_args.share_encoders,
+        pooler_type=model_args.pooler_type,
+        projection_dim=model_args.projection_dim,
+        **loss_overrides,
+    )
+    logger.info("Training a %s dual encoder from scratch.", encoder_config.model_type)
+    return DualEncoderModel(config)
+
+
+def parse_k_values(text: str) -> list[int]:
+    try:
+        values = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError as error:
+        raise ValueError(f"--retrieval_k must be comma-separated integers, got {text!r}.") from error
+    if not values or values[0] < 1:
+        raise ValueError(f"--retrieval_k needs positive integers, got {text!r}.")
+    return values
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    logging.getLogger("contrastive_hf").setLevel(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    set_seed(training_args.seed)
+    k_values = parse_k_values(data_args.retrieval_k)
+    if data_args.eval_size < 0:
+        raise ValueError(f"--eval_size must be >= 0, got {data_args.eval_size}.")
+
+    tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
+    if tokenizer_name is None:
+        raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
+    model = build_model(model_args, tokenizer)
+
+    with training_args.main_process_first(desc="loading and tokenizing the pairs"):
+        pairs = load_corpus(
+            data_args.train_file,
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            split=data_args.dataset_split,
+            cache_dir=model_args.cache_dir,
+        )
+        columns = resolve_query_passage_columns(
+            pairs.column_names,
+            data_args.query_column,
+            data_args.positive_column,
+            data_args.hard_negative_column,
+            use_hard_negatives=not data_args.no_hard_negatives,
+        )
+        logger.info("Questions from %r, positive passages from %r, hard negatives from %r.", *columns)
+        pairs = drop_incomplete_rows(pairs, columns, data_args.preprocessing_num_workers)
+        if data_args.eval_size >= len(pairs):
+            raise ValueError(
+                f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
+            )
+        pairs = pairs.shuffle(seed=training_args.seed)
+        held_out = pairs.select(range(data_args.eval_size))
+        train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
+        if data_args.max_train_samples is not None:
+            train_pairs = train_pairs.select(range(min(data_args.max_train_samples, len(train_pairs))))
+        train_dataset = tokenize_query_passage_pairs(
+            train_pairs,
+            tokenizer,
+            columns,
+            max_query_length=data_args.max_query_length,
+            max_passage_length=data_args.max_passage_length,
+            num_proc=data_args.preprocessing_num_workers,
+        )
+
+    retrieval = None
+    if data_args.eval_size:
+        query_column, positive_column, negative_column = columns
+        distractors = held_out[negative_column] if negative_column and data_args.eval_hard_negatives else ()
+        retrieval = build_retrieval_data(
+            held_out[query_column], held_out[positive_column], distractors, name="held_out"
+        )
+        logger.info(
+            "Retrieval evaluation: %d held-out questions against %d passages.",
+            len(retrieval.queries),
+            len(retrieval.passages),
+        )
+
+    def score() -> dict[str, float]:
+        return evaluate_retrieval(
+            trainer.model,
+            retrieval,
+            tokenizer,
+            k_values=k_values,
+            batch_size=training_args.per_device_eval_batch_size,
+            query_max_length=data_args.max_query_length,
+            passage_max_length=data_args.max_passage_length,
+        )
+
+    trainer = ContrastiveTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        data_collator=QueryPassageCollator(
+            tokenizer,
+            max_query_length=data_args.max_query_length,
+            max_passage_length=data_args.max_passage_length,
+        ),
+        processing_class=tokenizer,
+    )
+    eval_metrics = {}
+    if retrieval is not None and data_args.evaluate_before_training and trainer.is_world_process_zero():
+        eval_metrics.update({f"eval_before_{key}": value for key, value in score().items()})
+        trainer.log_metrics("eval_before", {key[len("eval_before_") :]: v for key, v in eval_metrics.items()})
+
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    metrics = train_result.metrics
+    metrics["train_pairs"] = len(train_dataset)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    if retrieval is not None and trainer.is_world_process_zero():
+        after = score()
+        trainer.log_metrics("eval", after)
+        eval_metrics.update({f"eval_{key}": value for key, value in after.items()})
+        trainer.save_metrics("eval", eval_metrics)
+    if trainer.is_world_process_zero():
+        print(
+            f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
+            "    import contrastive_hf.modeling_dual_encoder  # registers dual_encoder with the Auto classes\n"
+            "    from transformers import AutoModel, AutoTokenizer\n"
+            f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
+            f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
+            "    questions = model.encode_queries(['who wrote hamlet?'], tokenizer=tokenizer)\n"
+            "    passages = model.encode_passages(['Hamlet is a tragedy by Shakespeare.'], tokenizer=tokenizer)\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

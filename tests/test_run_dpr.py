@@ -1,0 +1,144 @@
+"""End to end: examples/run_dpr.py on SNLI-derived question/passage pairs, from raw CSV to a trained, evaluated,
+saved and reloadable dual encoder; the --dataset_name path with column flags; errors that name the fix."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import runpy
+import subprocess
+import sys
+
+import pytest
+from datasets import load_dataset
+from transformers import AutoModel, AutoTokenizer
+
+from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
+from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+
+from conftest import SHARED_DATA, tiny_bert_config
+
+PAIRS = 300
+HELD_OUT = 100
+
+
+def write_snli_sample(path, rows=PAIRS, names=("sent0", "sent1", "hard_neg")):
+    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+        sample = list(csv.DictReader(handle))[:rows]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(names)
+        writer.writerows([row["sent0"], row["sent1"], row["hard_neg"]][: len(names)] for row in sample)
+
+
+def arguments(repo_root, tmp_path, *extra, data=()):
+    """run_dpr.py's command line after the script: a tiny BERT from scratch, 4 steps of batch 16."""
+    encoder_config = tmp_path / "encoder.json"
+    config = tiny_bert_config().to_dict()
+    config["model_type"] = "bert"
+    encoder_config.write_text(json.dumps(config))
+    return [
+        "--config_name", str(encoder_config),
+        "--tokenizer_name", str(repo_root / "examples" / "demo" / "tokenizer"),
+        *data,
+        "--max_query_length", "32",
+        "--max_passage_length", "32",
+        "--max_steps", "4",
+        "--logging_steps", "1",
+        "--per_device_train_batch_size", "16",
+        "--learning_rate", "1e-3",
+        "--report_to", "none",
+        "--save_strategy", "no",
+        "--use_cpu", "true",
+        "--output_dir", str(tmp_path / "out"),
+        *extra,
+    ]  # fmt: skip
+
+
+def run_dpr_in_process(repo_root, tmp_path, *extra, data=()):
+    """The script's main() in this process (no second interpreter start-up): the same code path as the CLI."""
+    argv = [str(repo_root / "examples" / "run_dpr.py"), *arguments(repo_root, tmp_path, *extra, data=data)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", argv)
+        runpy.run_path(argv[0], run_name="__main__")
+    return tmp_path / "out"
+
+
+def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(repo_root, tmp_path):
+    pairs = tmp_path / "snli.csv"
+    write_snli_sample(pairs)
+    command = [
+        sys.executable,
+        str(repo_root / "examples" / "run_dpr.py"),
+        *arguments(
+            repo_root,
+            tmp_path,
+            "--eval_size", str(HELD_OUT),
+            "--evaluate_before_training",
+            "--prebatch_size", "2",
+            "--retrieval_k", "1,10",
+            data=("--train_file", str(pairs)),
+        ),
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "AutoModel.from_pretrained(" in result.stdout  # the printed loading lines
+    output_dir = tmp_path / "out"
+
+    metrics = json.loads((output_dir / "eval_results.json").read_text())
+    for prefix in ("eval_before_", "eval_"):
+        assert 0.0 <= metrics[prefix + "recall@1"] <= metrics[prefix + "recall@10"] <= 1.0
+        assert 0.0 < metrics[prefix + "mrr"] <= 1.0
+        assert metrics[prefix + "queries"] == HELD_OUT
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    negatives = [entry["negatives_per_query"] for entry in history if "negatives_per_query" in entry]
+    assert len(negatives) == 4 and negatives[0] <= 31 and negatives[-1] > negatives[0] + 16  # the queue fills
+    assert json.loads((output_dir / "train_results.json").read_text())["train_pairs"] == PAIRS - HELD_OUT
+
+    # the saved checkpoint is the model that was scored: the held-out slice is the first rows after a seeded shuffle
+    model = AutoModel.from_pretrained(output_dir).eval()
+    assert isinstance(model, DualEncoderModel) and not model.config.share_encoders
+    held_out = load_dataset("csv", data_files=str(pairs), split="train").shuffle(seed=42).select(range(HELD_OUT))
+    task = build_retrieval_data(held_out["sent0"], held_out["sent1"], held_out["hard_neg"])
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    again = evaluate_retrieval(model, task, tokenizer, k_values=(1, 10), query_max_length=32, passage_max_length=32)
+    for key in ("recall@1", "recall@10", "mrr", "passages"):
+        assert again[key] == pytest.approx(metrics["eval_" + key], abs=1e-6)
+
+
+def test_dataset_name_with_column_flags_shared_encoders_and_pairs_only(repo_root, tmp_path):
+    folder = tmp_path / "qa_pairs"
+    folder.mkdir()
+    write_snli_sample(folder / "train.csv", rows=120, names=("question", "answer"))
+    output_dir = run_dpr_in_process(
+        repo_root,
+        tmp_path,
+        "--query_column", "question",
+        "--positive_column", "answer",
+        "--share_encoders",
+        "--similarity", "cosine",
+        "--pooler_type", "mean",
+        "--eval_size", "40",
+        data=("--dataset_name", str(folder)),
+    )  # fmt: skip
+    model = AutoModel.from_pretrained(output_dir)
+    assert model.config.share_encoders and model.passage_encoder is None and model.config.temperature == 0.05
+    metrics = json.loads((output_dir / "eval_results.json").read_text())
+    assert metrics["eval_passages"] == 40 and "eval_before_mrr" not in metrics  # pairs only: no distractors
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (("--query_column", "title"), "--query_column 'title' is not a column"),
+        (("--eval_size", "300"), "leaves nothing to train on"),
+    ],
+)
+def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, flags, message):
+    pairs = tmp_path / "snli.csv"
+    write_snli_sample(pairs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_dpr_in_process(repo_root, tmp_path, *flags, data=("--train_file", str(pairs)))
