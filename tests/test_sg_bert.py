@@ -18,7 +18,7 @@ from transformers import AutoModel, AutoTokenizer, BertModel
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
-from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.evaluation import STSData, evaluate_sts, read_stsbenchmark
 from contrastive_hf.sg_bert import (
     HEAD_FILE,
     SelfGuidedCollator,
@@ -299,6 +299,21 @@ def test_the_frozen_copy_gets_no_gradient_and_stays_in_eval_mode(tokenizer):
     assert all(p.grad is not None for p in model.projection.parameters())
 
 
+def test_from_encoder_pretrained_starts_from_a_plain_encoder_or_continues_a_contrastive_checkpoint(
+    tokenizer, tmp_path
+):
+    BertModel(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "bert")
+    tiny_tuned(tokenizer, num_hidden_layers=3).save_pretrained(tmp_path / "contrastive")
+    for folder, layers in (("bert", 2), ("contrastive", 3)):
+        model = SelfGuidedModel.from_encoder_pretrained(tmp_path / folder, loss="opt1", projection_hidden_size=8)
+        assert model.config.pooler_type == "cls_before_pooler" and model.config.projection_type == "none"
+        assert model.self_guided_config.loss == "opt1"
+        frozen = dict(model.frozen_encoder.named_parameters())
+        assert all(torch.equal(p, frozen[name]) for name, p in model.contrastive.encoder.named_parameters())
+        batch = SelfGuidedCollator(tokenizer)([{"text": s} for s in SENTENCES[:3]])
+        assert model.layer_views(**batch).shape == (3, layers + 1, 32)
+
+
 def test_bad_settings_are_clear_errors(tokenizer):
     with pytest.raises(ValueError, match="choose one of base, opt1, opt2, opt3"):
         SelfGuidedConfig(loss="opt4")
@@ -358,6 +373,10 @@ def test_training_moves_bert_t_but_not_bert_f_nor_layer_0(tokenizer, tmp_path):
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 3 and all(entry["cl_loss"] > 0 for entry in logged)
     assert logged[0]["regularization_loss"] == 0 and logged[-1]["regularization_loss"] > 0  # BERT_T drifts
+    pairs = STSData(SENTENCES[:4], SENTENCES[4:], [0.0, 1.0, 2.0, 3.0])
+    metrics = trainer.evaluate(pairs)  # STS during training scores BERT_T's embeddings
+    expected = evaluate_sts(model.contrastive, pairs, tokenizer=tokenizer)["spearman"]
+    assert metrics["eval_spearman"] == pytest.approx(expected)
 
 
 def test_saved_model_is_bert_t_alone_and_checkpoints_resume_exactly(tokenizer, tmp_path):

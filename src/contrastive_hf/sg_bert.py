@@ -26,13 +26,17 @@ into the space of the loss, with :math:`\phi(u, v) = \exp(\cos(f(u), f(v)) / \ta
   :math:`L^{opt3}_{i,k} = -\log \frac{\phi(c_i, h_{i,k})}{\phi(c_i, h_{i,k}) + \sum_{m \ne i}\sum_{n=0}^{l}
   \phi(c_i, h_{m,n})}`, and :math:`L^{opt} = \frac{1}{b(l+1)}\sum_i\sum_k L^{opt3}_{i,k} + \lambda L^{reg}`.
 
-Every objective adds :math:`\lambda L^{reg}`. Our reading of the paper where it leaves room, checked against the
-authors' released code: f is applied to both :math:`c` and :math:`h`; the sampler draws one layer per sentence;
-:math:`L^{reg}` sums over the parameters of the encoder (not of f). With several processes the views of every
-process are gathered (as `ContrastiveForPreTraining` does), so each sentence's negatives are the global batch.
+Every objective adds :math:`\lambda L^{reg}`. Which reading this implements: the formulas above are written from
+the paper's §3.1-3.2 as we read them, and each was checked against the authors' released code (galsang/SG-BERT,
+``loss.py``: the same positives and denominators for base, opt1, opt2 and opt3). Where the paper leaves room we
+follow that code: f is applied to both :math:`c` and :math:`h`; the sampler draws one layer per sentence (uniform
+over 0..l); :math:`L^{reg}` sums over the encoder's parameters (not f's); every loss is a mean over its anchors.
+With several processes the views of every process are gathered (as `ContrastiveForPreTraining` does), so each
+sentence's negatives are the global batch.
 
-Defaults are the paper's Table 8: tau = 0.01, lambda = 0.1, max pooling, uniform sampler, learning rate 5e-5,
-batch 16, AdamW betas (0.9, 0.9), 10% warm-up (`SelfGuidedTrainingArguments`). After training only BERT_T is kept:
+Defaults are the paper's Table 8 (tau = 0.01, lambda = 0.1, max pooling, uniform sampler, learning rate 5e-5,
+batch 16, AdamW betas (0.9, 0.9)) and its released code (10% linear warm-up, no weight decay); the optimisation ones
+live in `SelfGuidedTrainingArguments`. After training only BERT_T is kept:
 `SelfGuidedTrainer` saves it as a plain `ContrastiveModel` checkpoint (pooler ``cls_before_pooler``, no projection),
 which loads with ``AutoModel.from_pretrained`` and embeds with its [CLS].
 
@@ -424,7 +428,8 @@ class SelfGuidedModel(nn.Module):
             for layer in self.projection.layers:
                 layer.weight.normal_(mean=0.0, std=std)
                 layer.bias.zero_()
-        self.projection.to(next(contrastive.parameters()).dtype)
+        reference = next(contrastive.parameters())
+        self.projection.to(device=reference.device, dtype=reference.dtype)
 
     @classmethod
     def from_encoder_pretrained(
