@@ -1,0 +1,256 @@
+#!/usr/bin/env python
+"""Multitask fine-tuning of a sentence encoder on SST-2 (sentiment), MRPC (paraphrase) and STS-B (similarity).
+
+One shared encoder, one head per task (`contrastive_hf.multitask`), the tasks' batches interleaved by
+``--task_schedule`` and, with ``--pcgrad``, their gradients combined by PCGrad. ``--model_name_or_path`` is a plain
+pretrained encoder, or a contrastive_hf checkpoint (the output of run_clear.py or run_simcse.py: "contrastive
+learning, then multitask"), or a multitask checkpoint of this script to continue from.
+
+Data in SentEval's layouts (the folder of each task; give the tasks to train on):
+
+    python examples/run_multitask.py --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \
+        --sst_dir SentEval/data/downstream/SST/binary --mrpc_dir SentEval/data/downstream/MRPC \
+        --stsb_dir SentEval/data/downstream/STS/STSBenchmark --task_schedule super_batch --pcgrad \
+        --output_dir outputs/multitask
+
+Dev sets: SST-2's and STS-B's own; MRPC has none in SentEval's layout, so ``--mrpc_dev_fraction`` of its training
+pairs (10%, the size of GLUE's MRPC dev set) are held out, with a fixed ``--split_seed``. ``--evaluate_test`` also
+scores the test sets. The output folder holds the multitask model (`MultitaskModel.from_pretrained`) and, in
+``sentence_encoder/``, the encoder alone as a contrastive_hf checkpoint (`AutoModel`, sentence-transformers).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+from transformers import AutoModel, AutoTokenizer, HfArgumentParser, set_seed
+
+from contrastive_hf import ContrastiveConfig
+from contrastive_hf.evaluation.sts import read_stsbenchmark
+from contrastive_hf.evaluation.transfer import read_mrpc, read_sst2
+from contrastive_hf.multitask import (
+    MultitaskCollator,
+    MultitaskConfig,
+    MultitaskModel,
+    TaskSpec,
+    checkpoint_model_type,
+    task_dataset,
+)
+from contrastive_hf.multitask_trainer import MultitaskTrainer, MultitaskTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+ENCODER_DIR = "sentence_encoder"
+STSB_SCALE = 5.0  # STS-B's 0-5 scores are divided by 5, so that a cosine head can reach them (SBERT's recipe)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        metadata={
+            "help": "A pretrained encoder (Hub id or folder), a contrastive_hf checkpoint (run_clear.py, "
+            "run_simcse.py output) or a multitask checkpoint of this script to continue from."
+        },
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's own."})
+    pooler_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pooler of a plain encoder: cls, cls_before_pooler, mean, max, avg_first_last, avg_top2 "
+            "(default mean). A contrastive_hf checkpoint keeps its own unless this is given."
+        },
+    )
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the heads' linear layers (default: the encoder's)."}
+    )
+    mrpc_head: str = field(
+        default="uv_absdiff", metadata={"help": "MRPC's pair features: concat, uv_absdiff or uv_absdiff_product."}
+    )
+    stsb_head: str = field(
+        default="cosine",
+        metadata={"help": "STS-B's head: cosine (cos(u, v), no parameters) or a pair-feature head (uv_absdiff...)."},
+    )
+    sst_weight: float = field(default=1.0, metadata={"help": "Weight of the SST-2 loss."})
+    mrpc_weight: float = field(default=1.0, metadata={"help": "Weight of the MRPC loss."})
+    stsb_weight: float = field(default=1.0, metadata={"help": "Weight of the STS-B loss."})
+
+
+@dataclass
+class DataArguments:
+    sst_dir: str | None = field(
+        default=None, metadata={"help": "SST-2 folder (SentEval SST/binary: sentiment-train, -dev, -test)."}
+    )
+    mrpc_dir: str | None = field(
+        default=None, metadata={"help": "MRPC folder (msr_paraphrase_train.txt, msr_paraphrase_test.txt)."}
+    )
+    stsb_dir: str | None = field(
+        default=None, metadata={"help": "STS Benchmark folder (sts-train.csv, sts-dev.csv, sts-test.csv)."}
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N training examples of each task (quick runs)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N examples of each task's dev (and test) set."}
+    )
+    mrpc_dev_fraction: float = field(
+        default=0.1, metadata={"help": "Share of MRPC's training pairs held out as its dev set."}
+    )
+    split_seed: int = field(default=42, metadata={"help": "Seed of the MRPC dev split (independent of --seed)."})
+    evaluate_test: bool = field(default=False, metadata={"help": "Also score the test sets at the end."})
+
+
+def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
+    """``{task: dataset}`` for train, dev and test, for the tasks whose folder is given."""
+    train, dev, test = {}, {}, {}
+    if data_args.sst_dir:
+        splits = read_sst2(data_args.sst_dir)
+        train["sst"], dev["sst"], test["sst"] = (task_dataset(splits[name]) for name in ("train", "dev", "test"))
+    if data_args.mrpc_dir:
+        if not 0 < data_args.mrpc_dev_fraction < 1:
+            raise ValueError(f"--mrpc_dev_fraction must be in (0, 1), got {data_args.mrpc_dev_fraction}.")
+        splits = read_mrpc(data_args.mrpc_dir)
+        held_out = task_dataset(splits["train"]).train_test_split(
+            test_size=data_args.mrpc_dev_fraction, seed=data_args.split_seed
+        )
+        train["mrpc"], dev["mrpc"], test["mrpc"] = held_out["train"], held_out["test"], task_dataset(splits["test"])
+    if data_args.stsb_dir:
+        train["stsb"], dev["stsb"], test["stsb"] = (
+            task_dataset(read_stsbenchmark(data_args.stsb_dir, split), normalize_scores=STSB_SCALE)
+            for split in ("train", "dev", "test")
+        )
+    if not train:
+        raise ValueError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir.")
+    for splits, limit in ((train, data_args.max_train_samples), (dev, data_args.max_eval_samples)):
+        for name, dataset in splits.items():
+            if limit is not None:
+                splits[name] = dataset.select(range(min(limit, len(dataset))))
+    if data_args.max_eval_samples is not None:
+        test = {
+            name: dataset.select(range(min(data_args.max_eval_samples, len(dataset))))
+            for name, dataset in test.items()
+        }
+    return train, dev, test
+
+
+def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
+    specs = {
+        "sst": TaskSpec("sst", "classification", num_labels=2, loss_weight=model_args.sst_weight),
+        "mrpc": TaskSpec(
+            "mrpc", "pair_classification", num_labels=2, head=model_args.mrpc_head, loss_weight=model_args.mrpc_weight
+        ),
+        "stsb": TaskSpec("stsb", "pair_regression", head=model_args.stsb_head, loss_weight=model_args.stsb_weight),
+    }
+    return [specs[name] for name in names]
+
+
+def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskModel:
+    model_type = checkpoint_model_type(model_args.model_name_or_path)
+    if model_type == MultitaskConfig.model_type:  # continue a multitask run
+        model = MultitaskModel.from_pretrained(model_args.model_name_or_path)
+        if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
+            raise ValueError(
+                f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
+                f"but the data given is for {[s.name for s in tasks]}: give the folders of the same tasks."
+            )
+        return model
+    overrides = {}
+    if model_args.pooler_type is not None:
+        overrides["pooler_type"] = model_args.pooler_type
+    elif model_type != ContrastiveConfig.model_type:
+        overrides["pooler_type"] = "mean"  # a plain encoder: mean pooling unless told otherwise (SBERT's default)
+    return MultitaskModel.from_sentence_encoder(
+        model_args.model_name_or_path, tasks, classifier_dropout=model_args.classifier_dropout, **overrides
+    )
+
+
+def main():
+    parser = HfArgumentParser((ModelArguments, DataArguments, MultitaskTrainingArguments))
+    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
+        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
+    else:
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    logger.setLevel(log_level)
+    logging.getLogger("contrastive_hf").setLevel(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    set_seed(training_args.seed)
+
+    train, dev, test = load_task_data(data_args)
+    tasks = task_specs(model_args, list(train))
+    logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    model = build_model(model_args, tasks)
+
+    trainer = MultitaskTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=dev,
+        data_collator=MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length),
+        processing_class=tokenizer,
+    )
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model()
+    metrics = {**train_result.metrics, "train_samples": sum(len(dataset) for dataset in train.values())}
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    metrics = trainer.evaluate()
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    if data_args.evaluate_test:
+        metrics = trainer.evaluate(test, metric_key_prefix="test")
+        trainer.log_metrics("test", metrics)
+        trainer.save_metrics("test", metrics)
+
+    if not trainer.is_world_process_zero():
+        return
+    encoder_dir = os.path.join(training_args.output_dir, ENCODER_DIR)
+    trainer.model.save_sentence_encoder(encoder_dir, tokenizer)
+    check_saved_models(trainer.model, training_args.output_dir, encoder_dir, tokenizer, dev)
+    print(
+        f"\nThe multitask model (encoder and heads) is in {training_args.output_dir}; the encoder alone, a "
+        f"contrastive_hf checkpoint, in {encoder_dir}. Load them with:\n\n"
+        "    import contrastive_hf\n"
+        "    from contrastive_hf.multitask import MultitaskModel\n"
+        "    from transformers import AutoModel\n"
+        f"    multitask = MultitaskModel.from_pretrained({training_args.output_dir!r})\n"
+        f"    encoder = AutoModel.from_pretrained({encoder_dir!r})\n"
+    )
+
+
+def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str, tokenizer, dev: dict) -> None:
+    """Reload both saved models and compare them with the trained one: head outputs and embeddings."""
+    model = model.eval()
+    reloaded = MultitaskModel.from_pretrained(output_dir).to(model.device).eval()
+    collator = MultitaskCollator(tokenizer, list(model.task_specs.values()))
+    batches = collator([{**dev[name][i], "task": name} for name in dev for i in range(min(8, len(dev[name])))])
+    with torch.no_grad():
+        for name, batch in batches.items():
+            batch = {key: value.to(model.device) for key, value in batch.items()}
+            expected, got = model(task=name, **batch).logits, reloaded(task=name, **batch).logits
+            if not torch.allclose(expected, got, atol=1e-5):
+                raise RuntimeError(f"The saved multitask model gives other {name} outputs than the trained one.")
+    sentences = ["A man is playing a guitar.", "The film is a charming journey."]
+    encoder = AutoModel.from_pretrained(encoder_dir).to(model.device)
+    trained, saved = model.encode(sentences, tokenizer=tokenizer), encoder.encode(sentences, tokenizer=tokenizer)
+    if not torch.allclose(trained, saved, atol=1e-5):
+        raise RuntimeError("The saved sentence encoder does not reproduce the trained embeddings.")
+    print(f"Reloaded {output_dir} (same head outputs) and {encoder_dir} with AutoModel (same embeddings).")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,677 @@
+"""Multitask fine-tuning of a sentence encoder: task specs, heads, the shared-encoder model, data and batch schedules.
+
+One [`ContrastiveModel`] (encoder + pooler) is shared by every task; each task has a small head on the sentence
+embeddings (as in the CS224N minBERT multitask projects, and SBERT's fine-tuning heads):
+
+- `classification` (one sentence, e.g. SST-2): head `linear`, dropout and a linear layer on u; cross-entropy.
+- `pair_classification` (e.g. MRPC paraphrase): a linear layer on pair features, `concat` [u, v], `uv_absdiff`
+  [u, v, abs(u - v)] (SBERT's) or `uv_absdiff_product` [u, v, abs(u - v), u * v] (InferSent's); cross-entropy.
+- `pair_regression` (e.g. STS-B): `cosine`, cos(u, v) with no parameters (SBERT's STS-B recipe), or a pair-feature
+  head with one output; mean-squared error.
+
+The two sentences of a pair are encoded separately by the same encoder (a siamese network), as a ``(batch, 2,
+length)`` batch. `MultitaskModel.save_pretrained` writes the whole model (encoder and heads; reload it with
+`MultitaskModel.from_pretrained`), and `save_sentence_encoder` writes the encoder alone as a normal contrastive_hf
+checkpoint, which loads with `AutoModel`, `SentenceTransformer` and fine-tuning scripts like any other.
+
+Batches hold one task each; `MultitaskBatchSampler` decides their order (`SCHEDULES`): `fixed` (all of task 1, then
+all of task 2...), `round_robin`, `random` interleaving, or `super_batch` (one batch of every task per step, the
+setting PCGrad needs, `contrastive_hf.pcgrad`). The training loop is `contrastive_hf.multitask_trainer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset, Sampler
+from transformers import PreTrainedConfig, PreTrainedModel
+from transformers.configuration_utils import SubConfigSpec
+from transformers.utils import ModelOutput
+
+from . import seeding
+from .configuration_contrastive import ContrastiveConfig
+from .modeling_contrastive import ContrastiveModel
+
+__all__ = [
+    "TASK_TYPES",
+    "HEAD_TYPES",
+    "SCHEDULES",
+    "TaskSpec",
+    "MultitaskConfig",
+    "MultitaskModel",
+    "MultitaskOutput",
+    "SentenceClassificationHead",
+    "PairHead",
+    "CosineSimilarityHead",
+    "checkpoint_model_type",
+    "load_sentence_encoder",
+    "task_dataset",
+    "MultitaskDataset",
+    "TaskCollator",
+    "MultitaskCollator",
+    "MultitaskBatchSampler",
+]
+
+logger = logging.getLogger(__name__)
+
+TASK_TYPES = ("classification", "pair_classification", "pair_regression")
+PAIR_FEATURES = {"concat": 2, "uv_absdiff": 3, "uv_absdiff_product": 4}  # head -> how many d-sized parts
+HEAD_TYPES = ("linear", *PAIR_FEATURES, "cosine")
+DEFAULT_HEADS = {"classification": "linear", "pair_classification": "uv_absdiff", "pair_regression": "cosine"}
+SCHEDULES = ("fixed", "round_robin", "random", "super_batch")
+
+
+@dataclass
+class TaskSpec:
+    """One task of a multitask model.
+
+    Args:
+        name: the task's key in batches, metrics (``eval_<name>_accuracy``) and the head's module name; letters,
+            digits and underscores.
+        type: `classification` (one sentence), `pair_classification` or `pair_regression` (two sentences).
+        num_labels: number of classes (classification types); regression has one output.
+        head: `linear` (classification), `concat`, `uv_absdiff`, `uv_absdiff_product` or `cosine` (pairs; cosine
+            for regression only). Default: `linear`, `uv_absdiff` or `cosine` by type.
+        loss_weight: the task's weight in the summed loss (and in PCGrad's per-task gradients).
+    """
+
+    name: str
+    type: str
+    num_labels: int = 2
+    head: str | None = None
+    loss_weight: float = 1.0
+
+    def __post_init__(self):
+        if not self.name or not self.name.replace("_", "a").isalnum():
+            raise ValueError(f"Task name {self.name!r} must be non-empty letters, digits and underscores.")
+        if self.type not in TASK_TYPES:
+            raise ValueError(f"Task {self.name!r}: unknown type {self.type!r}; choose one of {', '.join(TASK_TYPES)}.")
+        if self.head is None:
+            self.head = DEFAULT_HEADS[self.type]
+        if self.type == "pair_regression":
+            self.num_labels = 1
+        elif self.num_labels < 2:
+            raise ValueError(
+                f"Task {self.name!r}: a classification task needs num_labels >= 2, got {self.num_labels}."
+            )
+        allowed = {
+            "classification": ("linear",),
+            "pair_classification": tuple(PAIR_FEATURES),
+            "pair_regression": (*PAIR_FEATURES, "cosine"),
+        }[self.type]
+        if self.head not in allowed:
+            raise ValueError(
+                f"Task {self.name!r} ({self.type}) cannot use head {self.head!r}; choose one of {', '.join(allowed)}."
+            )
+        if not self.loss_weight >= 0:
+            raise ValueError(f"Task {self.name!r}: loss_weight must be >= 0, got {self.loss_weight}.")
+
+    @property
+    def is_pair(self) -> bool:
+        return self.type != "classification"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.type == "pair_regression"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class MultitaskConfig(PreTrainedConfig):
+    r"""
+    Configuration of a [`MultitaskModel`]: the shared sentence encoder's [`ContrastiveConfig`] and the tasks.
+
+    Args:
+        contrastive (`ContrastiveConfig` or `dict`, *optional*):
+            The shared encoder (encoder config, pooler, projection).
+        tasks (`list[dict]`, *optional*):
+            One [`TaskSpec`] per task, as dicts (`TaskSpec(...).to_dict()`); the order is the order of the heads,
+            of the schedules and of PCGrad's tasks.
+        classifier_dropout (`float`, *optional*):
+            Dropout on the embeddings before a head's linear layer; the encoder's `hidden_dropout_prob` when unset.
+    """
+
+    model_type = "contrastive_multitask"
+    sub_configs_defaults = {"contrastive": SubConfigSpec(config_class=ContrastiveConfig)}
+
+    contrastive: ContrastiveConfig | dict | None = None
+    tasks: list | None = None
+    classifier_dropout: float | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        specs = [spec if isinstance(spec, TaskSpec) else TaskSpec(**spec) for spec in (self.tasks or [])]
+        names = [spec.name for spec in specs]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"Task names must be unique; {', '.join(duplicates)} appear more than once.")
+        self.tasks = [spec.to_dict() for spec in specs]
+        if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
+            raise ValueError(f"classifier_dropout must be in [0, 1), got {self.classifier_dropout}.")
+
+    @property
+    def task_specs(self) -> list[TaskSpec]:
+        return [TaskSpec(**spec) for spec in self.tasks]
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The encoder's config, where transformers looks for `vocab_size`, `hidden_size` and the like."""
+        return self.contrastive.encoder
+
+    @property
+    def hidden_size(self) -> int:
+        return self.contrastive.encoder.hidden_size
+
+
+@dataclass
+class MultitaskOutput(ModelOutput):
+    """
+    Output of [`MultitaskModel`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            One task: its loss. Several (``task_batches``): the sum of ``loss_weight * loss`` over the tasks.
+        logits (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
+            One task: the head's outputs (`(batch_size, 1)` for regression: the predicted score).
+        task_losses (`dict[str, torch.FloatTensor]`, *optional*):
+            Several tasks: each task's unweighted loss.
+        task_logits (`dict[str, torch.FloatTensor]`, *optional*):
+            Several tasks: each task's logits.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    task_losses: dict[str, torch.FloatTensor] | None = None
+    task_logits: dict[str, torch.FloatTensor] | None = None
+
+
+class SentenceClassificationHead(nn.Module):
+    """Dropout and a linear layer on one sentence embedding: ``(B, d) -> (B, num_labels)``."""
+
+    def __init__(self, embedding_size: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(embedding_size, num_labels)
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(embeddings))
+
+
+class PairHead(nn.Module):
+    """A linear layer on features of a sentence pair ``(B, 2, d) -> (B, num_labels)``: ``concat`` [u, v],
+    ``uv_absdiff`` [u, v, abs(u - v)] (SBERT's classification objective) or ``uv_absdiff_product``
+    [u, v, abs(u - v), u * v] (InferSent)."""
+
+    def __init__(self, features: str, embedding_size: int, num_labels: int, dropout: float):
+        super().__init__()
+        self.features = features
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(PAIR_FEATURES[features] * embedding_size, num_labels)
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        u, v = embeddings[:, 0], embeddings[:, 1]  # (B, d) each
+        parts = [u, v]
+        if self.features != "concat":
+            parts.append((u - v).abs())
+        if self.features == "uv_absdiff_product":
+            parts.append(u * v)
+        return self.classifier(self.dropout(torch.cat(parts, dim=-1)))  # (B, num_labels)
+
+
+class CosineSimilarityHead(nn.Module):
+    """cos(u, v) as the predicted score, ``(B, 2, d) -> (B, 1)``, in float32; no parameters. Regression targets
+    should then lie in [-1, 1] (SBERT divides STS-B's 0-5 scores by 5)."""
+
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            embeddings = embeddings.float()
+            return F.cosine_similarity(embeddings[:, 0], embeddings[:, 1], dim=-1).unsqueeze(-1)
+
+
+def _build_head(spec: TaskSpec, embedding_size: int, dropout: float) -> nn.Module:
+    if spec.head == "linear":
+        return SentenceClassificationHead(embedding_size, spec.num_labels, dropout)
+    if spec.head == "cosine":
+        return CosineSimilarityHead()
+    return PairHead(spec.head, embedding_size, spec.num_labels, dropout)
+
+
+def checkpoint_model_type(name_or_path: str | os.PathLike) -> str | None:
+    """The ``model_type`` in a checkpoint's config.json (read as a dict: no Auto class registration needed)."""
+    config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path)
+    return config_dict.get("model_type")
+
+
+def load_sentence_encoder(name_or_path: str | os.PathLike, **config_overrides) -> ContrastiveModel:
+    """A [`ContrastiveModel`] from a contrastive_hf checkpoint (a `ContrastiveModel` or `ContrastiveForPreTraining`,
+    e.g. the output of ``examples/run_clear.py``; its MLM head is dropped) or from any other pretrained encoder,
+    wrapped with ``config_overrides`` (``pooler_type="mean"``...). Overrides given for a contrastive_hf checkpoint
+    replace its saved settings."""
+    model_type = checkpoint_model_type(name_or_path)
+    if model_type == ContrastiveConfig.model_type:
+        return ContrastiveModel.from_pretrained(name_or_path, **config_overrides)
+    if model_type == MultitaskConfig.model_type:
+        raise ValueError(
+            f"{name_or_path} is a multitask checkpoint: load it with MultitaskModel.from_pretrained, or take its "
+            "encoder with MultitaskModel.from_pretrained(path).contrastive."
+        )
+    return ContrastiveModel.from_encoder_pretrained(name_or_path, **config_overrides)
+
+
+class MultitaskModel(PreTrainedModel):
+    r"""
+    A shared sentence encoder ([`ContrastiveModel`]) with one head per task ([`TaskSpec`]).
+
+    ``model(task="sst", input_ids=..., labels=...)`` runs one task: ``input_ids`` is ``(batch, length)`` for a
+    one-sentence task and ``(batch, 2, length)`` for a pair task. ``model(task_batches={"sst": {...}, "mrpc":
+    {...}})`` runs several in one call (one forward pass, as DDP wants) and returns the weighted sum of their losses
+    and each task's loss.
+
+    Example:
+
+    ```python
+    >>> from contrastive_hf.multitask import MultitaskModel, TaskSpec
+    >>> tasks = [TaskSpec("sst", "classification"), TaskSpec("stsb", "pair_regression")]
+    >>> encoder = "sentence-transformers/all-MiniLM-L6-v2"  # or a contrastive_hf checkpoint (SimCSE, CLEAR...)
+    >>> model = MultitaskModel.from_sentence_encoder(encoder, tasks, pooler_type="mean")
+    ```
+    """
+
+    config_class = MultitaskConfig
+    base_model_prefix = "contrastive"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+
+    def __init__(self, config: MultitaskConfig):
+        super().__init__(config)
+        if not config.tasks:
+            raise ValueError("A MultitaskModel needs at least one task: MultitaskConfig(tasks=[TaskSpec(...), ...]).")
+        self.contrastive = ContrastiveModel(config.contrastive)
+        self.config.contrastive = self.contrastive.config
+        self.task_specs = {spec.name: spec for spec in config.task_specs}
+        dropout = config.classifier_dropout
+        if dropout is None:
+            dropout = getattr(config.contrastive.encoder, "hidden_dropout_prob", 0.1)
+        size = config.contrastive.embedding_size
+        self.heads = nn.ModuleDict({name: _build_head(spec, size, dropout) for name, spec in self.task_specs.items()})
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        std = getattr(self.config.contrastive.encoder, "initializer_range", 0.02)
+        if isinstance(module, nn.Linear):
+            module.weight.normal_(mean=0.0, std=std)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+
+    @classmethod
+    def from_sentence_encoder(
+        cls,
+        encoder: ContrastiveModel | str | os.PathLike,
+        tasks: Sequence[TaskSpec | dict],
+        classifier_dropout: float | None = None,
+        **config_overrides,
+    ) -> MultitaskModel:
+        """A multitask model on a pretrained encoder, with new heads: ``encoder`` is a `ContrastiveModel`, a
+        contrastive_hf checkpoint (e.g. after SimCSE or CLEAR pre-training: "CL then multitask") or any pretrained
+        encoder (see `load_sentence_encoder`; ``config_overrides`` such as ``pooler_type`` go there)."""
+        if not isinstance(encoder, ContrastiveModel):
+            encoder = load_sentence_encoder(encoder, **config_overrides)
+        elif config_overrides:
+            raise ValueError("config_overrides apply when loading an encoder by name; this one is already built.")
+        config = MultitaskConfig(
+            contrastive=encoder.config,
+            tasks=[spec.to_dict() if isinstance(spec, TaskSpec) else dict(spec) for spec in tasks],
+            classifier_dropout=classifier_dropout,
+        )
+        model = cls(config)  # a fresh encoder, replaced by the pretrained one below; new heads
+        model.contrastive = encoder
+        model.config.contrastive = encoder.config
+        model.config._name_or_path = encoder.config._name_or_path
+        return model
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.contrastive.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.contrastive.set_input_embeddings(value)
+
+    def embed(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+        """Sentence embeddings ``(B, d)`` or ``(B, 2, d)``, as the heads see them (the projection only where the
+        encoder's config keeps it at inference)."""
+        project = self.config.contrastive.projection_at_inference
+        return self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=project).pooler_output
+
+    def _task_forward(self, task: str, input_ids, attention_mask, token_type_ids, labels):
+        if task not in self.task_specs:
+            raise ValueError(f"Unknown task {task!r}; this model has {', '.join(self.task_specs)}.")
+        spec = self.task_specs[task]
+        expected = 3 if spec.is_pair else 2
+        if input_ids is None or input_ids.dim() != expected:
+            shape = "(batch, 2, length)" if spec.is_pair else "(batch, length)"
+            got = None if input_ids is None else tuple(input_ids.shape)
+            raise ValueError(f"Task {task!r} ({spec.type}) takes input_ids of shape {shape}, got {got}.")
+        logits = self.heads[task](self.embed(input_ids, attention_mask, token_type_ids))
+        loss = None
+        if labels is not None:
+            if spec.is_regression:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels.view(-1).long())
+        return loss, logits
+
+    def forward(
+        self,
+        task: str | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        task_batches: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+        return_dict: bool | None = None,
+    ) -> MultitaskOutput | tuple:
+        r"""
+        task (`str`):
+            The task of a one-task batch.
+        input_ids (`torch.LongTensor` of shape `(batch_size, length)`, or `(batch_size, 2, length)` for pairs):
+            Token ids of the sentences.
+        labels (`torch.LongTensor` or `torch.FloatTensor` of shape `(batch_size,)`, *optional*):
+            Class indices, or target scores for regression.
+        task_batches (`dict[str, dict[str, torch.Tensor]]`, *optional*):
+            Several tasks at once, ``{task: {"input_ids": ..., "attention_mask": ..., "labels": ...}}``, instead of
+            ``task`` and its tensors; each batch needs its labels.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if task_batches is not None:
+            if task is not None or input_ids is not None:
+                raise ValueError("Pass either task_batches (several tasks) or task and input_ids (one), not both.")
+            losses, logits, total = {}, {}, None
+            for name, batch in task_batches.items():
+                if batch.get("labels") is None:
+                    raise ValueError(f"task_batches[{name!r}] has no labels: task_batches is for training.")
+                loss, logits[name] = self._task_forward(
+                    name, batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), batch["labels"]
+                )
+                losses[name] = loss
+                weighted = self.task_specs[name].loss_weight * loss
+                total = weighted if total is None else total + weighted
+            output = MultitaskOutput(loss=total, task_losses=losses, task_logits=logits)
+        else:
+            if task is None:
+                raise ValueError("Say which task the batch is for: model(task=..., input_ids=...).")
+            loss, logits = self._task_forward(task, input_ids, attention_mask, token_type_ids, labels)
+            output = MultitaskOutput(loss=loss, logits=logits)
+        return output if return_dict else output.to_tuple()
+
+    def encode(self, sentences, tokenizer=None, **kwargs) -> torch.Tensor:
+        """Sentence embeddings from the shared encoder (see `ContrastiveModel.encode`)."""
+        return self.contrastive.encode(sentences, tokenizer=tokenizer, **kwargs)
+
+    def save_sentence_encoder(self, save_directory: str | os.PathLike, tokenizer=None) -> None:
+        """Save the shared encoder alone as a contrastive_hf checkpoint (loads with `AutoModel`, sentence-transformers
+        and `AutoModelForSequenceClassification`, like any `ContrastiveModel`)."""
+        self.contrastive.save_pretrained(save_directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
+
+# ---- Data ----
+
+
+def task_dataset(data, normalize_scores: float | None = None):
+    """A `datasets.Dataset` with the columns the collators read, from the evaluation readers' dataclasses:
+    ``sentence, label`` from `ClassificationData` (SST-2...), ``sentence1, sentence2, label`` from
+    `PairClassificationData` (MRPC) or `STSData` (STS-B; ``label`` is the score divided by ``normalize_scores``,
+    e.g. 5.0 to put STS-B's 0-5 scale in [0, 1] for a cosine head)."""
+    import datasets
+
+    if hasattr(data, "sentences"):
+        return datasets.Dataset.from_dict({"sentence": list(data.sentences), "label": list(data.labels)})
+    if hasattr(data, "scores"):
+        scale = normalize_scores or 1.0
+        labels = [float(score) / scale for score in data.scores]
+    elif hasattr(data, "labels"):
+        labels = list(data.labels)
+    else:
+        raise TypeError(f"task_dataset takes ClassificationData, PairClassificationData or STSData, got {type(data)}.")
+    return datasets.Dataset.from_dict(
+        {"sentence1": list(data.sentences1), "sentence2": list(data.sentences2), "label": labels}
+    )
+
+
+class MultitaskDataset(Dataset):
+    """The examples of several tasks behind one index: global index ``offsets[t] + i`` is example i of task t, and
+    every example comes back with its task's name under ``"task"``. Batches are drawn by `MultitaskBatchSampler`."""
+
+    def __init__(self, task_datasets: Mapping[str, Sequence]):
+        if not task_datasets:
+            raise ValueError("MultitaskDataset needs at least one task's dataset.")
+        self.task_names = list(task_datasets)
+        self.datasets = [task_datasets[name] for name in self.task_names]
+        self.sizes = [len(dataset) for dataset in self.datasets]
+        empty = [name for name, size in zip(self.task_names, self.sizes, strict=True) if size == 0]
+        if empty:
+            raise ValueError(f"The training data of {', '.join(empty)} is empty.")
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(int).tolist()
+
+    def __len__(self) -> int:
+        return sum(self.sizes)
+
+    def __getitem__(self, index: int) -> dict:
+        task = int(np.searchsorted(self.offsets, index, side="right")) - 1
+        example = dict(self.datasets[task][index - self.offsets[task]])
+        example["task"] = self.task_names[task]
+        return example
+
+
+class TaskCollator:
+    """Tokenizes and pads one task's examples: ``sentence`` -> ``input_ids (B, L)``, or ``sentence1, sentence2`` ->
+    ``input_ids (B, 2, L)`` (both sentences padded to one length), plus ``attention_mask`` and ``labels`` (float
+    for regression). With ``add_task_name`` the batch also carries ``task`` (what `MultitaskModel.forward` reads)."""
+
+    def __init__(self, tokenizer, spec: TaskSpec, max_length: int | None = 128, add_task_name: bool = True):
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.max_length = max_length
+        self.add_task_name = add_task_name
+
+    def __call__(self, examples: Sequence[Mapping]) -> dict:
+        spec = self.spec
+        columns = ("sentence1", "sentence2") if spec.is_pair else ("sentence",)
+        missing = [column for column in (*columns, "label") if column not in examples[0]]
+        if missing:
+            raise ValueError(
+                f"Task {spec.name!r} ({spec.type}) reads the columns {', '.join(columns)} and label; the examples "
+                f"lack {', '.join(missing)} (see contrastive_hf.multitask.task_dataset)."
+            )
+        texts = [example[column] for column in columns for example in examples]  # column-major: (S * B,)
+        encoded = self.tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+            return_token_type_ids=False,
+        )
+        batch = {}
+        for key in ("input_ids", "attention_mask"):
+            tensor = encoded[key]  # (S * B, L)
+            if spec.is_pair:
+                tensor = tensor.view(2, len(examples), -1).transpose(0, 1).contiguous()  # (B, 2, L)
+            batch[key] = tensor
+        labels = [example["label"] for example in examples]
+        batch["labels"] = torch.tensor(labels, dtype=torch.float32 if spec.is_regression else torch.long)
+        if self.add_task_name:
+            batch = {"task": spec.name, **batch}
+        return batch
+
+
+class MultitaskCollator:
+    """Collates a batch of `MultitaskDataset` examples (any mix of tasks) into ``{task: batch}``, each task's batch
+    built by its `TaskCollator`, in the order of ``tasks``. A one-task batch is ``{task: batch}`` too."""
+
+    def __init__(self, tokenizer, tasks: Sequence[TaskSpec], max_length: int | None = 128):
+        self.collators = {spec.name: TaskCollator(tokenizer, spec, max_length, add_task_name=False) for spec in tasks}
+
+    def __call__(self, examples: Sequence[Mapping]) -> dict[str, dict]:
+        groups: dict[str, list] = {name: [] for name in self.collators}
+        for example in examples:
+            task = example.get("task")
+            if task not in groups:
+                raise ValueError(f"Example of unknown task {task!r}; the collator knows {', '.join(groups)}.")
+            groups[task].append(example)
+        return {name: self.collators[name](group) for name, group in groups.items() if group}
+
+
+class MultitaskBatchSampler(Sampler[list[int]]):
+    """The order in which the tasks' batches are seen: yields lists of `MultitaskDataset` indices, each one task's
+    batch, or one batch of every task for ``super_batch``.
+
+    Schedules (`SCHEDULES`), per epoch:
+
+    - ``fixed``: every batch of the first task, then every batch of the second, ... (in ``task_sizes`` order);
+    - ``round_robin``: one batch of each task in turn; a task that has run out is skipped;
+    - ``random``: the batches of all tasks in a random order (each task's share of the steps is its share of the
+      batches), what the CS224N projects found best;
+    - ``super_batch``: every step holds one batch of every task (the step PCGrad projects). Tasks differ in size:
+      ``super_batch_length="max"`` runs as many steps as the largest task has batches, and a smaller task starts
+      again (reshuffled) when it runs out, so every example of every task is seen at least once per epoch;
+      ``"min"`` runs as many steps as the smallest task has batches, each task's batches being a fresh random
+      subset every epoch.
+
+    For the first three, an epoch uses every example of every task exactly once. Examples are shuffled within each
+    task (every epoch anew, from ``seed`` and the epoch: deterministic, and resumable with `set_epoch`).
+
+    Several processes: a step's batch is the *global* batch (``batch_size * num_processes`` examples of one task),
+    and each process takes its contiguous slice, so all processes train on the same task at every step, and the
+    global batch does not depend on the number of processes. A task's last, smaller global batch is dropped with
+    ``drop_last``; otherwise it is padded with the task's first examples up to a multiple of ``num_processes``.
+    The sampler is rank-aware: `MultitaskTrainer` keeps accelerate from sharding its batches again.
+    """
+
+    def __init__(
+        self,
+        task_sizes: Sequence[int],
+        batch_size: int,
+        schedule: str = "random",
+        seed: int = 0,
+        num_processes: int = 1,
+        process_index: int = 0,
+        drop_last: bool = False,
+        shuffle: bool = True,
+        super_batch_length: str = "max",
+    ):
+        if schedule not in SCHEDULES:
+            raise ValueError(f"Unknown task schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        if super_batch_length not in ("max", "min"):
+            raise ValueError(f"super_batch_length must be 'max' or 'min', got {super_batch_length!r}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if not 0 <= process_index < num_processes:
+            raise ValueError(f"process_index {process_index} is not in [0, num_processes={num_processes}).")
+        if not task_sizes or min(task_sizes) < 1:
+            raise ValueError(f"Every task needs at least one example, got sizes {list(task_sizes)}.")
+        self.task_sizes = list(task_sizes)
+        self.batch_size = None  # batches vary in size and task: accelerate must not assume a fixed size
+        self.per_process_batch_size = batch_size
+        self.schedule = schedule
+        self.seed = seed
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self.super_batch_length = super_batch_length
+        self.offsets = np.concatenate([[0], np.cumsum(self.task_sizes)[:-1]]).astype(int).tolist()
+        self.epoch = 0
+        global_batch = batch_size * num_processes
+        counts = [size // global_batch if drop_last else math.ceil(size / global_batch) for size in self.task_sizes]
+        if drop_last and min(counts) == 0:
+            small = [i for i, count in enumerate(counts) if count == 0]
+            raise ValueError(
+                f"With drop_last, tasks {small} have fewer examples than one global batch ({global_batch}); "
+                "lower the batch size or keep the last batch (drop_last=False)."
+            )
+        self.batches_per_task = counts
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.schedule == "super_batch":
+            pick = max if self.super_batch_length == "max" else min
+            return pick(self.batches_per_task)
+        return sum(self.batches_per_task)
+
+    def _generator(self, *keys: int) -> torch.Generator:
+        key = seeding.combine(seeding.mix64(self.seed), self.epoch)
+        for value in keys:
+            key = seeding.combine(key, value)
+        return torch.Generator().manual_seed(int(key))
+
+    def _global_batches(self, task: int, cycle: int = 0) -> list[list[int]]:
+        """Task ``task``'s global batches (local indices) for this epoch; ``cycle`` > 0 for a reshuffled rerun."""
+        size, global_batch = self.task_sizes[task], self.per_process_batch_size * self.num_processes
+        if self.shuffle:
+            order = torch.randperm(size, generator=self._generator(task, cycle)).tolist()
+        else:
+            order = list(range(size))
+        batches = [order[start : start + global_batch] for start in range(0, size, global_batch)]
+        if batches and len(batches[-1]) < global_batch:
+            if self.drop_last:
+                batches.pop()
+            elif len(batches[-1]) % self.num_processes:
+                missing = self.num_processes - len(batches[-1]) % self.num_processes
+                batches[-1] = batches[-1] + [order[i % size] for i in range(missing)]
+        return batches
+
+    def steps(self) -> list[list[tuple[int, list[int]]]]:
+        """This epoch's steps: each a list of (task, global batch of local indices), one entry per task in it."""
+        num_tasks = len(self.task_sizes)
+        if self.schedule == "super_batch":
+            length = len(self)
+            columns = []
+            for task in range(num_tasks):
+                batches, cycle = [], 0
+                while len(batches) < length:
+                    batches += self._global_batches(task, cycle)
+                    cycle += 1
+                columns.append(batches[:length])
+            return [[(task, columns[task][step]) for task in range(num_tasks)] for step in range(length)]
+        per_task = [self._global_batches(task) for task in range(num_tasks)]
+        if self.schedule == "fixed":
+            sequence = [task for task in range(num_tasks) for _ in per_task[task]]
+        elif self.schedule == "round_robin":
+            rounds = max(len(batches) for batches in per_task)
+            sequence = [task for turn in range(rounds) for task in range(num_tasks) if turn < len(per_task[task])]
+        else:  # random: a random permutation of the multiset of tasks' batches
+            sequence = [task for task in range(num_tasks) for _ in per_task[task]]
+            permutation = torch.randperm(len(sequence), generator=self._generator(-1)).tolist()
+            sequence = [sequence[i] for i in permutation]
+        cursors = [0] * num_tasks
+        steps = []
+        for task in sequence:
+            steps.append([(task, per_task[task][cursors[task]])])
+            cursors[task] += 1
+        return steps
+
+    def _process_slice(self, global_batch: list[int]) -> list[int]:
+        share = len(global_batch) // self.num_processes
+        return global_batch[self.process_index * share : (self.process_index + 1) * share]
+
+    def __iter__(self):
+        for step in self.steps():
+            indices = []
+            for task, global_batch in step:
+                indices += [self.offsets[task] + i for i in self._process_slice(global_batch)]
+            yield indices

@@ -1,0 +1,355 @@
+"""MultitaskTrainer: a transformers Trainer for [`MultitaskModel`]: task schedules, PCGrad, per-task metrics.
+
+- Batches: `MultitaskBatchSampler` orders the tasks' batches (``--task_schedule fixed|round_robin|random|
+  super_batch``); each training batch is ``{task: batch}``.
+- Loss: without PCGrad, the weighted sum of the task losses through the Trainer's usual backward.
+  With ``--pcgrad``, each task's gradient is computed separately and `contrastive_hf.pcgrad` projects away the
+  conflicting components before they are summed.
+- Evaluation: ``eval_dataset={task: dataset}``; each task is scored with its own metrics (`task_metrics`:
+  accuracy and, for two classes, F1; Spearman and Pearson for regression, all x 100), logged as
+  ``eval_<task>_<metric>``, plus ``eval_average``, the mean of every task's main metric (accuracy or Spearman).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import seed_worker
+
+from . import seeding
+from .multitask import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator, TaskSpec
+from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
+
+__all__ = [
+    "MultitaskTrainingArguments",
+    "MultitaskTrainer",
+    "task_metrics",
+    "main_metric",
+    "check_pcgrad_setup",
+]
+
+
+@dataclass
+class MultitaskTrainingArguments(TrainingArguments):
+    """`TrainingArguments` plus how the tasks' batches are scheduled and whether PCGrad combines their gradients.
+
+    The tasks themselves (type, head, loss weight) live in the model's `MultitaskConfig`, their single source of
+    truth, and travel with the checkpoint.
+    """
+
+    task_schedule: str = field(
+        default="random",
+        metadata={
+            "help": "Order of the tasks' batches: fixed (task after task), round_robin, random (interleaved at "
+            "random, in proportion to the tasks' sizes) or super_batch (one batch of every task per step)."
+        },
+    )
+    super_batch_length: str = field(
+        default="max",
+        metadata={
+            "help": "With super_batch, steps per epoch: max (the largest task's batches; smaller tasks restart "
+            "reshuffled) or min (the smallest task's; larger tasks see a fresh random subset each epoch)."
+        },
+    )
+    pcgrad: bool = field(
+        default=False,
+        metadata={
+            "help": "Combine the tasks' gradients with PCGrad (Yu et al., 2020): a task's gradient loses its "
+            "component along another task's gradient when they conflict. Needs several tasks per optimizer step "
+            "(super_batch, or gradient accumulation) and whole gradients (one device, DDP or ZeRO-1)."
+        },
+    )
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "Kept False: the multitask collators read the text columns themselves."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.task_schedule not in SCHEDULES:
+            raise ValueError(f"Unknown --task_schedule {self.task_schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        if self.super_batch_length not in ("max", "min"):
+            raise ValueError(f"--super_batch_length must be max or min, got {self.super_batch_length!r}.")
+
+
+def check_pcgrad_setup(
+    zero_stage: int | None, fsdp: bool, task_schedule: str, gradient_accumulation_steps: int
+) -> None:
+    """Raise a `ValueError` saying what to change when PCGrad cannot run as configured."""
+    if zero_stage is not None and zero_stage >= 2:
+        raise ValueError(
+            f"PCGrad needs every process to hold whole per-task gradients, but DeepSpeed ZeRO stage {zero_stage} "
+            "shards them. Use ZeRO stage 0 or 1 (or plain DDP), or train without --pcgrad."
+        )
+    if fsdp:
+        raise ValueError(
+            "PCGrad needs every process to hold whole per-task gradients, but FSDP shards them. Use DDP or "
+            "DeepSpeed ZeRO stage 0/1, or train without --pcgrad."
+        )
+    if task_schedule != "super_batch" and gradient_accumulation_steps == 1:
+        raise ValueError(
+            f"With --task_schedule {task_schedule} and no gradient accumulation every optimizer step sees one "
+            "task, so PCGrad has nothing to project. Use --task_schedule super_batch (one batch of every task per "
+            "step), or --gradient_accumulation_steps >= the number of tasks with round_robin."
+        )
+
+
+def main_metric(spec: TaskSpec) -> str:
+    """The metric a task is judged by: accuracy for classification, Spearman for regression."""
+    return "spearman" if spec.is_regression else "accuracy"
+
+
+def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """A task's scores (x 100) from the head outputs ``(N, num_labels)`` and the labels ``(N,)``: ``accuracy`` (and
+    ``f1`` of class 1 when there are two classes, MRPC's second figure), or ``spearman`` and ``pearson``."""
+    predictions = np.asarray(predictions)
+    labels = np.asarray(labels).reshape(-1)
+    if spec.is_regression:
+        from .evaluation.sts import sts_correlations
+
+        return sts_correlations(predictions.reshape(-1).astype(np.float64), labels.astype(np.float64))
+    predicted = predictions.argmax(axis=-1)
+    scores = {"accuracy": 100.0 * float((predicted == labels).mean())}
+    if spec.num_labels == 2:
+        true_positive = float(((predicted == 1) & (labels == 1)).sum())
+        predicted_positive, actual_positive = float((predicted == 1).sum()), float((labels == 1).sum())
+        denominator = predicted_positive + actual_positive
+        scores["f1"] = 100.0 * 2 * true_positive / denominator if denominator else 0.0
+    return scores
+
+
+class MultitaskTrainer(Trainer):
+    """A `Trainer` for [`MultitaskModel`]: ``train_dataset`` and ``eval_dataset`` are ``{task name: dataset}``
+    (columns as `contrastive_hf.multitask.task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
+
+    The collator defaults to `MultitaskCollator(processing_class, tasks)`; pass your own `MultitaskCollator` for
+    another ``max_length``. Per-task training losses are logged as ``loss_<task>`` beside ``loss``; with PCGrad,
+    ``pcgrad_conflict_fraction`` is the share of task pairs whose gradients conflicted (negative inner product)
+    before the projection, averaged over the optimizer steps since the last log.
+
+    PCGrad and several processes: each process computes its tasks' gradients under ``no_sync``, they are averaged
+    over processes per task (the global batch's gradients), every process draws the same random projection order
+    from (seed, step), and each adds the same update to its ``.grad``; then the optimizer steps as usual (clipping,
+    fp16 loss scaling and the learning-rate schedule included). With gradient accumulation, the per-task gradients
+    are accumulated over the micro-batches and projected once per optimizer step, as on one large batch.
+    """
+
+    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None, **kwargs):
+        if args is not None and not isinstance(args, MultitaskTrainingArguments):
+            raise ValueError("MultitaskTrainer takes MultitaskTrainingArguments (task_schedule, pcgrad, ...).")
+        if model is None or not hasattr(model, "task_specs"):
+            raise ValueError("MultitaskTrainer trains a contrastive_hf.multitask.MultitaskModel; pass model=...")
+        self.task_specs: dict[str, TaskSpec] = dict(model.task_specs)
+        if isinstance(train_dataset, Mapping):
+            train_dataset = MultitaskDataset(train_dataset)
+        if train_dataset is not None:
+            if not isinstance(train_dataset, MultitaskDataset):
+                raise ValueError("train_dataset must be {task name: dataset} (or a MultitaskDataset).")
+            self._check_task_names(train_dataset.task_names, "train_dataset")
+        if isinstance(eval_dataset, Mapping):
+            self._check_task_names(list(eval_dataset), "eval_dataset")
+        if data_collator is None:
+            tokenizer = kwargs.get("processing_class")
+            if tokenizer is None:
+                raise ValueError("MultitaskTrainer needs processing_class=tokenizer (or a MultitaskCollator).")
+            data_collator = MultitaskCollator(tokenizer, list(self.task_specs.values()))
+        if not isinstance(data_collator, MultitaskCollator):
+            raise ValueError("MultitaskTrainer's data_collator must be a contrastive_hf.multitask.MultitaskCollator.")
+        super().__init__(
+            model=model,
+            args=args,
+            data_collator=data_collator,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            **kwargs,
+        )
+        self._loss_sums: dict[str, torch.Tensor] = {}
+        self._loss_counts: dict[str, int] = {}
+        self._pcgrad_buffers: dict[str, list[torch.Tensor | None]] = {}
+        self._conflict_fractions: list[float] = []
+        if self.args.pcgrad:
+            plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+            check_pcgrad_setup(
+                None if plugin is None else plugin.zero_stage,
+                self.is_fsdp_enabled,
+                self.args.task_schedule,
+                self.args.gradient_accumulation_steps,
+            )
+
+    def _check_task_names(self, names, what: str) -> None:
+        unknown = [name for name in names if name not in self.task_specs]
+        if unknown:
+            raise ValueError(
+                f"{what} has tasks {', '.join(unknown)} that the model has no head for (it has "
+                f"{', '.join(self.task_specs)})."
+            )
+
+    # ---- Data ----
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.train_dataset is None:
+            raise ValueError("MultitaskTrainer: training requires a train_dataset.")
+        args = self.args
+        sampler = MultitaskBatchSampler(
+            self.train_dataset.sizes,
+            self._train_batch_size,
+            schedule=args.task_schedule,
+            seed=args.data_seed if args.data_seed is not None else args.seed,
+            num_processes=self.accelerator.num_processes,
+            process_index=self.accelerator.process_index,
+            drop_last=args.dataloader_drop_last,
+            super_batch_length=args.super_batch_length,
+        )
+        dataloader = DataLoader(
+            self.train_dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+            **self._loader_options(),
+        )
+        prepared = self.accelerator.prepare(dataloader)
+        # The sampler already gives each process its share: accelerate's BatchSamplerShard must pass batches through.
+        shard = getattr(prepared, "batch_sampler", None)
+        if shard is not sampler and getattr(shard, "batch_sampler", None) is sampler:
+            shard.num_processes, shard.process_index = 1, 0
+        return prepared
+
+    def _loader_options(self) -> dict:
+        args = self.args
+        options = {"num_workers": args.dataloader_num_workers, "pin_memory": args.dataloader_pin_memory}
+        if args.dataloader_num_workers > 0:
+            options["persistent_workers"] = args.dataloader_persistent_workers
+            if args.dataloader_prefetch_factor is not None:
+                options["prefetch_factor"] = args.dataloader_prefetch_factor
+        return options
+
+    def _task_eval_dataloader(self, task: str, dataset) -> DataLoader:
+        template = self.data_collator.collators[task]
+        collator = TaskCollator(template.tokenizer, template.spec, template.max_length, add_task_name=True)
+        loader = DataLoader(
+            dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **self._loader_options()
+        )
+        return self.accelerator.prepare(loader)
+
+    # ---- Training ----
+
+    def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
+        if "task" in inputs:  # an evaluation batch of one task
+            outputs = model(**inputs)
+        else:  # a training batch {task: batch}
+            outputs = model(task_batches=inputs)
+            if model.training:
+                self._record_task_losses(outputs.task_losses)
+        if outputs.loss is None:
+            raise ValueError("The model returned no loss: every batch needs its labels.")
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+    def _record_task_losses(self, losses: Mapping[str, torch.Tensor]) -> None:
+        for name, value in losses.items():  # accumulated on the device: no host sync per step
+            self._loss_sums[name] = self._loss_sums.get(name, 0.0) + value.detach().float()
+            self._loss_counts[name] = self._loss_counts.get(name, 0) + 1
+
+    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+        if not self.args.pcgrad:
+            return super().training_step(model, inputs, num_items_in_batch)
+        model.train()
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
+        inputs = self._prepare_inputs(inputs)
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        scaler = getattr(self.accelerator, "scaler", None)
+        loss_scale = scaler.get_scale() if scaler is not None else 1.0  # fp16: keep small gradients from underflowing
+        micro_batch_share = 1.0 / self.current_gradient_accumulation_steps
+
+        # 1. One forward pass over every task of the batch, through the unwrapped model: neither DDP's reducer nor
+        # DeepSpeed's backward hooks must see the per-task gradients, which are reduced per task below.
+        with self.compute_loss_context_manager():
+            outputs = self.model(task_batches=inputs)
+        self._record_task_losses(outputs.task_losses)
+        names = list(outputs.task_losses)
+        losses = [
+            outputs.task_losses[name] * (self.task_specs[name].loss_weight * micro_batch_share * loss_scale)
+            for name in names
+        ]
+        # 2. Each task's gradient, accumulated over the micro-batches of this optimizer step.
+        for name, gradients in zip(names, task_gradients(losses, parameters), strict=True):
+            buffer = self._pcgrad_buffers.setdefault(name, [None] * len(parameters))
+            for index, gradient in enumerate(gradients):
+                if gradient is not None:
+                    buffer[index] = gradient if buffer[index] is None else buffer[index] + gradient
+
+        # 3. At the last micro-batch: average over processes, project, and hand the update to the usual backward.
+        backward_kwargs = {}
+        if self.is_deepspeed_enabled:
+            backward_kwargs["scale_wrt_gas"] = False  # the losses above are already divided, as Trainer does
+        if self.accelerator.sync_gradients:
+            update = self._pcgrad_update(parameters)
+            # d/dp sum(p * u) = u: the Trainer's backward (loss scaling, DeepSpeed's buffers) receives exactly u.
+            surrogate = sum(
+                (p * (u / loss_scale)).sum() for p, u in zip(parameters, update, strict=True) if u is not None
+            )
+            self.accelerator.backward(surrogate, **backward_kwargs)
+        elif self.is_deepspeed_enabled:  # DeepSpeed counts micro-steps in its backward: give it a zero gradient
+            self.accelerator.backward(sum((p * 0.0).sum() for p in parameters), **backward_kwargs)
+        return outputs.loss.detach() * micro_batch_share
+
+    def _pcgrad_update(self, parameters) -> list[torch.Tensor | None]:
+        names = list(self._pcgrad_buffers)
+        gradients = average_over_processes([self._pcgrad_buffers[name] for name in names])
+        self._pcgrad_buffers = {}
+        # The same random orders on every process: a generator keyed by (seed, optimizer step).
+        key = seeding.combine(seeding.mix64(self.args.seed), self.state.global_step)
+        generator = torch.Generator().manual_seed(int(key))
+        update, stats = combine_task_gradients(gradients, generator=generator)
+        if stats.task_pairs:
+            self._conflict_fractions.append(stats.conflict_fraction)
+        return update
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for name in [name for name in self.task_specs if name in self._loss_sums]:
+                mean = self._loss_sums[name] / self._loss_counts[name]
+                logs[f"loss_{name}"] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
+            if self._conflict_fractions:
+                logs["pcgrad_conflict_fraction"] = round(float(np.mean(self._conflict_fractions)), 4)
+            self._loss_sums, self._loss_counts, self._conflict_fractions = {}, {}, []
+        super().log(logs, start_time)
+
+    # ---- Evaluation ----
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Score every task of ``eval_dataset`` (default: the trainer's), ``{task name: dataset}``: the loss and
+        `task_metrics` of each, as ``<prefix>_<task>_<metric>``, and ``<prefix>_average`` (mean of the tasks'
+        main metrics). Distributed runs shard each task's data and gather the predictions."""
+        datasets = self.eval_dataset if eval_dataset is None else eval_dataset
+        if not isinstance(datasets, Mapping) or not datasets:
+            raise ValueError("MultitaskTrainer.evaluate takes {task name: dataset}; no evaluation data was given.")
+        self._check_task_names(list(datasets), "eval_dataset")
+        start = time.time()
+        metrics, main_scores = {}, []
+        for name, dataset in datasets.items():
+            spec = self.task_specs[name]
+            prefix = f"{metric_key_prefix}_{name}"
+            output = self.evaluation_loop(
+                self._task_eval_dataloader(name, dataset),
+                description=f"Evaluation of {name}",
+                prediction_loss_only=False,
+                ignore_keys=ignore_keys,
+                metric_key_prefix=prefix,
+            )
+            if f"{prefix}_loss" in output.metrics:
+                metrics[f"{prefix}_loss"] = output.metrics[f"{prefix}_loss"]
+            scores = task_metrics(spec, output.predictions, output.label_ids)
+            metrics.update({f"{prefix}_{metric}": value for metric, value in scores.items()})
+            main_scores.append(scores[main_metric(spec)])
+        metrics[f"{metric_key_prefix}_average"] = float(np.mean(main_scores))
+        metrics[f"{metric_key_prefix}_runtime"] = round(time.time() - start, 4)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
