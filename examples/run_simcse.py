@@ -286,7 +286,9 @@ def main(argv: list[str] | None = None):
         else:
             collator = PairCollator(
                 tokenizer,
-                columns=data_args.pair_columns.split(",") if data_args.pair_columns else None,
+                columns=[name.strip() for name in data_args.pair_columns.split(",")]
+                if data_args.pair_columns
+                else None,
                 max_length=data_args.max_seq_length,
                 mlm=model_args.do_mlm,
                 mlm_probability=data_args.mlm_probability,
@@ -296,12 +298,13 @@ def main(argv: list[str] | None = None):
     if data_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
 
-    stsb, scores_before = None, None
+    # STS-B dev is scored on every process (each computes the same figures): under DeepSpeed ZeRO-3 a forward pass
+    # needs every process's parameter shards
+    stsb, before = None, None
     if data_args.stsb_dev_file:
         stsb = read_stsbenchmark(data_args.stsb_dev_file)
-        if training_args.process_index == 0:
-            scores_before = evaluate_sts(model, stsb, tokenizer=tokenizer)
-            logger.info("STS-B dev before training: Spearman %.2f.", scores_before["spearman"])
+        before = evaluate_sts(model, stsb, tokenizer=tokenizer)
+        logger.info("STS-B dev before training: Spearman %.2f.", before["spearman"])
     if training_args.eval_strategy != "no" and stsb is None:
         raise ValueError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
 
@@ -321,16 +324,15 @@ def main(argv: list[str] | None = None):
     trainer.save_state()
 
     eval_results, reference = {}, None
-    if stsb is not None and trainer.is_world_process_zero():
-        scores = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
-        eval_results["stsb_dev"] = {"spearman": scores["spearman"]}
-        figures = {"stsb_spearman": scores["spearman"], "stsb_pearson": scores["pearson"]}
-        figures["stsb_spearman_before_training"] = scores_before["spearman"]
-        trainer.log_metrics("eval", figures)
+    if stsb is not None:
+        after = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
+        eval_results["stsb_dev"] = {"spearman": after["spearman"]}
+        figures = {"stsb_spearman": after["spearman"], "stsb_pearson": after["pearson"]}
+        figures.update(stsb_spearman_before=before["spearman"], stsb_pearson_before=before["pearson"])
+        trainer.log_metrics("eval", figures)  # log_metrics and save_metrics write on the main process only
         trainer.save_metrics("eval", {f"eval_{name}": value for name, value in figures.items()})
-        logger.info(
-            "STS-B dev Spearman: %.2f before training, %.2f after.", scores_before["spearman"], scores["spearman"]
-        )
+        logger.info("STS-B dev Spearman: %.2f before training, %.2f after.", before["spearman"], after["spearman"])
+        # embeddings at the end of training, to check the saved checkpoint against
         reference = (stsb.sentences1[:32], trainer.model.contrastive.encode(stsb.sentences1[:32], tokenizer=tokenizer))
 
     if data_args.mode == "unsup":
