@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
@@ -74,6 +76,10 @@ class ContrastiveConfig(PreTrainedConfig):
     sub_batch_size: int = 0
 
     def __post_init__(self, **kwargs):
+        if isinstance(self.encoder, PreTrainedConfig):
+            # our own copy: the base class resets a sub-config's attention implementation, which must not change
+            # the config of a live model the encoder config was taken from
+            self.encoder = copy.deepcopy(self.encoder)
         super().__post_init__(**kwargs)
         self._validate_contrastive_fields()
 

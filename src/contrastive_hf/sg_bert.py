@@ -76,7 +76,7 @@ from .configuration_contrastive import ContrastiveConfig
 from .distributed import gather_with_grad, rank, world_size
 from .losses import cosine_logits, info_nce, nt_xent
 from .modeling_contrastive import ContrastiveModel, ProjectionHead
-from .trainer import ContrastiveTrainer
+from .trainer import STEP_METRICS, ContrastiveTrainer
 from .training_args import ContrastiveTrainingArguments
 
 __all__ = [
@@ -411,10 +411,9 @@ class SelfGuidedModel(nn.Module):
                     f"{layers} layers plus the embedding layer: give {layers + 1}."
                 )
         # f: hidden -> 4096 -> 4096, GELU after each linear layer (the paper's head); a ContrastiveConfig only
-        # describes its shape here. It gets a copy of the encoder's config: building a ContrastiveConfig resets the
-        # attention implementation of the encoder config it is given.
+        # describes its shape here.
         head_shape = ContrastiveConfig(
-            encoder=copy.deepcopy(encoder_config),
+            encoder=encoder_config,
             projection_type="mlp",
             projection_layers=2,
             projection_hidden_size=config.projection_hidden_size,
@@ -656,24 +655,7 @@ class SelfGuidedTrainer(ContrastiveTrainer):
             )
 
     # Logged beside ContrastiveTrainer's step metrics (cl_loss...), averaged the same way.
-    extra_step_metrics = ("regularization_loss",)
-
-    @torch.no_grad()
-    def _after_step(self, outputs, inputs) -> None:
-        super()._after_step(outputs, inputs)
-        for name in self.extra_step_metrics:
-            value = getattr(outputs, name, None)
-            if value is not None:
-                self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
-                self._metric_counts[name] = self._metric_counts.get(name, 0) + 1
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            for name in self.extra_step_metrics:
-                if name in self._metric_sums:
-                    mean = self._metric_sums.pop(name) / self._metric_counts.pop(name)
-                    logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 6)
-        super().log(logs, start_time)
+    step_metrics = (*STEP_METRICS, "regularization_loss")
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         if not self.args.should_save:

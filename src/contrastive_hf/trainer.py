@@ -46,6 +46,10 @@ class ContrastiveTrainer(Trainer):
     ``load_best_model_at_end=True`` keeps the best checkpoint. Other eval datasets get the Trainer's loss evaluation.
     """
 
+    # The metrics `log` reports (see STEP_METRICS); a subclass adds names here, and any model-output field of that
+    # name is averaged and logged the same way.
+    step_metrics = STEP_METRICS
+
     # What the model card says about the run (a `ModelCardInfo`: method, views, data, results); set it before
     # `create_model_card` or `push_to_hub`.
     model_card_info = None
@@ -145,8 +149,7 @@ class ContrastiveTrainer(Trainer):
     def _after_step(self, outputs, inputs) -> None:
         """Push this batch's keys into the pre-batch queue and record the step's metrics (on the device)."""
         embeddings = outputs.embeddings
-        metrics = {name: getattr(outputs, name, None) for name in LOSS_COMPONENTS}
-        metrics["negatives_per_query"] = getattr(outputs, "negatives_per_query", None)
+        metrics = {name: getattr(outputs, name, None) for name in self.step_metrics}
         if embeddings is not None and embeddings.dim() == 3 and embeddings.shape[1] >= 2:
             metrics["alignment"] = alignment(embeddings[:, 0], embeddings[:, 1])
             if embeddings.shape[0] >= 2:
@@ -163,7 +166,7 @@ class ContrastiveTrainer(Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._metric_sums:
-            for name in STEP_METRICS:
+            for name in self.step_metrics:
                 if name in self._metric_sums:
                     mean = self._metric_sums[name] / self._metric_counts[name]
                     logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
