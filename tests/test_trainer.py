@@ -127,3 +127,29 @@ def test_a_nan_loss_stops_training_naming_the_step_and_the_part(tokenizer, tmp_p
     model.compute_mlm_loss = failing_mlm_loss
     with pytest.raises(FloatingPointError, match=r"step 3 .*mlm_loss"):
         trainer.train()
+
+
+def test_plain_training_arguments_work_with_the_contrastive_defaults(tokenizer, tmp_path):
+    """Dropped into a script that builds transformers' own TrainingArguments, the trainer still trains MLM + CL."""
+    from transformers import TrainingArguments
+
+    trainer = make_trainer(tokenizer, tmp_path)
+    trainer = ContrastiveTrainer(
+        model=trainer.model,
+        args=TrainingArguments(
+            output_dir=str(tmp_path),
+            max_steps=2,
+            logging_steps=1,
+            report_to="none",
+            use_cpu=True,
+            per_device_train_batch_size=8,
+            remove_unused_columns=False,
+            disable_tqdm=True,
+        ),  # fmt: skip
+        train_dataset=trainer.train_dataset,
+        data_collator=trainer.data_collator,
+    )
+    assert trainer.prebatch_queue is None
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all("mlm_loss" in entry and "cl_loss" in entry for entry in logged)

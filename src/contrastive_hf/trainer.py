@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import torch
@@ -12,6 +13,7 @@ from .collators import CollatorEpochCallback
 from .evaluation.sts import STSData
 from .losses import alignment, uniformity
 from .prebatch_queue import PrebatchQueue
+from .training_args import ContrastiveTrainingArguments
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
 
@@ -62,16 +64,16 @@ class ContrastiveTrainer(Trainer):
             self.add_callback(CollatorEpochCallback(self.data_collator))
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
         self.prebatch_queue = None
-        if self.args.prebatch_size:
+        if self._option("prebatch_size"):
             if getattr(config, "contrastive_loss", "info_nce") != "info_nce":
                 raise ValueError(
                     "--prebatch_size needs contrastive_loss='info_nce' (queued keys are negatives of the anchors), "
                     f"the model uses {config.contrastive_loss!r}: set it in the model config (--contrastive_loss)."
                 )
-            self.prebatch_queue = PrebatchQueue(self.args.prebatch_size, self.args.prebatch_warmup_steps)
-            if self.args.prebatch_reset_each_epoch:
+            self.prebatch_queue = PrebatchQueue(self._option("prebatch_size"), self._option("prebatch_warmup_steps"))
+            if self._option("prebatch_reset_each_epoch"):
                 self.add_callback(_ResetQueueEachEpoch(self.prebatch_queue))
-        if self.args.grad_cache_chunk_size:
+        if self._option("grad_cache_chunk_size"):
             model = self.accelerator.unwrap_model(self.model)
             if not hasattr(model, "embed_views") or not hasattr(model, "view_input_names"):
                 raise ValueError(
@@ -85,10 +87,17 @@ class ContrastiveTrainer(Trainer):
                     "a DeepSpeed config) with GradCache, or ZeRO with a smaller per-device batch."
                 )
 
+    def _option(self, name: str):
+        """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
+        given plain `TrainingArguments` (e.g. dropped into an existing script)."""
+        if hasattr(self.args, name):
+            return getattr(self.args, name)
+        return next(field.default for field in dataclasses.fields(ContrastiveTrainingArguments) if field.name == name)
+
     def _negatives_kwargs(self, model) -> dict:
         """What the model's loss needs beyond the batch: cross-device gathering and the pre-batch queue."""
         kwargs = {}
-        if self.args.world_size > 1 and self.args.gather_negatives_across_devices:
+        if self.args.world_size > 1 and self._option("gather_negatives_across_devices"):
             kwargs["gather_across_devices"] = True  # exact global-batch negatives (distributed.py)
         if self.prebatch_queue is not None and model.training:
             kwargs["extra_negatives"] = self.prebatch_queue.negatives(self.state.global_step)
@@ -106,7 +115,7 @@ class ContrastiveTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
-        if not self.args.grad_cache_chunk_size:
+        if not self._option("grad_cache_chunk_size"):
             return super().training_step(model, inputs, num_items_in_batch)
         from .grad_cache import grad_cache_step
 
@@ -120,7 +129,7 @@ class ContrastiveTrainer(Trainer):
                 model,
                 self.accelerator.unwrap_model(model),
                 inputs,
-                self.args.grad_cache_chunk_size,
+                self._option("grad_cache_chunk_size"),
                 backward=self.accelerator.backward,
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
