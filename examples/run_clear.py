@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
+from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
@@ -170,9 +172,10 @@ def main():
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
     if needs_del_token(data_args.augmentations):
         add_del_token(tokenizer)  # before a from-scratch model is sized to the vocabulary
-    model = build_model(model_args, tokenizer)
-    if needs_del_token(data_args.augmentations):
-        add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
+    with built_whole(training_args):
+        model = build_model(model_args, tokenizer)
+        if needs_del_token(data_args.augmentations):
+            add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
     if model_args.lora_r:
         model = add_adapter(
             model,
@@ -247,7 +250,7 @@ def main():
     trainer.save_state()
 
     eval_results, reference = {}, None
-    if data_args.stsb_dev_file and trainer.is_world_process_zero():
+    if data_args.stsb_dev_file:  # on every process: under DeepSpeed ZeRO-3 each forward gathers parameter shards
         stsb = read_stsbenchmark(data_args.stsb_dev_file)
         scores = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
         eval_results["stsb_dev"] = {"spearman": scores["spearman"]}
@@ -306,10 +309,34 @@ def main():
     )
 
 
+@contextmanager
+def built_whole(training_args):
+    """Build the model whole in this process, even under DeepSpeed ZeRO-3.
+
+    Under ZeRO-3, transformers creates every model inside `deepspeed.zero.Init`, which shards each parameter across
+    the processes as soon as it exists, while wrapping a pretrained encoder, copying its MLM head and resizing the
+    vocabulary for [DEL] read and write whole weights. A sentence encoder fits in each process's memory, and
+    `deepspeed.initialize` shards the whole model when training starts.
+    """
+    plugin = getattr(training_args, "deepspeed_plugin", None)
+    holder = getattr(plugin, "dschf", None) or getattr(training_args, "hf_deepspeed_config", None)
+    if holder is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(holder)  # the Trainer's DeepSpeed integration reads it again
+
+
 def check_saved_checkpoint(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:
     """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
     from transformers import AutoModel
 
+    # Load as a user would, whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise
+    # shard the reloaded model across processes (zero.Init), a collective the other processes do not join.
+    unset_hf_deepspeed_config()
     reloaded = AutoModel.from_pretrained(path).encode(sentences, tokenizer=tokenizer)
     difference = (trained - reloaded).abs().max().item()
     if not torch.allclose(trained, reloaded, atol=1e-5):

@@ -1,0 +1,262 @@
+"""DeepSpeed ZeRO under Accelerate: examples/run_clear.py launched with the shipped ds_configs/ on 2 CPU processes.
+
+Each run starts from the same saved checkpoint (dropout off, so that every run does the same arithmetic) and trains 3
+steps of 2 x 16 sentences. Plain DistributedDataParallel is the reference: ZeRO-2 and ZeRO-3 must give its losses,
+gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one file by
+``stage3_gather_16bit_weights_on_model_save``) must equal the weights consolidated from the DeepSpeed checkpoint of
+the last step and load in a single process; and a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
+machines with the multi-node config, must end on the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+import contrastive_hf
+from contrastive_hf import ContrastiveForPreTraining
+from contrastive_hf.augmentations import add_del_token
+
+from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
+from test_run_clear import run_clear
+
+DS_CONFIGS = REPO_ROOT / "ds_configs"
+MAX_STEPS = 3
+
+# Dropout off: the views (word deletion) and MLM masks come from the seeded collator, so the runs compare exactly.
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# A learning rate large enough that 3 Adam steps move every weight by ~2e-3, far above the comparison tolerance.
+TRAINING = ("--pooler_type", "mean", "--learning_rate", "1e-3", "--max_steps", str(MAX_STEPS))
+NO_STS_EVAL = ("--stsb_dev_file", "")  # the final STS-B evaluation runs once, in the ZeRO-3 run
+
+# What CPU needs beyond the shipped configs. The run_clear helper passes --use_cpu true, with which accelerate
+# ignores DeepSpeed and runs plain DDP, so turn it off; DeepSpeed then runs on its CPU accelerator, and gloo must be
+# named because accelerate finds no GPU backend and would otherwise start a one-process run.
+DEEPSPEED_ON_CPU = ("--use_cpu", "false", "--ddp_backend", "gloo")
+CPU_ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+
+
+def accelerate_launch(*flags) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", *map(str, flags)]
+
+
+def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[str]:
+    """``accelerate launch --config_file ds_configs/<yaml>`` as a GPU user types it, with 2 processes instead of the
+    yaml's 8 GPUs; the yaml names its DeepSpeed JSON relative to the repository root and the helper runs elsewhere,
+    hence the absolute --deepspeed_config_file (the same file)."""
+    return accelerate_launch(
+        "--config_file", DS_CONFIGS / accelerate_yaml,
+        "--num_processes", 2,
+        "--deepspeed_config_file", DS_CONFIGS / deepspeed_json,
+        *flags,
+    )  # fmt: skip
+
+
+def weights(directory) -> dict[str, torch.Tensor]:
+    return load_file(directory / "model.safetensors")
+
+
+def log_history(directory) -> list[dict]:
+    return json.loads((directory / "trainer_state.json").read_text())["log_history"]
+
+
+def losses_and_grad_norms(directory) -> list[float]:
+    """Every step's loss and gradient norm (logged every step), flat: [loss_1, norm_1, loss_2, ...]."""
+    return [entry[key] for entry in log_history(directory) if "grad_norm" in entry for key in ("loss", "grad_norm")]
+
+
+def assert_same_weights(actual: dict, expected: dict, atol: float) -> None:
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=0, atol=atol, msg=name)
+
+
+def max_change(trained: dict, initial: dict) -> float:
+    return max((trained[name] - initial[name]).abs().max().item() for name in initial)
+
+
+@pytest.fixture(scope="module")
+def initial_checkpoint(tmp_path_factory):
+    """A tiny ContrastiveForPreTraining (mean pooling, no dropout) and its tokenizer with [DEL], saved."""
+    directory = tmp_path_factory.mktemp("initial")
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+    add_del_token(tokenizer)
+    torch.manual_seed(0)
+    model = ContrastiveForPreTraining.from_config(
+        tiny_bert_config(vocab_size=len(tokenizer), **NO_DROPOUT), pooler_type="mean"
+    )
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def from_initial(initial_checkpoint) -> tuple[str, ...]:
+    return ("--model_name_or_path", str(initial_checkpoint), "--tokenizer_name", str(initial_checkpoint), *TRAINING)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, initial_checkpoint):
+    launcher = accelerate_launch("--multi_gpu", "--num_processes", 2, "--num_machines", 1)
+    launcher += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+    tmp_path = tmp_path_factory.mktemp("ddp")
+    _, output_dir = run_clear(
+        REPO_ROOT, tmp_path, *from_initial(initial_checkpoint), *NO_STS_EVAL, launcher=launcher, env=CPU_ENV
+    )
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def zero3_run(tmp_path_factory, initial_checkpoint):
+    """ZeRO-3 with the one-machine config, a checkpoint every 2 steps (so at steps 2 and 3), the final STS-B eval."""
+    tmp_path = tmp_path_factory.mktemp("zero3")
+    result, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        *from_initial(initial_checkpoint),
+        *DEEPSPEED_ON_CPU,
+        "--save_strategy", "steps",
+        "--save_steps", "2",
+        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
+        env=CPU_ENV,
+    )  # fmt: skip
+    return result, output_dir
+
+
+@pytest.mark.parametrize("name", ["zero2.json", "zero3.json", "zero3_offload.json"])
+def test_configs_fill_their_auto_values_and_pass_deepspeeds_parser(tmp_path, name):
+    """The Trainer fills every "auto" (batch size, learning rate, clipping, bucket sizes); DeepSpeed accepts the
+    result. zero3_offload.json is only checked here: its DeepSpeedCPUAdam is a C++ op compiled on first use, which
+    takes minutes."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, learning_rate=1e-3, use_cpu=True, report_to="none"
+    )
+    model = ContrastiveForPreTraining.from_config(tiny_bert_config())
+    hf_config = HfTrainerDeepSpeedConfig(str(DS_CONFIGS / name))
+    try:  # the object registers itself globally as the ZeRO-3 switch of from_pretrained: unregister it after
+        hf_config.trainer_config_process(args)
+        hf_config.trainer_config_finalize(args, model, num_training_steps=MAX_STEPS)
+        assert "auto" not in json.dumps(hf_config.config)
+        config = DeepSpeedConfig(hf_config.config)
+    finally:
+        unset_hf_deepspeed_config()
+    assert config.train_batch_size == 16 and config.gradient_clipping == args.max_grad_norm
+    assert config.zero_config.reduce_bucket_size == model.config.hidden_size**2
+    offloaded = name == "zero3_offload.json"
+    assert config.zero_optimization_stage == (2 if name == "zero2.json" else 3)
+    assert config.zero_config.gather_16bit_weights_on_model_save == (name != "zero2.json")
+    assert (config.zero_config.offload_optimizer is not None) == offloaded
+    assert (config.zero_config.offload_param is not None) == offloaded
+    if offloaded:
+        assert config.zero_config.offload_optimizer.device == config.zero_config.offload_param.device == "cpu"
+        assert config.optimizer_params["lr"] == 1e-3  # DeepSpeed's AdamW, with the Trainer's hyper-parameters
+    else:
+        assert config.optimizer_name is None  # the Trainer's optimizer and scheduler: every --optim flag works
+
+
+def test_zero2_trains_like_ddp_and_saves_a_loadable_model(tmp_path, initial_checkpoint, ddp_run):
+    _, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        *from_initial(initial_checkpoint),
+        *NO_STS_EVAL,
+        *DEEPSPEED_ON_CPU,
+        launcher=deepspeed_launch("accelerate_zero2.yaml", "zero2.json"),
+        env=CPU_ENV,
+    )
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == MAX_STEPS
+    assert "DeepSpeed ZeRO stage 2" in (output_dir / "README.md").read_text()
+    assert len(losses_and_grad_norms(output_dir)) == 2 * MAX_STEPS
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(ddp_run), rel=1e-5)
+    trained = weights(output_dir)
+    assert_same_weights(trained, weights(ddp_run), atol=1e-5)
+    assert max_change(trained, weights(initial_checkpoint)) > 1e-3
+
+    model = ContrastiveForPreTraining.from_pretrained(output_dir)
+    assert_same_weights(model.state_dict(), trained, atol=0)
+    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+
+
+def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_checkpoint, ddp_run, zero3_run):
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    result, output_dir = zero3_run
+    assert (output_dir / "checkpoint-2" / "global_step2").is_dir()  # sharded DeepSpeed states, one file per rank
+    # the last step's shards, consolidated by DeepSpeed's own tool, are the model saved at the end of training
+    consolidated = get_fp32_state_dict_from_zero_checkpoint(str(output_dir / f"checkpoint-{MAX_STEPS}"))
+    saved = weights(output_dir)
+    assert_same_weights(saved, consolidated, atol=0)
+    assert_same_weights(saved, weights(ddp_run), atol=1e-5)  # and ZeRO-3 trained as DDP does
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(ddp_run), rel=1e-5)
+    assert max_change(saved, weights(initial_checkpoint)) > 1e-3
+
+    pretraining = ContrastiveForPreTraining.from_pretrained(output_dir)  # in this single process, no DeepSpeed
+    assert_same_weights(pretraining.state_dict(), consolidated, atol=0)
+    encoder = AutoModel.from_pretrained(output_dir)
+    assert isinstance(encoder, contrastive_hf.ContrastiveModel)
+    assert_same_weights({f"contrastive.{name}": value for name, value in encoder.state_dict().items()}, {
+        name: value for name, value in consolidated.items() if name.startswith("contrastive.")
+    }, atol=0)  # fmt: skip
+
+    # the final STS-B evaluation ran on every process (ZeRO-3 forwards are collective) and the script's own reload
+    # check passed on the main one
+    assert -100 <= json.loads((output_dir / "eval_results.json").read_text())["eval_stsb_spearman"] <= 100
+    assert "gives the trained embeddings" in result.stdout + result.stderr
+    assert "DeepSpeed ZeRO stage 3" in (output_dir / "README.md").read_text()
+
+
+def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
+    """Resume at step 2 and train to step 3, launched as 2 machines x 1 process with the multi-node config (both on
+    localhost). The model is built from scratch with other random weights: only a real resume (weights, Adam
+    moments, schedule, data order and random states all restored) ends on the uninterrupted run's weights."""
+    _, zero3_dir = zero3_run
+    encoder_config = tmp_path / "encoder.json"
+    encoder_config.write_text(json.dumps({**tiny_bert_config(**NO_DROPOUT).to_dict(), "model_type": "bert"}))
+    output_dir = tmp_path / "resumed"
+    with socket.socket() as probe:  # a free port for the rendezvous of the two "machines"
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def machine(rank: int):
+        launcher = deepspeed_launch(
+            "accelerate_multinode_zero3.yaml",
+            "zero3.json",
+            "--machine_rank", rank,
+            "--main_process_ip", "127.0.0.1",
+            "--main_process_port", port,
+        )  # fmt: skip
+        machine_dir = tmp_path / f"machine{rank}"
+        machine_dir.mkdir()
+        return run_clear(
+            REPO_ROOT,
+            machine_dir,
+            "--config_name", str(encoder_config),
+            "--tokenizer_name", str(zero3_dir),
+            *TRAINING,
+            *NO_STS_EVAL,
+            *DEEPSPEED_ON_CPU,
+            "--resume_from_checkpoint", str(zero3_dir / "checkpoint-2"),
+            "--output_dir", str(output_dir),  # one folder for both, as on a shared file system
+            launcher=launcher,
+            env=CPU_ENV,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for run in [pool.submit(machine, rank) for rank in (1, 0)]:
+            run.result()  # re-raises a machine's failure with its output
+
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == MAX_STEPS
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(zero3_dir), rel=1e-6)
+    assert_same_weights(weights(output_dir), weights(zero3_dir), atol=1e-6)
+    assert max_change(weights(output_dir), weights(zero3_dir / "checkpoint-2")) > 1e-4  # step 3 was trained here
