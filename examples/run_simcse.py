@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None):
     if training_args.prebatch_size:
         hyperparameters["pre-batch queue"] = training_args.prebatch_size
     trainer.model_card_info = ModelCardInfo(
-        method="SimCSE",
+        method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",
+        hard_negatives=data_args.mode == "sup" and len(collator.columns) == 3,
         model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
         base_model=_hub_id_or_none(model_args.model_name_or_path),
         augmentation=views,

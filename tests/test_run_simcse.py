@@ -198,3 +198,5 @@ def test_sup_end_to_end_with_hard_negatives_and_prebatch_queue(tmp_path):
     torch.testing.assert_close(embeddings, expected)
     card = (output_dir / "README.md").read_text()
     assert "hard negative hard_neg (contradiction)" in card and "pre-batch queue 1" in card
+    assert "Supervised SimCSE trains on natural language inference pairs" in card
+    assert "a hard negative per anchor; pre-batch negatives (the keys of the previous 1 batch(es))" in card

@@ -35,6 +35,24 @@ METHODS = {
         "Embeddings},\n  author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},\n  booktitle={EMNLP},\n"
         "  year={2021}\n}",
     },
+    "Supervised SimCSE": {
+        "description": "Supervised SimCSE trains on natural language inference pairs: each premise's entailment "
+        "hypothesis is its positive and its contradiction hypothesis a hard negative, with the other sentences of "
+        "the batch as further negatives.",
+        "citation_short": "Gao et al., 2021",
+        "bibtex": "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence "
+        "Embeddings},\n  author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},\n  booktitle={EMNLP},\n"
+        "  year={2021}\n}",
+    },
+    "SG-BERT": {
+        "description": "SG-BERT (self-guided contrastive learning) tunes the encoder's [CLS] vector towards the "
+        "max-pooled layers of a frozen copy of the same encoder, with a regulariser keeping the two close; no data "
+        "augmentation.",
+        "citation_short": "Kim et al., 2021",
+        "bibtex": "@inproceedings{kim2021self,\n  title={Self-Guided Contrastive Learning for {BERT} Sentence "
+        "Representations},\n  author={Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},\n  booktitle={ACL-IJCNLP},\n"
+        "  year={2021}\n}",
+    },
 }
 
 
@@ -68,6 +86,9 @@ class ModelCardInfo:
     negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
     adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
     repo_id: str | None = None
+    hard_negatives: bool = False  # a third view per example was each anchor's hard negative
+    prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
+    objective: str | None = None  # the objective in words, for methods not described by mlm_weight / cl_weight
 
 
 def _describe_projection(config) -> str:
@@ -131,9 +152,12 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         pooler_type=config.pooler_type,
         projection_description=_describe_projection(config),
         views_description=f"`{info.augmentation}`",
-        objective_description=f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
-        if config.mlm_weight > 0
-        else f"L_CL ({config.contrastive_loss})",
+        objective_description=info.objective
+        or (
+            f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
+            if config.mlm_weight > 0
+            else f"L_CL ({config.contrastive_loss})"
+        ),
         temperature=config.temperature,
         negatives_description=_describe_negatives(info),
         sentence_transformers=_describe_sentence_transformers(model),
@@ -154,10 +178,16 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
 
 def _describe_negatives(info: ModelCardInfo) -> str:
     if info.world_size == 1:
-        return "in-batch"
-    if info.negatives_gathered:
-        return f"in-batch, gathered across the {info.world_size} processes (the global batch)"
-    return "in-batch, each process's own batch"
+        parts = ["in-batch"]
+    elif info.negatives_gathered:
+        parts = [f"in-batch, gathered across the {info.world_size} processes (the global batch)"]
+    else:
+        parts = ["in-batch, each process's own batch"]
+    if info.hard_negatives:
+        parts.append("a hard negative per anchor")
+    if info.prebatch_size:
+        parts.append(f"pre-batch negatives (the keys of the previous {info.prebatch_size} batch(es))")
+    return "; ".join(parts)
 
 
 def _base_model_arguments(config) -> str:

@@ -219,6 +219,7 @@ class ContrastiveTrainer(Trainer):
             world_size=self.args.world_size,
             negatives_gathered=getattr(self.args, "gather_negatives_across_devices", False),
             zero_stage=self._zero_stage(),
+            prebatch_size=self._option("prebatch_size"),
             repo_id=self.args.hub_model_id or self.model_card_info.repo_id,
         )
         write_model_card(self.args.output_dir, self.accelerator.unwrap_model(self.model), info)
