@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -290,13 +290,15 @@ def main():
                 training_args.output_dir,
             )
             sys.exit(1)
-    if not trainer.is_world_process_zero():
-        return
     loadable_dir = training_args.output_dir
     if model_args.lora_r:  # the adapter stays in output_dir; a merged full checkpoint goes beside it
         loadable_dir = training_args.output_dir.rstrip("/") + "-merged"
-        merge_and_save(trainer.model, loadable_dir, tokenizer)
+        with whole_parameters(trainer.model):
+            if trainer.is_world_process_zero():
+                merge_and_save(trainer.model, loadable_dir, tokenizer)
         logger.info("LoRA adapter saved in %s; merged checkpoint in %s.", training_args.output_dir, loadable_dir)
+    if not trainer.is_world_process_zero():
+        return
     if reference is not None:
         check_saved_checkpoint(loadable_dir, tokenizer, *reference)
     print(
@@ -328,6 +330,16 @@ def built_whole(training_args):
         yield
     finally:
         set_hf_deepspeed_config(holder)  # the Trainer's DeepSpeed integration reads it again
+
+
+def whole_parameters(model):
+    """Every parameter of ``model`` whole in this process while the context lasts: DeepSpeed ZeRO-3 keeps only a
+    shard of each (entering gathers them, a collective: every process must enter). A no-op otherwise."""
+    if not is_deepspeed_zero3_enabled():
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
 
 
 def check_saved_checkpoint(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:

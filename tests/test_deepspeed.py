@@ -260,3 +260,28 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
     assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(zero3_dir), rel=1e-6)
     assert_same_weights(weights(output_dir), weights(zero3_dir), atol=1e-6)
     assert max_change(weights(output_dir), weights(zero3_dir / "checkpoint-2")) > 1e-4  # step 3 was trained here
+
+
+def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(tmp_path):
+    """Under ZeRO-3 each process holds a shard of every weight: the LoRA merge at the end gathers them first, and
+    run_clear's own check (the merged checkpoint, reloaded, gives the trained embeddings) would fail otherwise."""
+    from transformers import BertForMaskedLM
+
+    base_dir = tmp_path / "base"
+    BertForMaskedLM(tiny_bert_config()).save_pretrained(base_dir)
+    AutoTokenizer.from_pretrained(DEMO_TOKENIZER).save_pretrained(base_dir)
+    result, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        "--model_name_or_path", str(base_dir),
+        "--lora_r", "4",
+        "--pooler_type", "mean",
+        *DEEPSPEED_ON_CPU,
+        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
+        env=CPU_ENV,
+    )  # fmt: skip
+    assert (output_dir / "adapter_model.safetensors").exists()
+    assert "gives the trained embeddings" in result.stdout + result.stderr
+    merged = weights(tmp_path / "out-merged")
+    assert all(value.numel() > 0 for value in merged.values())  # no empty shard saved in place of a weight
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel)
