@@ -4,8 +4,9 @@ Each run starts from the same saved checkpoint (dropout off, so that every run d
 steps of 2 x 16 sentences. Plain DistributedDataParallel is the reference: ZeRO-2 and ZeRO-3 must give its losses,
 gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one file by
 ``stage3_gather_16bit_weights_on_model_save``) must equal the weights consolidated from the DeepSpeed checkpoint of
-the last step and load in a single process; and a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
-machines with the multi-node config, must end on the same weights.
+the last step and load in a single process; a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
+machines with the multi-node config, must end on the same weights; and a LoRA adapter trained under ZeRO-3 must merge
+into a whole checkpoint.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ NO_STS_EVAL = ("--stsb_dev_file", "")  # the final STS-B evaluation runs once, i
 
 # What CPU needs beyond the shipped configs. The run_clear helper passes --use_cpu true, with which accelerate
 # ignores DeepSpeed and runs plain DDP, so turn it off; DeepSpeed then runs on its CPU accelerator, and gloo must be
-# named because accelerate finds no GPU backend and would otherwise start a one-process run.
+# named: finding no GPU backend, accelerate would otherwise take each process for a run of its own (world size 1).
 DEEPSPEED_ON_CPU = ("--use_cpu", "false", "--ddp_backend", "gloo")
 CPU_ENV = {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
 
