@@ -14,13 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
-import torch
 import transformers
 from transformers import AutoTokenizer, HfArgumentParser, set_seed
-from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
@@ -28,7 +25,7 @@ from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, need
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import load_pretraining_model
+from contrastive_hf.loading import built_whole, hub_id_or_none, load_pretraining_model, verify_reload, whole_parameters
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -264,7 +261,7 @@ def main():
     trainer.model_card_info = ModelCardInfo(
         method="SimCSE" if data_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
         model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=_hub_id_or_none(model_args.model_name_or_path),
+        base_model=hub_id_or_none(model_args.model_name_or_path),
         augmentation=data_args.augmentations,
         training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
         hyperparameters={
@@ -300,7 +297,7 @@ def main():
     if not trainer.is_world_process_zero():
         return
     if reference is not None:
-        check_saved_checkpoint(loadable_dir, tokenizer, *reference)
+        verify_reload(loadable_dir, tokenizer, *reference)
     print(
         f"\nSaved to {loadable_dir}. Load it with:\n\n"
         "    import contrastive_hf  # registers the model type with the Auto classes\n"
@@ -309,51 +306,6 @@ def main():
         f"    tokenizer = AutoTokenizer.from_pretrained({loadable_dir!r})\n"
         "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
     )
-
-
-@contextmanager
-def built_whole(training_args):
-    """Build the model whole in this process, even under DeepSpeed ZeRO-3.
-
-    Under ZeRO-3, transformers creates every model inside `deepspeed.zero.Init`, which shards each parameter across
-    the processes as soon as it exists, while wrapping a pretrained encoder, copying its MLM head and resizing the
-    vocabulary for [DEL] read and write whole weights. A sentence encoder fits in each process's memory, and
-    `deepspeed.initialize` shards the whole model when training starts.
-    """
-    plugin = getattr(training_args, "deepspeed_plugin", None)
-    holder = getattr(plugin, "dschf", None) or getattr(training_args, "hf_deepspeed_config", None)
-    if holder is None or not is_deepspeed_zero3_enabled():
-        yield
-        return
-    unset_hf_deepspeed_config()
-    try:
-        yield
-    finally:
-        set_hf_deepspeed_config(holder)  # the Trainer's DeepSpeed integration reads it again
-
-
-def whole_parameters(model):
-    """Every parameter of ``model`` whole in this process while the context lasts: DeepSpeed ZeRO-3 keeps only a
-    shard of each (entering gathers them, a collective: every process must enter). A no-op otherwise."""
-    if not is_deepspeed_zero3_enabled():
-        return nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()))
-
-
-def check_saved_checkpoint(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:
-    """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
-    from transformers import AutoModel
-
-    # Load as a user would, whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise
-    # shard the reloaded model across processes (zero.Init), a collective the other processes do not join.
-    unset_hf_deepspeed_config()
-    reloaded = AutoModel.from_pretrained(path).encode(sentences, tokenizer=tokenizer)
-    difference = (trained - reloaded).abs().max().item()
-    if not torch.allclose(trained, reloaded, atol=1e-5):
-        raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
-    print(f"AutoModel reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
 
 
 def _describe_adapter(model) -> str | None:
@@ -366,13 +318,6 @@ def _describe_adapter(model) -> str | None:
 
 def _split(names: str | None) -> list[str] | None:
     return [name.strip() for name in names.split(",") if name.strip()] if names else None
-
-
-def _hub_id_or_none(name_or_path: str | None) -> str | None:
-    """A Hub id for the card's base_model; None for local folders (no local paths in cards) or from scratch."""
-    if not name_or_path or os.path.exists(name_or_path):
-        return None
-    return name_or_path
 
 
 if __name__ == "__main__":

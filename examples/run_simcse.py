@@ -39,11 +39,10 @@ from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.collators import EXAMPLE_INDEX_COLUMN, ContrastiveDataCollator, PairCollator
 from contrastive_hf.data import load_corpus, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import load_pretraining_model
+from contrastive_hf.loading import built_whole, hub_id_or_none, load_pretraining_model, verify_reload
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
-from run_clear import _hub_id_or_none, check_saved_checkpoint  # the CLEAR script beside this one
 
 logger = logging.getLogger(__name__)
 
@@ -270,7 +269,8 @@ def main(argv: list[str] | None = None):
     if tokenizer_name is None:
         raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
-    model = build_model(model_args, tokenizer)
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = build_model(model_args, tokenizer)
 
     with training_args.main_process_first(desc="training data"):
         if data_args.mode == "unsup":
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None):
         method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",
         hard_negatives=data_args.mode == "sup" and len(collator.columns) == 3,
         model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=_hub_id_or_none(model_args.model_name_or_path),
+        base_model=hub_id_or_none(model_args.model_name_or_path),
         augmentation=views,
         training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
         hyperparameters=hyperparameters,
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None):
     if not trainer.is_world_process_zero():
         return
     if reference is not None:
-        check_saved_checkpoint(training_args.output_dir, tokenizer, *reference)
+        verify_reload(training_args.output_dir, tokenizer, *reference)
     print(
         f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
         "    import contrastive_hf  # registers the model type with the Auto classes\n"

@@ -515,6 +515,6 @@ def add_del_token(tokenizer, model=None) -> int:
     if DEL_TOKEN not in tokenizer.get_vocab():
         # keep the tokenizer's other extra special tokens special (the default would replace them)
         tokenizer.add_special_tokens({"additional_special_tokens": [DEL_TOKEN]}, replace_extra_special_tokens=False)
-    if model is not None and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+    if model is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
     return tokenizer.convert_tokens_to_ids(DEL_TOKEN)

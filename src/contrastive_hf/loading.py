@@ -1,15 +1,20 @@
-"""Building the model an example script trains: from our checkpoint, a pretrained encoder, or an encoder config."""
+"""What the example scripts share around the model they train: building it (from our checkpoint, a pretrained
+encoder, or an encoder config), whole even under DeepSpeed ZeRO-3, and checking that the saved checkpoint reloads."""
 
 from __future__ import annotations
 
 import logging
+import os
+from contextlib import contextmanager, nullcontext
 
+import torch
 from transformers import AutoConfig
+from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from .configuration_contrastive import ContrastiveConfig
 from .modeling_contrastive import ContrastiveForPreTraining
 
-__all__ = ["load_pretraining_model"]
+__all__ = ["load_pretraining_model", "built_whole", "whole_parameters", "verify_reload", "hub_id_or_none"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,4 +43,56 @@ def load_pretraining_model(
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
     logger.info("Training a %s encoder from scratch.", encoder_config.model_type)
-    return ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder_config, **config_overrides))
+    return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
+
+
+@contextmanager
+def built_whole(training_args):
+    """Build the model whole in this process, even under DeepSpeed ZeRO-3.
+
+    Under ZeRO-3, transformers creates every model inside `deepspeed.zero.Init`, which shards each parameter across
+    the processes as soon as it exists, while wrapping a pretrained encoder, copying its MLM head and resizing the
+    vocabulary for [DEL] read and write whole weights. A sentence encoder fits in each process's memory, and
+    `deepspeed.initialize` shards the whole model when training starts.
+    """
+    plugin = getattr(training_args, "deepspeed_plugin", None)
+    holder = getattr(plugin, "dschf", None) or getattr(training_args, "hf_deepspeed_config", None)
+    if holder is None or not is_deepspeed_zero3_enabled():
+        yield
+        return
+    unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        set_hf_deepspeed_config(holder)  # the Trainer's DeepSpeed integration reads it again
+
+
+def whole_parameters(model):
+    """Every parameter of ``model`` whole in this process while the context lasts: DeepSpeed ZeRO-3 keeps only a
+    shard of each (entering gathers them, a collective: every process must enter). A no-op otherwise."""
+    if not is_deepspeed_zero3_enabled():
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
+def verify_reload(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:
+    """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
+    from transformers import AutoModel
+
+    # Load as a user would, whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise
+    # shard the reloaded model across processes (zero.Init), a collective the other processes do not join.
+    unset_hf_deepspeed_config()
+    reloaded = AutoModel.from_pretrained(path).encode(sentences, tokenizer=tokenizer)
+    difference = (trained - reloaded).abs().max().item()
+    if not torch.allclose(trained, reloaded, atol=1e-5):
+        raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
+    print(f"AutoModel reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
+
+
+def hub_id_or_none(name_or_path: str | None) -> str | None:
+    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
+    if not name_or_path or os.path.exists(name_or_path):
+        return None
+    return name_or_path

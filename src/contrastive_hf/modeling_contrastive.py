@@ -510,7 +510,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         self.post_init()
 
     def _new_mlm_head(self) -> MaskedLMHead:
-        embedding_size = self.contrastive.get_input_embeddings().weight.shape[1]
+        # the module's size, not its weight's shape: under ZeRO-3 the weight is an empty shard
+        embedding_size = self.contrastive.get_input_embeddings().embedding_dim
         tied = getattr(self.config.encoder, "tie_word_embeddings", True)
         return MaskedLMHead(self.config.encoder, embedding_size, tied)
 
@@ -528,7 +529,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         """Resize the encoder's vocabulary (e.g. after adding CLEAR's [DEL] token) and the MLM head with it."""
         old = self.mlm_head.bias.shape[0]
         embeddings = self.contrastive.encoder.resize_token_embeddings(new_num_tokens, **kwargs)
-        new = embeddings.weight.shape[0]
+        new = embeddings.num_embeddings
         if new != old:
             with torch.no_grad():
                 bias = torch.zeros(new, dtype=self.mlm_head.bias.dtype, device=self.mlm_head.bias.device)
