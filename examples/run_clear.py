@@ -25,7 +25,14 @@ from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, need
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import built_whole, hub_id_or_none, load_pretraining_model, verify_reload, whole_parameters
+from contrastive_hf.loading import (
+    built_whole,
+    hub_id_or_none,
+    load_pretraining_model,
+    loading_instructions,
+    verify_reload,
+    whole_parameters,
+)
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -298,14 +305,7 @@ def main():
         return
     if reference is not None:
         verify_reload(loadable_dir, tokenizer, *reference)
-    print(
-        f"\nSaved to {loadable_dir}. Load it with:\n\n"
-        "    import contrastive_hf  # registers the model type with the Auto classes\n"
-        "    from transformers import AutoModel, AutoTokenizer\n"
-        f"    model = AutoModel.from_pretrained({loadable_dir!r}).eval()\n"
-        f"    tokenizer = AutoTokenizer.from_pretrained({loadable_dir!r})\n"
-        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
-    )
+    print(loading_instructions(loadable_dir))
 
 
 def _describe_adapter(model) -> str | None:

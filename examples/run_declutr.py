@@ -30,7 +30,7 @@ from transformers import AutoTokenizer, HfArgumentParser, set_seed
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.data import load_corpus, prepare_streaming
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import load_pretraining_model
+from contrastive_hf.loading import built_whole, load_pretraining_model, loading_instructions
 from contrastive_hf.span_views import SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -123,7 +123,8 @@ def main():
     if tokenizer_name is None:
         raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
-    model = build_model(model_args, tokenizer)
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = build_model(model_args, tokenizer)
 
     with training_args.main_process_first(desc="document tokenization"):
         corpus = load_corpus(
@@ -179,21 +180,14 @@ def main():
     trainer.save_metrics("train", metrics)
     trainer.save_state()
 
-    if data_args.stsb_dev_file and trainer.is_world_process_zero():
+    if data_args.stsb_dev_file:  # on every process: under ZeRO-3 each forward pass needs all of them
         scores = evaluate_sts(trainer.model, read_stsbenchmark(data_args.stsb_dev_file), tokenizer=tokenizer)
         trainer.log_metrics("eval", {"stsb_spearman": scores["spearman"], "stsb_pearson": scores["pearson"]})
         trainer.save_metrics(
             "eval", {"eval_stsb_spearman": scores["spearman"], "eval_stsb_pearson": scores["pearson"]}
         )
     if trainer.is_world_process_zero():
-        print(
-            f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
-            "    import contrastive_hf  # registers the model type with the Auto classes\n"
-            "    from transformers import AutoModel, AutoTokenizer\n"
-            f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
-            f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
-            "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
-        )
+        print(loading_instructions(training_args.output_dir))
 
 
 if __name__ == "__main__":

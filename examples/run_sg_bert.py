@@ -21,12 +21,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import torch
 import transformers
-from transformers import AutoModel, AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser, set_seed
 
 from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.loading import loading_instructions, verify_reload
 from contrastive_hf.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -187,20 +187,14 @@ def main():
 
     # The saved checkpoint must give the trained embeddings through AutoModel.
     sentences = stsb.sentences1[:32] if stsb is not None else ["A man is playing a guitar.", "A cat sleeps."]
-    trained = trainer.model.contrastive.encode(sentences, tokenizer=tokenizer)
-    reloaded = AutoModel.from_pretrained(training_args.output_dir).encode(sentences, tokenizer=tokenizer)
-    difference = (trained - reloaded).abs().max().item()
-    if not torch.allclose(trained, reloaded, atol=1e-5):
-        raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
-    print(
-        f"\nSaved BERT_T to {training_args.output_dir} (AutoModel reload max |difference| {difference:.1e}). "
-        "Load it with:\n\n"
-        "    import contrastive_hf  # registers the model type with the Auto classes\n"
-        "    from transformers import AutoModel, AutoTokenizer\n"
-        f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
-        f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
-        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
+    verify_reload(
+        training_args.output_dir,
+        tokenizer,
+        sentences,
+        trainer.model.contrastive.encode(sentences, tokenizer=tokenizer),
     )
+    print("The saved checkpoint holds BERT_T alone (the tuned encoder; its [CLS] is the embedding).")
+    print(loading_instructions(training_args.output_dir))
 
 
 if __name__ == "__main__":

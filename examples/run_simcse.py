@@ -39,7 +39,13 @@ from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.collators import EXAMPLE_INDEX_COLUMN, ContrastiveDataCollator, PairCollator
 from contrastive_hf.data import load_corpus, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import built_whole, hub_id_or_none, load_pretraining_model, verify_reload
+from contrastive_hf.loading import (
+    built_whole,
+    hub_id_or_none,
+    load_pretraining_model,
+    loading_instructions,
+    verify_reload,
+)
 from contrastive_hf.model_card import ModelCardInfo
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -377,14 +383,7 @@ def main(argv: list[str] | None = None):
         return
     if reference is not None:
         verify_reload(training_args.output_dir, tokenizer, *reference)
-    print(
-        f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
-        "    import contrastive_hf  # registers the model type with the Auto classes\n"
-        "    from transformers import AutoModel, AutoTokenizer\n"
-        f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
-        f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
-        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
-    )
+    print(loading_instructions(training_args.output_dir))
 
 
 if __name__ == "__main__":

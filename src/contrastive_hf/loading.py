@@ -14,7 +14,14 @@ from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspe
 from .configuration_contrastive import ContrastiveConfig
 from .modeling_contrastive import ContrastiveForPreTraining
 
-__all__ = ["load_pretraining_model", "built_whole", "whole_parameters", "verify_reload", "hub_id_or_none"]
+__all__ = [
+    "load_pretraining_model",
+    "built_whole",
+    "whole_parameters",
+    "verify_reload",
+    "hub_id_or_none",
+    "loading_instructions",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -96,3 +103,15 @@ def hub_id_or_none(name_or_path: str | None) -> str | None:
     if not name_or_path or os.path.exists(name_or_path):
         return None
     return name_or_path
+
+
+def loading_instructions(path: str) -> str:
+    """The lines a script prints at the end: how to load and use the checkpoint it saved in ``path``."""
+    return (
+        f"\nSaved to {path}. Load it with:\n\n"
+        "    import contrastive_hf  # registers the model type with the Auto classes\n"
+        "    from transformers import AutoModel, AutoTokenizer\n"
+        f"    model = AutoModel.from_pretrained({path!r}).eval()\n"
+        f"    tokenizer = AutoTokenizer.from_pretrained({path!r})\n"
+        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
+    )
