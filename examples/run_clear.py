@@ -16,8 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-import transformers
-from transformers import AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
@@ -34,6 +33,7 @@ from contrastive_hf.loading import (
     whole_parameters,
 )
 from contrastive_hf.model_card import ModelCardInfo
+from contrastive_hf.scripts import parse_arguments, setup_logging
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
 
@@ -154,21 +154,8 @@ def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTrain
 
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger)
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:

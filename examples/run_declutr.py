@@ -20,17 +20,15 @@ For corpora larger than memory add ``--streaming --max_steps N`` (each process t
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 
-import transformers
-from transformers import AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.data import load_corpus, prepare_streaming
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.loading import built_whole, load_pretraining_model, loading_instructions
+from contrastive_hf.scripts import parse_arguments, setup_logging
 from contrastive_hf.span_views import SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
@@ -99,21 +97,8 @@ def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTrain
 
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger)
 
     if data_args.hard_negatives and model_args.contrastive_loss != "info_nce":
         raise ValueError("--hard_negatives gives three views per document: use --contrastive_loss info_nce.")

@@ -17,16 +17,14 @@ AdamW betas (0.9, 0.9), 10% warm-up, tau 0.01, lambda 0.1, --loss opt3 = SG-OPT)
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 
-import transformers
-from transformers import AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.loading import loading_instructions, verify_reload
+from contrastive_hf.scripts import parse_arguments, setup_logging
 from contrastive_hf.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -92,21 +90,8 @@ class DataArguments:
 
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, SelfGuidedTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger)
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
 

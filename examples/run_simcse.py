@@ -32,8 +32,7 @@ import os
 import sys
 from dataclasses import dataclass, field, fields
 
-import transformers
-from transformers import AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.collators import EXAMPLE_INDEX_COLUMN, ContrastiveDataCollator, PairCollator
@@ -47,6 +46,7 @@ from contrastive_hf.loading import (
     verify_reload,
 )
 from contrastive_hf.model_card import ModelCardInfo
+from contrastive_hf.scripts import setup_logging
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
 
@@ -259,17 +259,8 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
 def main(argv: list[str] | None = None):
     model_args, data_args, training_args = parse_arguments(sys.argv[1:] if argv is None else argv)
 
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(logging.INFO if training_args.should_log else log_level)  # the run's summary lines
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
+    setup_logging(training_args, logger, summary=True)
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
-    set_seed(training_args.seed)
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
