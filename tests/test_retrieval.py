@@ -121,7 +121,7 @@ def test_evaluate_retrieval_with_a_dual_encoder_and_with_a_single_encoder(tokeni
     itself = RetrievalData(passages, passages, [[i] for i in range(len(passages))], name="itself")
     metrics = evaluate_retrieval(model, itself, tokenizer, k_values=(1, 5, 100))
     assert metrics == {"recall@1": 1.0, "recall@5": 1.0, "mrr": 1.0, "queries": 24, "passages": 24}  # no k >= 24
-    logged = retrieval_eval_metrics(model, itself, tokenizer, k_values=(1,))
+    logged = retrieval_eval_metrics(model, itself, tokenizer, k_values=(1,), prefix="eval_itself")
     assert logged == {"eval_itself_recall@1": 1.0, "eval_itself_mrr": 1.0}
 
     task = snli_task(30)

@@ -202,7 +202,9 @@ def evaluate_retrieval(
 def retrieval_eval_metrics(
     model, data: RetrievalData, tokenizer, batch_size: int = 64, prefix: str = "eval", **kwargs
 ) -> dict[str, float]:
-    """`evaluate_retrieval` under the names a Trainer logs: ``{prefix}_{data.name}_recall@k`` and ``..._mrr``."""
+    """`evaluate_retrieval` under the names a Trainer logs, ``{prefix}_recall@k`` and ``{prefix}_mrr`` (as
+    `evaluation.training.sts_eval_metrics` names the STS figures; a dict of eval datasets puts each one's name in
+    ``prefix``, e.g. ``eval_nq_recall@20``)."""
     metrics = evaluate_retrieval(model, data, tokenizer, batch_size=batch_size, **kwargs)
     counts = ("queries", "passages")
-    return {f"{prefix}_{data.name}_{key}": value for key, value in metrics.items() if key not in counts}
+    return {f"{prefix}_{key}": value for key, value in metrics.items() if key not in counts}
