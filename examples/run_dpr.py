@@ -24,12 +24,9 @@ Natural Questions from the Hub (question, Wikipedia passage pairs):
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from dataclasses import dataclass, field
 
-import transformers
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.data import load_corpus
@@ -41,6 +38,7 @@ from contrastive_hf.dual_encoder_data import (
 )
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.scripts import parse_arguments, setup_logging
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
 
@@ -168,21 +166,8 @@ def parse_k_values(text: str) -> list[int]:
 
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger, summary=True)
     k_values = parse_k_values(data_args.retrieval_k)
     if data_args.eval_size < 0:
         raise ValueError(f"--eval_size must be >= 0, got {data_args.eval_size}.")

@@ -86,6 +86,7 @@ def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(rep
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "AutoModel.from_pretrained(" in result.stdout  # the printed loading lines
+    assert "hard negatives from 'hard_neg'" in result.stdout and "100 held-out questions" in result.stdout
     output_dir = tmp_path / "out"
 
     metrics = json.loads((output_dir / "eval_results.json").read_text())
