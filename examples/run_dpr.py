@@ -269,7 +269,7 @@ def main():
     if trainer.is_world_process_zero():
         print(
             f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
-            "    import contrastive_hf.modeling_dual_encoder  # registers dual_encoder with the Auto classes\n"
+            "    import contrastive_hf  # registers dual_encoder with the Auto classes\n"
             "    from transformers import AutoModel, AutoTokenizer\n"
             f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
             f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"

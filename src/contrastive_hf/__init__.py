@@ -1,7 +1,8 @@
 """contrastive_hf: contrastive learning of sentence representations on the Hugging Face stack.
 
 Importing the package registers the "contrastive" model type with AutoConfig, AutoModel,
-AutoModelForPreTraining and AutoModelForSequenceClassification.
+AutoModelForPreTraining and AutoModelForSequenceClassification, and the "dual_encoder" type (DPR) with AutoConfig
+and AutoModel.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 from .configuration_contrastive import ContrastiveConfig
+from .configuration_dual_encoder import DualEncoderConfig
 from .modeling_contrastive import (
     ContrastiveForPreTraining,
     ContrastiveForSequenceClassification,
@@ -17,6 +19,7 @@ from .modeling_contrastive import (
     ContrastivePreTrainedModel,
     ContrastivePreTrainingOutput,
 )
+from .modeling_dual_encoder import DualEncoderModel, DualEncoderOutput, DualEncoderPreTrainedModel
 
 __version__ = "0.1.0"
 
@@ -24,6 +27,8 @@ AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=Tr
 AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)
 AutoModelForPreTraining.register(ContrastiveConfig, ContrastiveForPreTraining, exist_ok=True)
 AutoModelForSequenceClassification.register(ContrastiveConfig, ContrastiveForSequenceClassification, exist_ok=True)
+AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
+AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
 
 __all__ = [
     "ContrastiveConfig",
@@ -33,4 +38,8 @@ __all__ = [
     "ContrastivePreTrainedModel",
     "ContrastiveModelOutput",
     "ContrastivePreTrainingOutput",
+    "DualEncoderConfig",
+    "DualEncoderModel",
+    "DualEncoderPreTrainedModel",
+    "DualEncoderOutput",
 ]

@@ -93,7 +93,9 @@ def grad_cache_step(
     # 2. the whole batch's contrastive loss and its gradient with respect to each embedding
     cl_loss = negatives = None
     gradients = None
-    if unwrapped.config.cl_weight > 0:
+    config = unwrapped.config
+    cl_weight, mlm_weight = getattr(config, "cl_weight", 1.0), getattr(config, "mlm_weight", 0.0)
+    if cl_weight > 0:
         cl_loss, negatives = unwrapped.compute_contrastive_loss(
             embeddings, inputs.get("sentence_ids"), **(negatives_kwargs or {})
         )
@@ -103,7 +105,7 @@ def grad_cache_step(
 
     # 3. replay each chunk with its graph and back-propagate the cached gradients (plus the chunk's MLM share)
     labels = inputs.get("mlm_labels")
-    with_mlm = labels is not None and unwrapped.config.mlm_weight > 0
+    with_mlm = labels is not None and mlm_weight > 0
     masked_total = max(int((labels != -100).sum()), 1) if with_mlm else 1
     mlm_loss = None
     for index, start in enumerate(starts):
@@ -121,19 +123,19 @@ def grad_cache_step(
         context = contextlib.nullcontext if last or no_sync is None else functools.partial(no_sync, model)
         with context():
             states[index].restore()
-            outputs = model(**chunk, mlm_loss_share=share)
+            outputs = model(**chunk, **({"mlm_loss_share": share} if with_mlm else {}))
             if with_mlm and check_finite is not None:
                 check_finite({"mlm_loss": outputs.mlm_loss})
             backward(outputs.loss * loss_scale)
-        if outputs.mlm_loss is not None:
-            mlm_loss = outputs.mlm_loss.detach() if mlm_loss is None else mlm_loss + outputs.mlm_loss.detach()
+        chunk_mlm_loss = getattr(outputs, "mlm_loss", None)
+        if chunk_mlm_loss is not None:
+            mlm_loss = chunk_mlm_loss.detach() if mlm_loss is None else mlm_loss + chunk_mlm_loss.detach()
 
-    config = unwrapped.config
     loss = 0.0
     if cl_loss is not None:
-        loss = loss + config.cl_weight * cl_loss.detach()
+        loss = loss + cl_weight * cl_loss.detach()
     if mlm_loss is not None:
-        loss = loss + config.mlm_weight * mlm_loss
+        loss = loss + mlm_weight * mlm_loss
     return GradCacheResult(
         loss=torch.as_tensor(loss, device=device, dtype=torch.float32),
         cl_loss=None if cl_loss is None else cl_loss.detach(),

@@ -525,17 +525,3 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         model.set_encoders(query_encoder, passage_encoder)
         model.config._name_or_path = str(name_or_path)
         return model
-
-
-def _register_auto_classes() -> None:
-    """Map the "dual_encoder" model type to these classes in AutoConfig and AutoModel (exist_ok: idempotent)."""
-    from transformers import AutoModel
-
-    AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
-    AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
-
-
-# Only as part of the installed package: a checkpoint's shipped copy of this file (loaded with trust_remote_code)
-# leaves the registration to transformers' remote-code loader.
-if __name__.startswith("contrastive_hf."):
-    _register_auto_classes()

@@ -5,6 +5,7 @@
 - `alignment`: Wang & Isola's alignment and uniformity on STS-B.
 - `encoders`: one interface over our checkpoints, plain transformers encoders and sentence-transformers models.
 - `training`: STS-B dev figures during training (`ContrastiveTrainer.evaluate`).
+- `retrieval`: recall@k and MRR of a dual encoder (or any encoder) over an in-memory passage collection.
 - `suite`: everything ``contrastive-hf evaluate`` runs; `plots`: ``contrastive-hf plot``'s pictures.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from .alignment import evaluate_alignment_uniformity
 from .encoders import SentenceEncoder, as_encoder, load_encoder
+from .retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics, search
 from .sts import (
     STS_TASKS,
     STSData,
@@ -26,6 +28,11 @@ from .training import sts_eval_metrics
 from .transfer import TRANSFER_TASKS, evaluate_transfer
 
 __all__ = [
+    "RetrievalData",
+    "build_retrieval_data",
+    "evaluate_retrieval",
+    "retrieval_eval_metrics",
+    "search",
     "STSData",
     "STS_TASKS",
     "TRANSFER_TASKS",
