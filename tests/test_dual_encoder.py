@@ -326,7 +326,7 @@ def test_collator_pads_queries_and_passages_separately_and_hashes_texts(tokenize
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def make_trainer(tokenizer, tmp_path, count=32, **arguments):
+def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
     arguments = {"learning_rate": 1e-3, **arguments}
     model = make_model(vocab_size=len(tokenizer))
     dataset = tokenize_query_passage_pairs(
@@ -346,6 +346,7 @@ def make_trainer(tokenizer, tmp_path, count=32, **arguments):
         model=model,
         args=args,
         train_dataset=dataset,
+        eval_dataset=eval_dataset,
         data_collator=QueryPassageCollator(tokenizer),
         processing_class=tokenizer,
     )
@@ -377,3 +378,21 @@ def test_grad_cache_chunks_give_the_full_batch_update(tokenizer, tmp_path):
         torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-4, msg=name)
         moved += not torch.allclose(expected, initial[name])
     assert moved > 10  # both towers trained
+
+
+def test_a_retrieval_eval_set_is_scored_during_training(tokenizer, tmp_path):
+    from contrastive_hf.evaluation.retrieval import build_retrieval_data
+
+    triples = snli_triples(24)
+    held_out = build_retrieval_data(
+        [row["query"] for row in triples],
+        [row["positive"] for row in triples],
+        [row["hard_negative"] for row in triples],
+    )
+    trainer = make_trainer(
+        tokenizer, tmp_path, max_steps=2, eval_strategy="steps", eval_steps=1, eval_dataset={"snli": held_out}
+    )
+    trainer.train()
+    scored = [entry for entry in trainer.state.log_history if "eval_snli_mrr" in entry]
+    assert len(scored) == 2
+    assert 0.0 < scored[-1]["eval_snli_mrr"] <= 1.0 and 0.0 <= scored[-1]["eval_snli_recall@1"] <= 1.0

@@ -45,7 +45,9 @@ class ContrastiveTrainer(Trainer):
     ``eval_dataset={"stsb": read_stsbenchmark("sts-dev.csv")}``, is scored every ``eval_steps`` (cosine similarity,
     Spearman x 100, plus alignment and uniformity) and logged as ``eval_stsb_spearman``, ``eval_stsb_pearson``,
     ``eval_stsb_alignment`` and ``eval_stsb_uniformity``; so ``metric_for_best_model="eval_stsb_spearman"`` with
-    ``load_best_model_at_end=True`` keeps the best checkpoint. Other eval datasets get the Trainer's loss evaluation.
+    ``load_best_model_at_end=True`` keeps the best checkpoint. A `RetrievalData` eval set (dual encoders) is scored
+    the same way, as ``eval_<name>_recall@k`` and ``eval_<name>_mrr``. Other eval datasets get the Trainer's loss
+    evaluation.
     """
 
     # The metrics `log` reports (see STEP_METRICS); a subclass adds names here, and any model-output field of that
@@ -188,11 +190,16 @@ class ContrastiveTrainer(Trainer):
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
         if isinstance(dataset, str) and isinstance(self.eval_dataset, dict):
             dataset = self.eval_dataset[dataset]
-        if not isinstance(dataset, STSData):
-            return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        from .evaluation.retrieval import RetrievalData, retrieval_eval_metrics
         from .evaluation.training import sts_eval_metrics
 
-        metrics = sts_eval_metrics(
+        if isinstance(dataset, STSData):
+            score = sts_eval_metrics
+        elif isinstance(dataset, RetrievalData):
+            score = retrieval_eval_metrics
+        else:
+            return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+        metrics = score(
             self.model, dataset, self.processing_class, self.args.per_device_eval_batch_size, metric_key_prefix
         )
         self.log(metrics)
