@@ -71,9 +71,12 @@ class ModelArguments:
     )
     mlm_weight: float = field(default=1.0, metadata={"help": "Weight of L_MLM (0 turns MLM off)."})
     cl_weight: float = field(default=1.0, metadata={"help": "Weight of L_CL."})
-    sub_batch_size: int = field(
-        default=0,
-        metadata={"help": "Encode views sorted by length, this many at a time, without their padding (0: one pass)."},
+    sub_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Encode views sorted by length, this many at a time, without their padding (0: one padded pass; "
+            "default: ContrastiveConfig's, 16)."
+        },
     )
     lora_r: int = field(default=0, metadata={"help": "Train a LoRA adapter of this rank on the encoder (0: off)."})
     lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
@@ -145,8 +148,9 @@ def build_model(model_args: ModelArguments, tokenizer) -> ContrastiveForPreTrain
         "contrastive_loss": model_args.contrastive_loss,
         "mlm_weight": model_args.mlm_weight,
         "cl_weight": model_args.cl_weight,
-        "sub_batch_size": model_args.sub_batch_size,
     }
+    if model_args.sub_batch_size is not None:
+        overrides["sub_batch_size"] = model_args.sub_batch_size
     return load_pretraining_model(
         model_args.model_name_or_path, model_args.config_name, tokenizer, model_args.cache_dir, **overrides
     )
