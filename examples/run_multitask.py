@@ -211,6 +211,9 @@ def main():
     metrics = trainer.evaluate()
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
+    before = next((entry for entry in trainer.state.log_history if "eval_average" in entry), None)
+    if training_args.eval_on_start and before is not None and trainer.is_world_process_zero():
+        print_before_after(before, metrics)
     if data_args.evaluate_test:
         metrics = trainer.evaluate(test, metric_key_prefix="test")
         trainer.log_metrics("test", metrics)
@@ -230,6 +233,14 @@ def main():
         f"    multitask = MultitaskModel.from_pretrained({training_args.output_dir!r})\n"
         f"    encoder = AutoModel.from_pretrained({encoder_dir!r})\n"
     )
+
+
+def print_before_after(before: dict, after: dict) -> None:
+    """The dev metrics before training (--eval_on_start) and after, side by side."""
+    names = [key for key in after if key in before and not key.endswith(("_runtime", "_loss", "epoch"))]
+    print("\ndev metric               before    after")
+    for name in names:
+        print(f"{name:<24} {before[name]:>6.2f}   {after[name]:>6.2f}")
 
 
 def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str, tokenizer, dev: dict) -> None:

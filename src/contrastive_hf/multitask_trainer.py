@@ -141,7 +141,9 @@ class MultitaskTrainer(Trainer):
     """
 
     def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None, **kwargs):
-        if args is not None and not isinstance(args, MultitaskTrainingArguments):
+        if args is None:
+            args = MultitaskTrainingArguments()
+        if not isinstance(args, MultitaskTrainingArguments):
             raise ValueError("MultitaskTrainer takes MultitaskTrainingArguments (task_schedule, pcgrad, ...).")
         if model is None or not hasattr(model, "task_specs"):
             raise ValueError("MultitaskTrainer trains a contrastive_hf.multitask.MultitaskModel; pass model=...")
@@ -222,7 +224,8 @@ class MultitaskTrainer(Trainer):
 
     def _loader_options(self) -> dict:
         args = self.args
-        options = {"num_workers": args.dataloader_num_workers, "pin_memory": args.dataloader_pin_memory}
+        pin_memory = args.dataloader_pin_memory and args.device.type != "cpu"  # pinning needs an accelerator
+        options = {"num_workers": args.dataloader_num_workers, "pin_memory": pin_memory}
         if args.dataloader_num_workers > 0:
             options["persistent_workers"] = args.dataloader_persistent_workers
             if args.dataloader_prefetch_factor is not None:
