@@ -2,7 +2,7 @@
 
 Importing the package registers the "contrastive" model type with AutoConfig, AutoModel,
 AutoModelForPreTraining and AutoModelForSequenceClassification, and the "dual_encoder" type (DPR) with AutoConfig
-and AutoModel.
+and AutoModel, as is "contrastive_multitask" (`MultitaskModel`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .modeling_contrastive import (
     ContrastivePreTrainingOutput,
 )
 from .modeling_dual_encoder import DualEncoderModel, DualEncoderOutput, DualEncoderPreTrainedModel
+from .multitask import MultitaskConfig, MultitaskModel
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,8 @@ AutoModelForPreTraining.register(ContrastiveConfig, ContrastiveForPreTraining, e
 AutoModelForSequenceClassification.register(ContrastiveConfig, ContrastiveForSequenceClassification, exist_ok=True)
 AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
 AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
+AutoConfig.register(MultitaskConfig.model_type, MultitaskConfig, exist_ok=True)
+AutoModel.register(MultitaskConfig, MultitaskModel, exist_ok=True)
 
 __all__ = [
     "ContrastiveConfig",
@@ -42,4 +45,6 @@ __all__ = [
     "DualEncoderModel",
     "DualEncoderPreTrainedModel",
     "DualEncoderOutput",
+    "MultitaskConfig",
+    "MultitaskModel",
 ]
