@@ -25,9 +25,10 @@ rounds, with the ratios also taken within each round (the same load for both sid
 
 Before timing, an untimed parity check: with dropout off, the embeddings, loss and gradients of a batch (whose two
 views are different sentences, of different lengths) with each sub-batch size against one padded pass. Usage (from
-the repository root; about 15 minutes on 2 cores, one of them busy with this):
+the repository root; with the defaults, 3 rounds, about 15 minutes on one core; ``--rounds 5``, as recorded in
+docs/benchmarks.md, about 25):
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py --rounds 5
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py
 """
 
 from __future__ import annotations
