@@ -117,7 +117,10 @@ class ContrastiveTrainer(Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
-        if not self._option("grad_cache_chunk_size"):
+        chunk_size = self._option("grad_cache_chunk_size")
+        names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
+        batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
+        if not chunk_size or batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
         from .grad_cache import grad_cache_step
 
