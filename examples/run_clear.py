@@ -22,7 +22,7 @@ from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
 from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, needs_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
+from contrastive_hf.data import first_examples, load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.loading import (
     built_whole,
@@ -215,10 +215,7 @@ def main():
         )
     if data_args.streaming:
         prepare_streaming(train_dataset, training_args)
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.take(data_args.max_train_samples)
-    elif data_args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+    train_dataset = first_examples(train_dataset, data_args.max_train_samples)
 
     eval_dataset = None  # STS-B dev during training, scored by ContrastiveTrainer.evaluate
     if training_args.eval_strategy != "no":

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.data import load_corpus, prepare_streaming
+from contrastive_hf.data import first_examples, load_corpus, prepare_streaming
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.loading import built_whole, load_pretraining_model, loading_instructions
 from contrastive_hf.scripts import parse_arguments, setup_logging
@@ -119,12 +119,7 @@ def main():
             cache_dir=model_args.cache_dir,
             streaming=data_args.streaming,
         )
-        if data_args.max_train_samples is not None:
-            corpus = (
-                corpus.take(data_args.max_train_samples)
-                if data_args.streaming
-                else corpus.select(range(min(data_args.max_train_samples, len(corpus))))
-            )
+        corpus = first_examples(corpus, data_args.max_train_samples)
         documents = tokenize_documents(
             corpus,
             tokenizer,

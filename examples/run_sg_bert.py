@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from transformers import AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.data import load_corpus, prepare_streaming, tokenize_corpus
+from contrastive_hf.data import first_examples, load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 from contrastive_hf.loading import loading_instructions, verify_reload
 from contrastive_hf.scripts import parse_arguments, setup_logging
@@ -126,10 +126,7 @@ def main():
         )
     if data_args.streaming:
         prepare_streaming(train_dataset, training_args)
-        if data_args.max_train_samples is not None:
-            train_dataset = train_dataset.take(data_args.max_train_samples)
-    elif data_args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(data_args.max_train_samples, len(train_dataset))))
+    train_dataset = first_examples(train_dataset, data_args.max_train_samples)
 
     stsb = read_stsbenchmark(data_args.stsb_dev_file) if data_args.stsb_dev_file else None
     if training_args.eval_strategy != "no" and stsb is None:

@@ -34,6 +34,7 @@ from .collators import EXAMPLE_INDEX_COLUMN
 from .seeding import combine
 
 __all__ = [
+    "first_examples",
     "load_corpus",
     "tokenize_corpus",
     "text_stream",
@@ -167,6 +168,15 @@ def _read_text_shards(shards):
         if skipped:
             where = os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "")
             logger.warning("Skipped %d empty line(s) of %d in %s.", skipped, total, where)
+
+
+def first_examples(dataset: Dataset | IterableDataset, count: int | None):
+    """The first ``count`` examples of a dataset, streamed or not (``--max_train_samples``); all of it for None."""
+    if count is None:
+        return dataset
+    if isinstance(dataset, IterableDataset):
+        return dataset.take(count)
+    return dataset.select(range(min(count, len(dataset))))
 
 
 def prepare_streaming(dataset: IterableDataset, training_args) -> None:
