@@ -115,3 +115,27 @@ def test_run_clear_evaluates_every_eval_steps_and_plot_draws_the_run(repo_root, 
         with Image.open(tmp_path / "pictures" / name) as image:
             assert image.format == "PNG" and image.width > 600 and image.height > 400
     assert "alignment_uniformity.png" in capsys.readouterr().out
+
+
+def test_alignment_uniformity_plot_groups_points_by_name(tmp_path, monkeypatch):
+    """One recipe's seeds (points sharing a name) share one color and one legend entry; with more than 10 entries
+    no two share a color."""
+    from contrastive_hf.evaluation import plots
+
+    figures = []
+    make_figure = plots._figure
+    monkeypatch.setattr(plots, "_figure", lambda *size: figures.append(make_figure(*size)) or figures[-1])
+    seeds = [plots.ModelPoint("recipe A", 0.1 + i / 100, -2.0 - i / 10) for i in range(3)]
+    others = [plots.ModelPoint(f"model {i}", 0.3, -1.0 - i / 10) for i in range(11)]
+    plots.plot_alignment_uniformity([], seeds + others, tmp_path / "points.png")
+
+    axes = figures[0].axes[0]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == ["recipe A"] + [f"model {i}" for i in range(11)]
+    first = axes.get_lines()[0]
+    assert list(first.get_xdata()) == [point.uniformity for point in seeds]
+    assert list(first.get_ydata()) == [point.alignment for point in seeds]
+    colors = [tuple(line.get_color()) if not isinstance(line.get_color(), str) else line.get_color()
+              for line in axes.get_lines()]  # fmt: skip
+    assert len(set(colors)) == 12
+    assert "training step" not in axes.get_title()

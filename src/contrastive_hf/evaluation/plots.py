@@ -9,6 +9,7 @@ of ``contrastive-hf evaluate --tasks align`` (one point per model). matplotlib d
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import re
@@ -130,7 +131,8 @@ def plot_alignment_uniformity(
     runs: Sequence[TrainingRun], models: Sequence[ModelPoint], path: str | os.PathLike
 ) -> str:
     """Draw ℓ_align against ℓ_uniform: one arrowed trajectory per run (a point per evaluation, in step order) and
-    one point per model. Writes a PNG to ``path`` and returns it."""
+    one star per model (models that share a name, such as one recipe's seeds, share a color and a legend entry).
+    Writes a PNG to ``path`` and returns it."""
     trajectories = [(run, alignment_uniformity_trajectory(run)) for run in runs]
     trajectories = [(run, points) for run, points in trajectories if points]
     if not trajectories and not models:
@@ -139,9 +141,18 @@ def plot_alignment_uniformity(
             "...}, --eval_strategy steps --stsb_dev_file ...) or give results of `contrastive-hf evaluate --tasks "
             "align`."
         )
+    grouped: dict[str, list[ModelPoint]] = {}
+    for model in models:
+        grouped.setdefault(model.name, []).append(model)
     figure = _figure(7.5, 5.5)
     axes = figure.add_subplot()
-    colors = iter(f"C{i}" for i in range(100))
+    # matplotlib's 10 default colors, or tab20's 20 where more entries than 10 would repeat a color
+    if len(trajectories) + len(grouped) <= 10:
+        colors = itertools.cycle(f"C{i}" for i in range(10))
+    else:
+        from matplotlib import colormaps
+
+        colors = itertools.cycle(colormaps["tab20"].colors)
     for run, points in trajectories:
         color = next(colors)
         steps, alignments, uniformities = zip(*points, strict=True)
@@ -166,12 +177,14 @@ def plot_alignment_uniformity(
                 f"{steps[i]}", (uniformities[i], alignments[i]), textcoords="offset points", xytext=(5, 4),
                 fontsize=8, color=color,
             )  # fmt: skip
-    for model in models:
-        color = next(colors)
-        axes.plot(model.uniformity, model.alignment, "*", color=color, markersize=13, label=model.name)
+    for name, points in grouped.items():
+        uniformities = [point.uniformity for point in points]
+        alignments = [point.alignment for point in points]
+        axes.plot(uniformities, alignments, "*", linestyle="none", color=next(colors), markersize=13, label=name)
     axes.set_xlabel("ℓ_uniform  (uniformity; lower = more uniform)")
     axes.set_ylabel("ℓ_align  (alignment of positive pairs; lower = closer)")
-    axes.set_title("Alignment vs uniformity on STS-B (numbers: training step)\nlower left is better")
+    steps = " (numbers: training step)" if trajectories else ""
+    axes.set_title(f"Alignment vs uniformity on STS-B{steps}\nlower left is better")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8, loc="best")
     figure.savefig(path, dpi=150)
