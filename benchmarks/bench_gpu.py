@@ -398,6 +398,15 @@ def encoder_config(args, vocab_size: int) -> BertConfig:
     )
 
 
+def timed_training(trainer, timer: StepEndTimes, warmup: int) -> list[float]:
+    """Train, free the trainer's memory, and return the timed steps' seconds."""
+    trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict between the figures
+    trainer.train()
+    del trainer  # the caller returns at once: the last reference goes
+    release_memory()
+    return step_seconds(timer.ends, warmup)
+
+
 class ContrastiveHF:
     """contrastive_hf through its public API: a SimCSE or a CLEAR step."""
 
@@ -440,11 +449,7 @@ class ContrastiveHF:
             data_collator=self.collator(),
             callbacks=[timer],
         )
-        trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict between the figures
-        trainer.train()
-        del trainer
-        release_memory()
-        return step_seconds(timer.ends, self.args.warmup)
+        return timed_training(trainer, timer, self.args.warmup)
 
     def work(self, texts: list[str]) -> list[StepWork]:
         """The work of each timed step, from the batches the run collated (rebuilt here, untimed)."""
@@ -495,11 +500,7 @@ class SentenceTransformers:
             loss=self.loss,
             callbacks=[timer],
         )
-        trainer.remove_callback(PrinterCallback)  # no end-of-training metrics dict between the figures
-        trainer.train()
-        del trainer
-        release_memory()
-        return step_seconds(timer.ends, self.args.warmup)
+        return timed_training(trainer, timer, self.args.warmup)
 
     def work(self, texts: list[str]) -> list[StepWork]:
         size = self.args.batch_size
