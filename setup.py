@@ -42,9 +42,9 @@ setup(
     license="Apache-2.0",
     package_dir={"": "src"},
     packages=find_packages("src"),
-    package_data={"contrastive_hf": ["templates/*.md"]},
+    package_data={"contrastive_hf": ["hub/templates/*.md"]},
     python_requires=">=3.11",
     install_requires=install_requires,
     extras_require=extras,
-    entry_points={"console_scripts": ["contrastive-hf=contrastive_hf.cli:main"]},
+    entry_points={"console_scripts": ["contrastive-hf=contrastive_hf.commands.cli:main"]},
 )

@@ -33,10 +33,10 @@ import torch
 from datasets import Dataset
 from transformers import AutoModel, AutoTokenizer
 
-from contrastive_hf.augmentations import DEL_TOKEN, add_del_token
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.data import tokenize_corpus
-from contrastive_hf.synonyms import TokenSynonyms
+from contrastive_hf.data.augmentations import DEL_TOKEN, add_del_token
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.data.corpus import tokenize_corpus
+from contrastive_hf.data.synonyms import TokenSynonyms
 from machine_info import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
@@ -251,9 +251,9 @@ def main():
 
 def time_stages(collator, features, calls=200):
     """Minimum time of each stage of one collator call, in ms (the minimum shows the cost, not the contention)."""
-    from contrastive_hf.collators import example_identities, mask_tokens
-    from contrastive_hf.seeding import combine, example_keys
-    from contrastive_hf.token_batch import TokenBatch
+    from contrastive_hf.data.collators import example_identities, mask_tokens
+    from contrastive_hf.data.seeding import combine, example_keys
+    from contrastive_hf.data.token_batch import TokenBatch
 
     def best(function):
         function()

@@ -65,7 +65,7 @@ def minilm_path() -> str:
 def communication_worker(rank: int, world: int, port: int, batch_size: int, iterations: int, output: str) -> None:
     from transformers import AutoModel
 
-    from contrastive_hf.distributed import gather_no_grad, gather_with_grad
+    from contrastive_hf.models.distributed import gather_no_grad, gather_with_grad
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -119,7 +119,7 @@ def communication_worker(rank: int, world: int, port: int, batch_size: int, iter
 
 
 class _TimedDistributed:
-    """Stands in for ``torch.distributed`` inside ``contrastive_hf.distributed``: times its all_gather/all_reduce."""
+    """Stands in for ``torch.distributed`` in ``contrastive_hf.models.distributed``: times all_gather/all_reduce."""
 
     def __init__(self):
         self.seconds = 0.0
@@ -160,11 +160,11 @@ def training_worker(rank: int, world: int, port: int, settings: dict, output: st
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
-    import contrastive_hf.distributed as distributed_module
+    import contrastive_hf.models.distributed as distributed_module
     from contrastive_hf import ContrastiveForPreTraining
-    from contrastive_hf.collators import ContrastiveDataCollator
-    from contrastive_hf.trainer import ContrastiveTrainer
-    from contrastive_hf.training_args import ContrastiveTrainingArguments
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
     torch.set_num_threads(1)
     transformers.logging.set_verbosity_error()

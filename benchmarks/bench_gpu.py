@@ -122,10 +122,10 @@ from transformers.trainer_callback import PrinterCallback
 
 import contrastive_hf
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.augmentations import add_del_token
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.augmentations import add_del_token
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"

@@ -79,9 +79,9 @@ def worker(args) -> None:
     from transformers import AutoTokenizer, TrainerCallback
 
     from contrastive_hf import ContrastiveForPreTraining
-    from contrastive_hf.collators import ContrastiveDataCollator
-    from contrastive_hf.trainer import ContrastiveTrainer
-    from contrastive_hf.training_args import ContrastiveTrainingArguments
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()

@@ -57,9 +57,9 @@ from torch.utils.data import SequentialSampler
 from transformers import AutoModel, AutoTokenizer, TrainerCallback
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 from machine_info import cpu_name, load_average
 
 REPO = Path(__file__).resolve().parents[1]

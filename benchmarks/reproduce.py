@@ -211,8 +211,8 @@ def score_untrained(args, data: Path) -> None:
     any training."""
     from transformers import AutoTokenizer, set_seed
 
-    from contrastive_hf.augmentations import add_del_token
-    from contrastive_hf.loading import load_pretraining_model
+    from contrastive_hf.commands.loading import load_pretraining_model
+    from contrastive_hf.data.augmentations import add_del_token
 
     experiment = OUTPUT / f"clear-{args.encoder}-{int(args.clear_steps * args.scale)}steps"
     for seed in args.seeds:

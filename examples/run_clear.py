@@ -19,12 +19,7 @@ from dataclasses import dataclass, field
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
-from contrastive_hf.augmentations import AUGMENTATION_NAMES, add_del_token, needs_del_token
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.data import first_examples, load_corpus, prepare_streaming, tokenize_corpus
-from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import (
+from contrastive_hf.commands.loading import (
     built_whole,
     hub_id_or_none,
     load_pretraining_model,
@@ -32,10 +27,15 @@ from contrastive_hf.loading import (
     verify_reload,
     whole_parameters,
 )
-from contrastive_hf.model_card import ModelCardInfo
-from contrastive_hf.scripts import parse_arguments, setup_logging
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.commands.scripts import parse_arguments, setup_logging
+from contrastive_hf.data.augmentations import AUGMENTATION_NAMES, add_del_token, needs_del_token
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming, tokenize_corpus
+from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.hub.adapters import add_adapter, lora_config, merge_and_save
+from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 logger = logging.getLogger(__name__)
 

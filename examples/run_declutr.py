@@ -3,7 +3,7 @@
 
 Slice views (two differently masked copies of a span), neighbour views (two adjacent spans) or neighbouring slice
 views (both), optionally with a third span of the same document as a hard negative; see
-`contrastive_hf.span_views`. Documents too short for the views are skipped and counted in the log.
+`contrastive_hf.recipes.declutr`. Documents too short for the views are skipped and counted in the log.
 
 Runs as ``python examples/run_declutr.py ...`` or ``accelerate launch examples/run_declutr.py ...``; flags or a
 single JSON file. Every TrainingArguments flag works. A small run on the shipped Wikipedia sample, from scratch:
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.data import first_examples, load_corpus, prepare_streaming
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model, loading_instructions
+from contrastive_hf.commands.scripts import parse_arguments, setup_logging
+from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import built_whole, load_pretraining_model, loading_instructions
-from contrastive_hf.scripts import parse_arguments, setup_logging
-from contrastive_hf.span_views import SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.recipes.declutr import SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 logger = logging.getLogger(__name__)
 

@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.configuration_dual_encoder import DualEncoderConfig
-from contrastive_hf.data import load_corpus
-from contrastive_hf.dual_encoder_data import (
+from contrastive_hf.commands.scripts import parse_arguments, setup_logging
+from contrastive_hf.data.corpus import load_corpus
+from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
+from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
+from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.recipes.dpr import (
     QueryPassageCollator,
     drop_incomplete_rows,
     resolve_query_passage_columns,
     tokenize_query_passage_pairs,
 )
-from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
-from contrastive_hf.modeling_dual_encoder import DualEncoderModel
-from contrastive_hf.scripts import parse_arguments, setup_logging
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 logger = logging.getLogger(__name__)
 

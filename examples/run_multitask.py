@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Multitask fine-tuning of a sentence encoder on SST-2 (sentiment), MRPC (paraphrase) and STS-B (similarity).
 
-One shared encoder, one head per task (`contrastive_hf.multitask`), the tasks' batches interleaved by
+One shared encoder, one head per task (`contrastive_hf.recipes.multitask`), the tasks' batches interleaved by
 ``--task_schedule`` and, with ``--pcgrad``, their gradients combined by PCGrad. ``--model_name_or_path`` is a plain
 pretrained encoder, or a contrastive_hf checkpoint (the output of run_clear.py or run_simcse.py: "contrastive
 learning, then multitask"), or a multitask checkpoint of this script to continue from.
@@ -33,7 +33,7 @@ from transformers import AutoModel, AutoTokenizer, HfArgumentParser, set_seed
 from contrastive_hf import ContrastiveConfig
 from contrastive_hf.evaluation.sts import read_stsbenchmark
 from contrastive_hf.evaluation.transfer import read_mrpc, read_sst2
-from contrastive_hf.multitask import (
+from contrastive_hf.recipes.multitask import (
     MultitaskCollator,
     MultitaskConfig,
     MultitaskModel,
@@ -41,7 +41,7 @@ from contrastive_hf.multitask import (
     checkpoint_model_type,
     task_dataset,
 )
-from contrastive_hf.multitask_trainer import MultitaskTrainer, MultitaskTrainingArguments
+from contrastive_hf.recipes.multitask.trainer import MultitaskTrainer, MultitaskTrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def main():
         f"\nThe multitask model (encoder and heads) is in {training_args.output_dir}; the encoder alone, a "
         f"contrastive_hf checkpoint, in {encoder_dir}. Load them with:\n\n"
         "    import contrastive_hf\n"
-        "    from contrastive_hf.multitask import MultitaskModel\n"
+        "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
         "    from transformers import AutoModel\n"
         f"    multitask = MultitaskModel.from_pretrained({training_args.output_dir!r})\n"
         f"    encoder = AutoModel.from_pretrained({encoder_dir!r})\n"

@@ -2,7 +2,7 @@
 """SG-BERT: self-guided contrastive learning of a sentence encoder's [CLS] (Kim, Yoo & Lee, ACL 2021).
 
 A frozen copy of the encoder (BERT_F) gives the views, its every layer max-pooled; the tuned encoder's (BERT_T)
-last-layer [CLS] learns to match them (`contrastive_hf.sg_bert`). Only BERT_T is saved, as a contrastive_hf
+last-layer [CLS] learns to match them (`contrastive_hf.recipes.sg_bert`). Only BERT_T is saved, as a contrastive_hf
 checkpoint. STS-B dev is scored before and after training with ``--stsb_dev_file``.
 
 Runs as ``python examples/run_sg_bert.py ...`` or ``accelerate launch examples/run_sg_bert.py ...``; flags or a
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 
 from transformers import AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.data import first_examples, load_corpus, prepare_streaming, tokenize_corpus
+from contrastive_hf.commands.loading import loading_instructions, verify_reload
+from contrastive_hf.commands.scripts import parse_arguments, setup_logging
+from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming, tokenize_corpus
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import loading_instructions, verify_reload
-from contrastive_hf.scripts import parse_arguments, setup_logging
-from contrastive_hf.sg_bert import (
+from contrastive_hf.recipes.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
     SelfGuidedCollator,

@@ -35,20 +35,20 @@ from dataclasses import dataclass, field, fields
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.collators import EXAMPLE_INDEX_COLUMN, ContrastiveDataCollator, PairCollator
-from contrastive_hf.data import load_corpus, tokenize_corpus
-from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
-from contrastive_hf.loading import (
+from contrastive_hf.commands.loading import (
     built_whole,
     hub_id_or_none,
     load_pretraining_model,
     loading_instructions,
     verify_reload,
 )
-from contrastive_hf.model_card import ModelCardInfo
-from contrastive_hf.scripts import setup_logging
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.commands.scripts import setup_logging
+from contrastive_hf.data.collators import EXAMPLE_INDEX_COLUMN, ContrastiveDataCollator, PairCollator
+from contrastive_hf.data.corpus import load_corpus, tokenize_corpus
+from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Slow, obvious references for the vectorised augmentations: one sentence at a time, plain Python loops, and the
-random draws of `contrastive_hf.seeding` recomputed with Python integers. Parity tests compare the vectorised batch
+random draws of `data.seeding` recomputed with Python integers. Parity tests compare the vectorised batch
 code against these, row by row.
 
 Each reference takes (ids, special flags, key) and returns (ids, special flags) of the view.

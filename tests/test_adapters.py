@@ -11,10 +11,10 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.adapters import add_adapter, lora_config, merge_and_save
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.hub.adapters import add_adapter, lora_config, merge_and_save
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import tiny_bert_config
 

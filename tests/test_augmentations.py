@@ -19,7 +19,7 @@ from transformers import BertConfig
 
 import augmentation_references as reference
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.augmentations import (
+from contrastive_hf.data.augmentations import (
     AUGMENTATION_NAMES,
     CLEAR_AUGMENTATIONS,
     DEL_TOKEN,
@@ -34,9 +34,9 @@ from contrastive_hf.augmentations import (
     build_augmentation,
     needs_del_token,
 )
-from contrastive_hf.seeding import combine
-from contrastive_hf.synonyms import TokenSynonyms
-from contrastive_hf.token_batch import TokenBatch
+from contrastive_hf.data.seeding import combine
+from contrastive_hf.data.synonyms import TokenSynonyms
+from contrastive_hf.data.token_batch import TokenBatch
 
 DEL = 9999
 CLS, SEP = 2, 3

@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
-from contrastive_hf.cli import main
+from contrastive_hf.commands.cli import main
 from contrastive_hf.evaluation.sts import STS_TASKS, STS_YEAR_SUBSETS
 from contrastive_hf.evaluation.transfer import TRANSFER_TASKS
 

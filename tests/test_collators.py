@@ -12,19 +12,19 @@ import torch
 from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.augmentations import CLEAR_AUGMENTATIONS, Identity, Mixture, add_del_token
-from contrastive_hf.collators import (
+from contrastive_hf.data.augmentations import CLEAR_AUGMENTATIONS, Identity, Mixture, add_del_token
+from contrastive_hf.data.collators import (
     CollatorEpochCallback,
     ContrastiveDataCollator,
     PairCollator,
     mask_tokens,
     pad_sequences,
 )
-from contrastive_hf.data import load_corpus
-from contrastive_hf.seeding import example_keys
-from contrastive_hf.token_batch import TokenBatch, special_token_table
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.corpus import load_corpus
+from contrastive_hf.data.seeding import example_keys
+from contrastive_hf.data.token_batch import TokenBatch, special_token_table
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import SHARED_DATA, tiny_bert_config
 
@@ -561,7 +561,7 @@ def test_epoch_callback_counts_epochs_from_the_trainer_state(del_tokenizer, capl
     assert collator.epoch == 3
     callback.on_epoch_begin(args, SimpleNamespace(epoch=3.01), None)  # an iterable dataset's epoch drifts
     assert collator.epoch == 4
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.collators"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.collators"):
         callback.on_train_begin(
             SimpleNamespace(dataloader_persistent_workers=True, dataloader_num_workers=2),
             SimpleNamespace(epoch=0),
@@ -592,7 +592,7 @@ def test_contrastive_trainer_tells_the_collator_the_epoch(del_tokenizer, tmp_pat
 
 
 def test_a_model_given_as_synonym_source_is_compiled_not_kept(clear_setup):
-    from contrastive_hf.synonyms import TokenSynonyms
+    from contrastive_hf.data.synonyms import TokenSynonyms
 
     tokenizer, model = clear_setup
     with_subs = ContrastiveDataCollator(tokenizer, augmentation=["del_word", "subs+reorder"], synonyms=model, seed=0)

@@ -14,11 +14,11 @@ from accelerate.data_loader import prepare_data_loader
 from datasets import Dataset, DatasetDict, IterableDataset
 from torch.utils.data import DataLoader
 
-import contrastive_hf.data as data_module
+import contrastive_hf.data.corpus as data_module
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.augmentations import add_del_token
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.data import (
+from contrastive_hf.data.augmentations import add_del_token
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.data.corpus import (
     EmptyCorpusError,
     load_corpus,
     prepare_streaming,
@@ -27,8 +27,8 @@ from contrastive_hf.data import (
     text_stream,
     tokenize_corpus,
 )
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import SHARED_DATA, tiny_bert_config
 
@@ -64,10 +64,10 @@ def test_text_file_skips_empty_lines_and_logs(tmp_path, cache_dir, tokenizer, ca
     path = _write_text(tmp_path / "corpus.txt", LINES)
     corpus = load_corpus(str(path), cache_dir=cache_dir)
     assert corpus["text"] == LINES  # the text builder keeps every line; tokenize_corpus drops the empty ones
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         tokenized = tokenize_corpus(corpus, tokenizer, max_seq_length=16)
     skipped = len(LINES) - len(NON_EMPTY)
-    records = [record for record in caplog.records if record.name == "contrastive_hf.data"]
+    records = [record for record in caplog.records if record.name == "contrastive_hf.data.corpus"]
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     assert f"Skipped {skipped} empty line(s) of {len(LINES)}" in records[0].getMessage()
@@ -82,9 +82,9 @@ def test_text_file_skips_empty_lines_and_logs(tmp_path, cache_dir, tokenizer, ca
 
 def test_no_warning_without_empty_lines(tmp_path, cache_dir, tokenizer, caplog):
     path = _write_text(tmp_path / "clean.txt", NON_EMPTY)
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         tokenized = tokenize_corpus(load_corpus(path, cache_dir=cache_dir), tokenizer)
-    assert not [record for record in caplog.records if record.name == "contrastive_hf.data"]
+    assert not [record for record in caplog.records if record.name == "contrastive_hf.data.corpus"]
     assert len(tokenized) == len(NON_EMPTY)
 
 
@@ -141,7 +141,7 @@ def test_csv_with_text_column(tmp_path, cache_dir, tokenizer, caplog):
     path.write_text('id,text\n1,hello world\n2,\n3,"second line, with a comma"\n', encoding="utf-8")
     corpus = load_corpus(str(path), cache_dir=cache_dir)
     assert set(corpus.column_names) == {"id", "text"}
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         tokenized = tokenize_corpus(corpus, tokenizer)  # "text" is picked without being named
     assert "Skipped 1 empty line(s) of 3" in caplog.text
     assert tokenized["input_ids"] == [
@@ -202,7 +202,7 @@ def test_dataset_dict_uses_train_split(tokenizer):
 
 def test_non_string_values_are_skipped(tokenizer, caplog):
     corpus = Dataset.from_dict({"text": ["kept", None, "also kept"]})
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         tokenized = tokenize_corpus(corpus, tokenizer)
     assert len(tokenized) == 2
     assert "Skipped 1 empty line(s) of 3" in caplog.text
@@ -267,7 +267,7 @@ def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, c
     stream = text_stream(str(path))
     assert isinstance(stream, IterableDataset)
     assert 4 < stream.n_shards <= 64
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         rows = list(stream)
     expected = [(line, offset) for line, offset in zip(lines, offsets, strict=True) if line]
     assert [(row["text"], row["example_index"]) for row in rows] == expected  # in order, each once
@@ -360,7 +360,7 @@ def test_streamed_csv_and_its_empty_lines(tmp_path, tokenizer, caplog):
     path.write_text('text\nhello world\n""\nsecond line\n', encoding="utf-8")
     stream = load_corpus(str(path), streaming=True)
     assert isinstance(stream, IterableDataset)
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         rows = list(tokenize_corpus(stream, tokenizer))
     assert [row["input_ids"] for row in rows] == [tokenizer("hello world")["input_ids"],
                                                    tokenizer("second line")["input_ids"]]  # fmt: skip

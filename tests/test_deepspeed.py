@@ -23,7 +23,7 @@ from transformers import AutoModel, AutoTokenizer
 
 import contrastive_hf
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.augmentations import add_del_token
+from contrastive_hf.data.augmentations import add_del_token
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 from test_run_clear import run_clear
@@ -138,7 +138,7 @@ def test_configs_fill_their_auto_values_and_pass_deepspeeds_parser(tmp_path, nam
     from deepspeed.runtime.config import DeepSpeedConfig
     from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
 
-    from contrastive_hf.training_args import ContrastiveTrainingArguments
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
     args = ContrastiveTrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=16, learning_rate=1e-3, use_cpu=True, report_to="none"

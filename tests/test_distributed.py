@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.grad_cache import grad_cache_step
+from contrastive_hf.training.grad_cache import grad_cache_step
 
 from conftest import tiny_bert_config
 

@@ -15,12 +15,12 @@ import torch
 from datasets import Dataset
 from transformers import AutoConfig, AutoModel, BertModel
 
-import contrastive_hf.modeling_dual_encoder as modeling_dual_encoder
-from contrastive_hf.configuration_dual_encoder import DualEncoderConfig
-from contrastive_hf.dual_encoder_data import QueryPassageCollator, tokenize_query_passage_pairs
-from contrastive_hf.modeling_dual_encoder import DualEncoderModel
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+import contrastive_hf.models.objectives as objectives
+from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
+from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import SHARED_DATA, tiny_bert_config
 
@@ -254,10 +254,11 @@ def test_gathered_loss_scores_local_queries_against_every_process_passages(monke
     mine = torch.randn(3, 3, 8, generator=generator, requires_grad=True)
     other_ids, my_ids = torch.arange(9).view(3, 3), torch.arange(9).view(3, 3) + 9
     my_ids[0, 1] = other_ids[2, 1]  # a positive duplicated across processes
-    monkeypatch.setattr(modeling_dual_encoder, "world_size", lambda: 2)
-    monkeypatch.setattr(modeling_dual_encoder, "rank", lambda: 1)
-    monkeypatch.setattr(modeling_dual_encoder, "gather_with_grad", lambda t: torch.cat([other, t]))
-    monkeypatch.setattr(modeling_dual_encoder, "gather_no_grad", lambda t: torch.cat([other_ids, t]))
+    monkeypatch.setattr(objectives, "world_size", lambda: 2)
+    monkeypatch.setattr(objectives, "rank", lambda: 1)
+    monkeypatch.setattr(objectives, "gather_sizes", lambda size, device: [3, size])
+    monkeypatch.setattr(objectives, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
+    monkeypatch.setattr(objectives, "gather_no_grad", lambda t, sizes: torch.cat([other_ids, t]))
     loss, negatives = model.compute_contrastive_loss(mine, sentence_ids=my_ids, gather_across_devices=True)
     everyone = torch.cat([other, mine.detach()])
     expected, expected_negatives = reference_loss(

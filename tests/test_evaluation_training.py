@@ -13,11 +13,11 @@ from datasets import Dataset
 from PIL import Image
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.cli import main as cli_main
-from contrastive_hf.collators import ContrastiveDataCollator
+from contrastive_hf.commands.cli import main as cli_main
+from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.evaluation import STSData, read_stsbenchmark, sts_eval_metrics
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import DEMO_TOKENIZER, tiny_bert_config
 

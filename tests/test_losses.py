@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from contrastive_hf.losses import alignment, cosine_logits, duplicate_mask, info_nce, nt_xent, uniformity
+from contrastive_hf.models.losses import alignment, cosine_logits, duplicate_mask, info_nce, nt_xent, uniformity
 
 ATOL = 1e-5
 RTOL = 1e-4

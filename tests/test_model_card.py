@@ -3,7 +3,7 @@ from __future__ import annotations
 from huggingface_hub import ModelCard
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.model_card import ModelCardInfo, render_model_card, write_model_card
+from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card, write_model_card
 
 from conftest import tiny_bert_config
 

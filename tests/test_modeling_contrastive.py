@@ -19,7 +19,7 @@ from transformers import (
 )
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.configuration_contrastive import POOLER_TYPES
+from contrastive_hf.models.configuration_contrastive import POOLER_TYPES
 
 from conftest import tiny_bert_config
 
@@ -346,7 +346,7 @@ def test_left_padded_inputs_take_the_single_padded_pass():
 
 @pytest.mark.parametrize("contrastive_loss", ["nt_xent", "info_nce"])
 def test_a_sentence_twice_in_the_batch_is_not_its_own_negative(tokenizer, contrastive_loss):
-    from contrastive_hf.collators import ContrastiveDataCollator
+    from contrastive_hf.data.collators import ContrastiveDataCollator
 
     sentences = ["the cat sat on the mat", "a man plays a guitar", "the cat sat on the mat", "rain fell all day"]
     collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, seed=0)

@@ -21,7 +21,7 @@ from transformers import AutoModel, BertModel
 
 import contrastive_hf
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.multitask import (
+from contrastive_hf.recipes.multitask import (
     CosineSimilarityHead,
     MultitaskBatchSampler,
     MultitaskCollator,
@@ -33,13 +33,13 @@ from contrastive_hf.multitask import (
     TaskSpec,
     task_dataset,
 )
-from contrastive_hf.multitask_trainer import (
+from contrastive_hf.recipes.multitask.pcgrad import combine_task_gradients, random_orders
+from contrastive_hf.recipes.multitask.trainer import (
     MultitaskTrainer,
     MultitaskTrainingArguments,
     check_pcgrad_setup,
     task_metrics,
 )
-from contrastive_hf.pcgrad import combine_task_gradients, random_orders
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, SHARED_DATA, tiny_bert_config
 
@@ -364,7 +364,7 @@ def test_pcgrad_training_step_sets_the_reference_update(tokenizer, tmp_path):
     outputs = model(task_batches=batch)
     losses = [TASKS[i].loss_weight * outputs.task_losses[spec.name] for i, spec in enumerate(TASKS)]
     per_task = [list(torch.autograd.grad(loss, parameters, allow_unused=True, retain_graph=True)) for loss in losses]
-    seed_key = int(contrastive_hf.seeding.combine(contrastive_hf.seeding.mix64(trainer.args.seed), 0))
+    seed_key = int(contrastive_hf.data.seeding.combine(contrastive_hf.data.seeding.mix64(trainer.args.seed), 0))
     orders = random_orders(3, torch.Generator().manual_seed(seed_key))
     expected, stats = combine_task_gradients(per_task, orders=orders)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from contrastive_hf.pcgrad import (
+from contrastive_hf.recipes.multitask.pcgrad import (
     combine_task_gradients,
     pcgrad,
     pcgrad_backward,

@@ -6,11 +6,11 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.losses import info_nce
-from contrastive_hf.prebatch_queue import PrebatchQueue
-from contrastive_hf.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.models.losses import info_nce
+from contrastive_hf.training.prebatch_queue import PrebatchQueue
+from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import tiny_bert_config
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
-from contrastive_hf.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.evaluation.retrieval import (
     RetrievalData,
     build_retrieval_data,
@@ -17,7 +16,8 @@ from contrastive_hf.evaluation.retrieval import (
     retrieval_metrics,
     search,
 )
-from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
+from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
 from conftest import SHARED_DATA, tiny_bert_config
 

@@ -16,7 +16,7 @@ from datasets import load_dataset
 from transformers import AutoModel, AutoTokenizer
 
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
-from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
 from conftest import SHARED_DATA, tiny_bert_config
 

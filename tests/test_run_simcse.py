@@ -127,7 +127,7 @@ def test_mode_is_required_and_checked(run_simcse, tmp_path, capsys):
 
 
 def test_sup_batches_are_triplets_and_incomplete_rows_are_dropped(run_simcse, tmp_path, tokenizer):
-    from contrastive_hf.collators import PairCollator
+    from contrastive_hf.data.collators import PairCollator
 
     path = snli_slice(tmp_path / "nli.csv", 8)
     with open(path, "a", encoding="utf-8") as handle:

@@ -1,4 +1,4 @@
-"""SG-BERT (contrastive_hf.sg_bert): each loss against a slow reference written from the paper's formulas (loops
+"""SG-BERT (recipes.sg_bert): each loss against a slow reference written from the paper's formulas (loops
 over sentences and layers), the views and the sampler, the regulariser, the frozen copy and layer 0 staying put, what
 the trainer saves and resumes, and the example script end to end on the Wikipedia sentences."""
 
@@ -19,7 +19,7 @@ from transformers import AutoModel, AutoTokenizer, BertModel
 import contrastive_hf  # noqa: F401  (registers the model type)
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.evaluation import STSData, evaluate_sts, read_stsbenchmark
-from contrastive_hf.sg_bert import (
+from contrastive_hf.recipes.sg_bert import (
     HEAD_FILE,
     SelfGuidedCollator,
     SelfGuidedConfig,

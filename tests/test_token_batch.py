@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contrastive_hf.token_batch import TokenBatch, ragged_arange, ragged_gather, row_of, special_token_table
+from contrastive_hf.data.token_batch import TokenBatch, ragged_arange, ragged_gather, row_of, special_token_table
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)

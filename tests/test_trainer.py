@@ -6,10 +6,10 @@ from datasets import Dataset
 from transformers import AutoModel
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.augmentations import add_del_token
-from contrastive_hf.collators import ContrastiveDataCollator
-from contrastive_hf.trainer import STEP_METRICS, ContrastiveTrainer
-from contrastive_hf.training_args import ContrastiveTrainingArguments
+from contrastive_hf.data.augmentations import add_del_token
+from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.training.trainer import STEP_METRICS, ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import REPO_ROOT, tiny_bert_config
 

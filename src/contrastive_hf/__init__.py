@@ -1,28 +1,37 @@
 """contrastive_hf: contrastive learning of sentence representations on the Hugging Face stack.
 
-Importing the package registers the "contrastive" model type with AutoConfig, AutoModel,
-AutoModelForPreTraining and AutoModelForSequenceClassification, and the "dual_encoder" type (DPR) with AutoConfig
-and AutoModel, as is "contrastive_multitask" (`MultitaskModel`).
+Importing the package registers the "contrastive" model type with AutoConfig, AutoModel, AutoModelForPreTraining
+and AutoModelForSequenceClassification, the "dual_encoder" type (DPR) with AutoConfig and AutoModel, and
+"contrastive_multitask" (`MultitaskModel`) likewise. The trainers, collators, corpus readers and evaluation helpers
+are exported here too, imported on first use.
+
+The folders say what each part is: ``models/`` (what a checkpoint carries), ``data/`` (text in, batches out),
+``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one module per paper), ``evaluation/``,
+``metrics/``, ``hub/`` (model cards, adapters) and ``commands/`` (the CLI and the example scripts' shared steps).
 """
 
 from __future__ import annotations
 
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
-from .configuration_contrastive import ContrastiveConfig
-from .configuration_dual_encoder import DualEncoderConfig
-from .modeling_contrastive import (
+from . import _moved_modules
+from ._lazy import lazy_exports
+from .models import (
+    ContrastiveConfig,
     ContrastiveForPreTraining,
     ContrastiveForSequenceClassification,
     ContrastiveModel,
     ContrastiveModelOutput,
     ContrastivePreTrainedModel,
     ContrastivePreTrainingOutput,
+    DualEncoderConfig,
+    DualEncoderModel,
+    DualEncoderOutput,
+    DualEncoderPreTrainedModel,
 )
-from .modeling_dual_encoder import DualEncoderModel, DualEncoderOutput, DualEncoderPreTrainedModel
-from .multitask import MultitaskConfig, MultitaskModel
+from .recipes.multitask.modeling import MultitaskConfig, MultitaskModel
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
 AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)
@@ -32,6 +41,32 @@ AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=Tr
 AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
 AutoConfig.register(MultitaskConfig.model_type, MultitaskConfig, exist_ok=True)
 AutoModel.register(MultitaskConfig, MultitaskModel, exist_ok=True)
+_moved_modules.install()
+
+# Imported on first use (`from contrastive_hf import ContrastiveTrainer` works as usual).
+_LAZY_EXPORTS = {
+    "ContrastiveTrainer": ".training.trainer",
+    "ContrastiveTrainingArguments": ".training.training_args",
+    "PrebatchQueue": ".training.prebatch_queue",
+    "ContrastiveDataCollator": ".data.collators",
+    "PairCollator": ".data.collators",
+    "add_del_token": ".data.augmentations",
+    "load_corpus": ".data.corpus",
+    "tokenize_corpus": ".data.corpus",
+    "SpanViewCollator": ".recipes.declutr",
+    "QueryPassageCollator": ".recipes.dpr",
+    "SelfGuidedModel": ".recipes.sg_bert",
+    "SelfGuidedCollator": ".recipes.sg_bert",
+    "SelfGuidedTrainer": ".recipes.sg_bert",
+    "SelfGuidedTrainingArguments": ".recipes.sg_bert",
+    "MultitaskTrainer": ".recipes.multitask.trainer",
+    "MultitaskTrainingArguments": ".recipes.multitask.trainer",
+    "evaluate_sts": ".evaluation.sts",
+    "read_stsbenchmark": ".evaluation.sts",
+    "run_evaluation": ".evaluation.suite",
+    "ModelCardInfo": ".hub.model_card",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY_EXPORTS)
 
 __all__ = [
     "ContrastiveConfig",
@@ -47,4 +82,5 @@ __all__ = [
     "DualEncoderOutput",
     "MultitaskConfig",
     "MultitaskModel",
+    *_LAZY_EXPORTS,
 ]

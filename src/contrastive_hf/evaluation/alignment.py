@@ -1,7 +1,7 @@
 """Alignment and uniformity (Wang & Isola, 2020) of sentence embeddings, as SimCSE's analysis measures them (Gao et
 al., 2021, §5 and Figure 2): on STS-B, the positive pairs are the pairs whose gold score is at least 4.0, and
 uniformity runs over all its sentences (each distinct sentence once). Both are lower-is-better; the formulas live in
-`contrastive_hf.losses`.
+`contrastive_hf.models.losses`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..losses import alignment, uniformity
+from ..models.losses import alignment, uniformity
 from .encoders import as_encoder
 from .sts import STSData
 

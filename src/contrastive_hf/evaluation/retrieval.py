@@ -68,6 +68,11 @@ class RetrievalData:
             if bad:
                 raise ValueError(f"Query {index} names passage(s) {bad} outside the {len(self.passages)} passages.")
 
+    def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
+        """What `ContrastiveTrainer.evaluate` logs for this eval set (`evaluation.training.TrainingEvalSet`):
+        recall@k and MRR (`retrieval_eval_metrics`)."""
+        return retrieval_eval_metrics(model, self, tokenizer, batch_size, prefix)
+
 
 def build_retrieval_data(
     queries: Sequence[str],

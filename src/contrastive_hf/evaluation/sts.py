@@ -69,6 +69,13 @@ class STSData:
     def __len__(self) -> int:
         return len(self.scores)
 
+    def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
+        """What `ContrastiveTrainer.evaluate` logs for this eval set (`evaluation.training.TrainingEvalSet`):
+        Spearman, Pearson, alignment and uniformity (`sts_eval_metrics`)."""
+        from .training import sts_eval_metrics
+
+        return sts_eval_metrics(model, self, tokenizer, batch_size, prefix)
+
     @classmethod
     def concatenate(cls, parts: Sequence[STSData]) -> STSData:
         return cls(

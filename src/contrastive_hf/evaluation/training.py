@@ -1,16 +1,32 @@
-"""STS evaluation during training, as SimCSE selects checkpoints: STS-B dev Spearman (plus alignment and
+"""Evaluation during training, as SimCSE selects checkpoints: e.g. STS-B dev Spearman (plus alignment and
 uniformity) every ``eval_steps``, logged as ``eval_stsb_spearman`` so that ``metric_for_best_model`` can use it.
 
-`ContrastiveTrainer.evaluate` calls `sts_eval_metrics` for every `STSData` among its eval datasets.
+An eval dataset that scores a model itself is a `TrainingEvalSet`; `ContrastiveTrainer.evaluate` asks each such set
+among its eval datasets for its metrics (`STSData`: `sts_eval_metrics`; `RetrievalData`: recall@k and MRR). Any
+other eval dataset gets the Trainer's loss evaluation.
 """
 
 from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
 
 from .alignment import alignment_uniformity_from_vectors
 from .encoders import as_encoder
 from .sts import STSData, cosine_similarities, sts_correlations
 
-__all__ = ["sts_eval_metrics"]
+__all__ = ["TrainingEvalSet", "sts_eval_metrics"]
+
+
+@runtime_checkable
+class TrainingEvalSet(Protocol):
+    """An eval dataset that scores a model itself, under the Trainer's metric names (``{prefix}_<metric>``).
+
+    ``training_metrics(model, tokenizer, batch_size, prefix)`` encodes what it needs with ``model`` (in eval mode,
+    restoring the model's mode afterwards) and returns the metrics to log. Every process of a distributed run calls
+    it (under DeepSpeed ZeRO-3 each forward needs all of them) and must return the same figures.
+    """
+
+    def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]: ...
 
 
 def sts_eval_metrics(model, data: STSData, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:

@@ -27,11 +27,11 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from .collators import EXAMPLE_INDEX_COLUMN, MLM_VIEW, content_hashes, example_identities, mlm_copy
-from .data import resolve_text_column, special_token_frame
-from .seeding import combine, example_keys, new_seed, stream, uniform
-from .synonyms import word_start_table
-from .token_batch import TokenBatch, ragged_arange, row_of, special_token_table
+from ..data.collators import MLM_VIEW, content_hashes, example_identities, mlm_copy
+from ..data.corpus import resolve_text_column, special_token_frame
+from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
+from ..data.synonyms import word_start_table
+from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
 
 __all__ = ["SPAN_VIEWS", "SpanViewCollator", "tokenize_documents", "words_needed"]
 
@@ -226,7 +226,7 @@ class SpanViewCollator:
             self.skipped_documents += len(features) - len(usable)
             logger.warning(
                 "Skipped %d document(s) of the batch shorter than %d words (%d so far); filter them beforehand "
-                "with contrastive_hf.span_views.tokenize_documents.",
+                "with contrastive_hf.recipes.declutr.tokenize_documents.",
                 len(features) - len(usable),
                 self.min_words,
                 self.skipped_documents,

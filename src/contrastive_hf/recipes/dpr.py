@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .collators import sentence_ids
-from .token_batch import TokenBatch, special_token_table
+from ..data.collators import sentence_ids
+from ..data.token_batch import TokenBatch, special_token_table
 
 __all__ = [
     "QUERY_COLUMN_CANDIDATES",

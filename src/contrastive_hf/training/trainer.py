@@ -9,9 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
 
-from .collators import CollatorEpochCallback
-from .evaluation.sts import STSData
-from .losses import alignment, uniformity
+from ..data.collators import CollatorEpochCallback
+from ..evaluation.training import TrainingEvalSet
+from ..models.losses import alignment, uniformity
+from .grad_cache import GradCacheModel, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .training_args import ContrastiveTrainingArguments
 
@@ -39,7 +40,7 @@ class ContrastiveTrainer(Trainer):
     Negatives: the other sentences of the global batch (gathered from every process), hard negatives when the batch
     has a third view, and with ``prebatch_size`` the keys of earlier batches; identical sentences (``sentence_ids``)
     are never each other's negatives. With ``grad_cache_chunk_size`` the batch is encoded in chunks (GradCache,
-    `contrastive_hf.grad_cache`): the loss and gradients of the whole batch for the memory of one chunk.
+    `contrastive_hf.training.grad_cache`): the loss and gradients of the whole batch for the memory of one chunk.
 
     STS evaluation during training, as SimCSE selects checkpoints: an `STSData` among the eval datasets, e.g.
     ``eval_dataset={"stsb": read_stsbenchmark("sts-dev.csv")}``, is scored every ``eval_steps`` (cosine similarity,
@@ -77,10 +78,11 @@ class ContrastiveTrainer(Trainer):
                 self.add_callback(_ResetQueueEachEpoch(self.prebatch_queue))
         if self._option("grad_cache_chunk_size"):
             model = self.accelerator.unwrap_model(self.model)
-            if not hasattr(model, "embed_views") or not hasattr(model, "view_input_names"):
+            if not isinstance(model, GradCacheModel):
                 raise ValueError(
-                    f"--grad_cache_chunk_size needs a model with embed_views / compute_contrastive_loss (e.g. "
-                    f"ContrastiveForPreTraining); {type(model).__name__} has none. Unset grad_cache_chunk_size."
+                    f"--grad_cache_chunk_size needs a model that implements contrastive_hf.training.grad_cache."
+                    f"GradCacheModel (ContrastiveForPreTraining, DualEncoderModel); {type(model).__name__} does not. "
+                    "Unset grad_cache_chunk_size."
                 )
             if self.is_deepspeed_enabled:
                 raise ValueError(
@@ -122,8 +124,6 @@ class ContrastiveTrainer(Trainer):
         batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
         if not chunk_size or batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
-        from .grad_cache import grad_cache_step
-
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
@@ -188,22 +188,16 @@ class ContrastiveTrainer(Trainer):
         super().log(logs, start_time)
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
-        """Score an `STSData` eval dataset with `sts_eval_metrics`; anything else goes to `Trainer.evaluate` (a dict
-        of eval datasets comes back here once per name, with the name in ``metric_key_prefix``)."""
+        """Score an eval set that scores itself (a `TrainingEvalSet`: `STSData`, `RetrievalData`); anything else
+        goes to `Trainer.evaluate` (a dict of eval datasets comes back here once per name, with the name in
+        ``metric_key_prefix``)."""
         dataset = self.eval_dataset if eval_dataset is None else eval_dataset
         if isinstance(dataset, str) and isinstance(self.eval_dataset, dict):
             dataset = self.eval_dataset[dataset]
-        from .evaluation.retrieval import RetrievalData, retrieval_eval_metrics
-        from .evaluation.training import sts_eval_metrics
-
-        if isinstance(dataset, STSData):
-            score = sts_eval_metrics
-        elif isinstance(dataset, RetrievalData):
-            score = retrieval_eval_metrics
-        else:
+        if not isinstance(dataset, TrainingEvalSet):
             return super().evaluate(eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
-        metrics = score(
-            self.model, dataset, self.processing_class, self.args.per_device_eval_batch_size, metric_key_prefix
+        metrics = dataset.training_metrics(
+            self.model, self.processing_class, self.args.per_device_eval_batch_size, metric_key_prefix
         )
         self.log(metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
@@ -222,7 +216,7 @@ class ContrastiveTrainer(Trainer):
             return None
         from dataclasses import replace
 
-        from .model_card import write_model_card
+        from ..hub.model_card import write_model_card
 
         info = replace(
             self.model_card_info,

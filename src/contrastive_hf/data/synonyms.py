@@ -16,7 +16,7 @@ Two sources, both turned into a `TokenSynonyms` lookup for one tokenizer:
   are its nearest neighbours in that space. `synonyms_from_word_vectors` does this for any vectors file in the
   word2vec/GloVe text format (``word v1 v2 ... vd`` per line)::
 
-      python -m contrastive_hf.synonyms --word-vectors counter-fitted-vectors.txt --output synonyms.json
+      python -m contrastive_hf.data.synonyms --word-vectors counter-fitted-vectors.txt --output synonyms.json
 
   From WordNet (``pip install nltk``, then ``nltk.download("wordnet")``), a table is::
 
@@ -510,7 +510,7 @@ def synonyms_from_word_vectors(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m contrastive_hf.synonyms",
+        prog="python -m contrastive_hf.data.synonyms",
         description="Build a JSON synonym table for the 'subs' augmentation from word vectors (word2vec/GloVe "
         "text format), e.g. counter-fitted vectors as CLEAR used.",
     )

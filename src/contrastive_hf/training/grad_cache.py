@@ -20,10 +20,43 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["RandomState", "grad_cache_step", "GradCacheResult"]
+__all__ = ["GradCacheModel", "RandomState", "grad_cache_step", "GradCacheResult"]
+
+
+@runtime_checkable
+class GradCacheModel(Protocol):
+    """What GradCache needs of a model; `ContrastiveForPreTraining` and `DualEncoderModel` implement it.
+
+    - ``view_input_names``: the batch entries ``embed_views`` takes, each with the batch in dim 0 (GradCache slices
+      them into chunks).
+    - ``embed_views(**views)``: the ``(B, S, d)`` view embeddings of those entries (step 1).
+    - ``compute_contrastive_loss(embeddings, sentence_ids, extra_negatives=..., extra_negative_ids=...,
+      gather_across_devices=...)``: ``(loss, negatives_per_query)`` of the whole batch's embeddings (step 2).
+    - the model's forward, given a chunk and ``cached_embedding_gradients`` (the step-2 gradient of that chunk's
+      embeddings), returns an output whose ``loss`` is ``cl_weight * sum(embeddings * gradients)``
+      (`objectives.cached_gradient_surrogate`), plus, when the chunk carries MLM inputs, ``mlm_weight *
+      mlm_loss_share * L_MLM(chunk)``, and whose ``mlm_loss`` (if the model has one) is ``mlm_loss_share *
+      L_MLM(chunk)`` (step 3). The replay goes through the forward of the prepared (DDP / DeepSpeed) model, so that
+      its gradient synchronisation sees every chunk.
+    - ``config.cl_weight`` and ``config.mlm_weight``, read with defaults 1 and 0 when absent.
+    """
+
+    view_input_names: tuple[str, ...]
+
+    def embed_views(self, **views: torch.Tensor) -> torch.Tensor: ...
+
+    def compute_contrastive_loss(
+        self,
+        embeddings: torch.Tensor,
+        sentence_ids: torch.Tensor | None = None,
+        extra_negatives: torch.Tensor | None = None,
+        extra_negative_ids: torch.Tensor | None = None,
+        gather_across_devices: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 class RandomState:
@@ -67,8 +100,7 @@ def grad_cache_step(
     Args:
         model: the model as prepared for training (possibly DDP-wrapped): the replayed passes go through it so that
             its gradient synchronisation happens once, on the last chunk.
-        unwrapped: the bare model, with ``view_input_names``, ``embed_views``, ``compute_contrastive_loss`` and
-            a forward taking ``cached_embedding_gradients`` and ``mlm_loss_share`` (`ContrastiveForPreTraining`).
+        unwrapped: the bare model, a `GradCacheModel`.
         inputs: the batch (views ``(B, S, L)``, optional ``sentence_ids`` and MLM copy).
         chunk_size: sentences per chunk.
         backward: ``backward(loss)``, e.g. ``accelerator.backward``.

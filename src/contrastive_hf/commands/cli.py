@@ -29,8 +29,8 @@ def _write_json(path: str, payload: dict) -> None:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from .evaluation import format_results, load_encoder, run_evaluation
-    from .evaluation.suite import parse_tasks
+    from ..evaluation import format_results, load_encoder, run_evaluation
+    from ..evaluation.suite import parse_tasks
 
     if args.data_dir is None and args.stsb_file is None:
         raise ValueError("Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file.")
@@ -60,7 +60,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def plot_command(args: argparse.Namespace) -> int:
-    from .evaluation.plots import (
+    from ..evaluation.plots import (
         alignment_uniformity_trajectory,
         load_model_point,
         load_training_run,

@@ -8,9 +8,9 @@
   adds it by itself).
 
 Every random draw (augmentations, MLM masking) is derived from (seed, epoch, example, view), see
-`contrastive_hf.seeding`: a run resumed from a checkpoint sees exactly the views of the uninterrupted run, and a
+`contrastive_hf.data.seeding`: a run resumed from a checkpoint sees exactly the views of the uninterrupted run, and a
 sentence's views do not depend on the batch it is in. The example is the ``example_index`` column when the dataset
-has one (`contrastive_hf.data.tokenize_corpus` adds it), otherwise a hash of the sentence's token ids.
+has one (`contrastive_hf.data.corpus.tokenize_corpus` adds it), otherwise a hash of the sentence's token ids.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from .augmentations import DEL_WORD_PROBABILITY, Augmentation, Mixture, SynonymSubstitution, build_augmentation
-from .seeding import example_keys, mix64, new_seed, random_bits, stream
+from .seeding import EXAMPLE_INDEX_COLUMN, example_keys, mix64, new_seed, random_bits, stream
 from .synonyms import TokenSynonyms, load_synonyms
 from .token_batch import TokenBatch, special_token_table
 
@@ -45,7 +45,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EXAMPLE_INDEX_COLUMN = "example_index"
 # The view number the MLM copy's draws are keyed with (views are 0, 1, 2...).
 MLM_VIEW = 2**32
 # Column names of supervised pairs/triplets, tried in this order when not given: (anchor, positive, hard negative).
@@ -229,7 +228,7 @@ class ContrastiveDataCollator:
         if (sentences.lengths == 0).any():
             raise ValueError(
                 f"Example {int(np.argmin(sentences.lengths))} of the batch has no tokens; drop empty examples "
-                "before training (contrastive_hf.data.tokenize_corpus does)."
+                "before training (contrastive_hf.data.corpus.tokenize_corpus does)."
             )
         identities = example_identities(features, sentences)
         size, views_per = len(sentences), self.num_views

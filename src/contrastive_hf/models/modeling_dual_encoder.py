@@ -27,9 +27,9 @@ from transformers.dynamic_module_utils import custom_object_save
 from transformers.utils import ModelOutput
 
 from .configuration_dual_encoder import DualEncoderConfig
-from .distributed import gather_no_grad, gather_with_grad, rank, world_size
-from .losses import cosine_logits, duplicate_mask
+from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder
+from .objectives import cached_gradient_surrogate, in_batch_loss
 
 # The Auto classes a saved checkpoint maps to the shipped code (config.json's `auto_map`).
 AUTO_MAP = {
@@ -61,30 +61,6 @@ class DualEncoderOutput(ModelOutput):
     cl_loss: torch.FloatTensor | None = None
     embeddings: torch.FloatTensor | None = None
     negatives_per_query: torch.FloatTensor | None = None
-
-    @property
-    def mlm_loss(self) -> None:
-        """Always None: a dual encoder has no MLM objective (read by GradCache, which sums the chunks' MLM losses)."""
-        return None
-
-
-def dot_logits(a: torch.Tensor, b: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Inner products of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32.
-
-    DPR's scores are unnormalised and grow with the vectors' norms (a BERT [CLS] vector has a norm around 10-20),
-    so they are computed in float32 also under fp16/bf16 autocast.
-    """
-    with torch.autocast(device_type=a.device.type, enabled=False):
-        return a.float() @ b.float().T / temperature
-
-
-def similarity_logits(a: torch.Tensor, b: torch.Tensor, similarity: str, temperature: float) -> torch.Tensor:
-    """``(N, d), (C, d) -> (N, C)`` scores of a dual encoder: ``dot`` or ``cosine``, over ``temperature``."""
-    if similarity == "dot":
-        return dot_logits(a, b, temperature)
-    if similarity == "cosine":
-        return cosine_logits(a, b, temperature)
-    raise ValueError(f"Unknown similarity {similarity!r}: use 'dot' or 'cosine'.")
 
 
 class DualEncoderPreTrainedModel(PreTrainedModel):
@@ -122,14 +98,14 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     transformers encoder + pooler (+ an optional linear projection), trained with in-batch negatives, hard negatives
     and, under `ContrastiveTrainer` with `prebatch_size > 0`, pre-batch negatives.
 
-    Training batches (`contrastive_hf.dual_encoder_data.QueryPassageCollator` builds them) pad queries and passages
+    Training batches (`contrastive_hf.recipes.dpr.QueryPassageCollator` builds them) pad queries and passages
     separately: `query_input_ids` `(batch, query_length)` and `passage_input_ids` `(batch, 1 or 2, passage_length)`,
     the positive passage and optionally a hard negative.
 
     Example:
 
     ```python
-    >>> from contrastive_hf.modeling_dual_encoder import DualEncoderModel
+    >>> from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
     >>> model = DualEncoderModel.from_encoder_pretrained("bert-base-uncased")  # two towers, dot product
     >>> queries = model.encode_queries(["who wrote hamlet?"], tokenizer=tokenizer)  # (1, 768)
     >>> passages = model.encode_passages(["Hamlet is a tragedy by William Shakespeare."], tokenizer=tokenizer)
@@ -258,7 +234,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         if passage_input_ids is None:
             raise ValueError(
                 "A training batch needs passage_input_ids: build batches with "
-                "contrastive_hf.dual_encoder_data.QueryPassageCollator, or encode one side with embed_queries / "
+                "contrastive_hf.recipes.dpr.QueryPassageCollator, or encode one side with embed_queries / "
                 "embed_passages."
             )
         if passage_input_ids.dim() == 2:  # one passage per query
@@ -303,38 +279,16 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             ``(loss, negatives_per_query)``: the mean of the local queries' losses, and the mean number of negatives
             in their softmax.
         """
-        batch_size, num_columns = embeddings.shape[:2]
-        if num_columns not in (2, 3):
-            raise ValueError(
-                f"The dual encoder's loss takes (query, positive) or (query, positive, hard negative) columns, got "
-                f"{num_columns} columns."
-            )
-        everyone, everyone_ids, offset = embeddings, sentence_ids, 0
-        if gather_across_devices and world_size() > 1:
-            everyone = gather_with_grad(embeddings)  # (W * B, S, d), rank order
-            everyone_ids = None if sentence_ids is None else gather_no_grad(sentence_ids)
-            offset = rank() * batch_size
-        queries = embeddings[:, 0]  # (B, d)
-        columns = [everyone[:, 1]] + ([everyone[:, 2]] if num_columns == 3 else [])  # positives, hard negatives
-        has_extra = extra_negatives is not None and extra_negatives.shape[0] > 0
-        if has_extra:
-            columns.append(extra_negatives.to(queries.dtype))
-        keys = torch.cat(columns, dim=0)  # (C, d)
-        logits = similarity_logits(queries, keys, self.config.similarity, self.config.temperature)  # (B, C)
-        labels = torch.arange(batch_size, device=queries.device) + offset
-
-        masked = torch.zeros_like(logits, dtype=torch.bool)
-        if sentence_ids is not None:
-            column_ids = [everyone_ids[:, 1]] + ([everyone_ids[:, 2]] if num_columns == 3 else [])
-            if has_extra and extra_negative_ids is not None:
-                column_ids.append(extra_negative_ids.to(everyone_ids.device))
-            column_ids = torch.cat(column_ids)  # the queue's columns stay unmasked when their ids are unknown
-            mask = duplicate_mask(sentence_ids[:, :2], column_ids, labels)  # rows stand for (query, positive)
-            masked[:, : mask.shape[1]] = mask
-            logits = logits.masked_fill(masked, float("-inf"))
-        loss = F.cross_entropy(logits, labels)
-        negatives_per_query = (keys.shape[0] - 1 - masked.sum(dim=1)).float().mean().detach()
-        return loss, negatives_per_query
+        return in_batch_loss(
+            embeddings,
+            loss="info_nce",
+            temperature=self.config.temperature,
+            similarity=self.config.similarity,
+            sentence_ids=sentence_ids,
+            extra_negatives=extra_negatives,
+            extra_negative_ids=extra_negative_ids,
+            gather_across_devices=gather_across_devices,
+        )
 
     def forward(
         self,
@@ -350,7 +304,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         extra_negatives: torch.Tensor | None = None,
         extra_negative_ids: torch.Tensor | None = None,
         cached_embedding_gradients: torch.Tensor | None = None,
-        mlm_loss_share: float = 1.0,
         return_dict: bool | None = None,
     ) -> DualEncoderOutput | tuple:
         r"""
@@ -372,8 +325,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             GradCache's second pass (`ContrastiveTrainer` with ``grad_cache_chunk_size``): the gradient of the loss
             with respect to these embeddings, computed on the whole batch. The returned ``loss`` is then
             ``sum(embeddings * gradients)``, whose parameter gradient is this chunk's share of the full batch's.
-        mlm_loss_share (`float`, defaults to 1.0):
-            Taken for GradCache's interface; a dual encoder has no MLM loss to share.
         """
         if query_input_ids is None:
             raise ValueError(
@@ -390,7 +341,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         )
         loss = cl_loss = negatives_per_query = None
         if return_loss and cached_embedding_gradients is not None:
-            loss = (embeddings.float() * cached_embedding_gradients.float()).sum()  # GradCache's surrogate
+            loss = cached_gradient_surrogate(embeddings, cached_embedding_gradients)
         elif return_loss:
             cl_loss, negatives_per_query = self.compute_contrastive_loss(
                 embeddings,

@@ -6,7 +6,7 @@ CLEAR's four augmentations (Wu et al., 2020, §3.1; defaults from §4.1), each v
 * ``del_span``: 5 spans, each about 5% of the length, each replaced by a single [DEL].
 * ``reorder``: 5 pairs of spans, each about 5% of the length, swapped pairwise.
 * ``subs``: 30% of the words that have a synonym replaced by one of their synonyms (whole words, however many
-  pieces they have; synonym sources in `contrastive_hf.synonyms`).
+  pieces they have; synonym sources in `contrastive_hf.data.synonyms`).
 
 plus ``dropout``, the identity view of unsupervised SimCSE (Gao et al., 2021), whose two views differ only by the
 encoder's dropout masks. Names compose as CLEAR writes them: ``subs+del_span`` substitutes first, then deletes
@@ -16,7 +16,7 @@ Rules every augmentation keeps: special tokens ([CLS], [SEP], <s>, </s>, [DEL], 
 or substituted; a sentence too short for the requested spans gets fewer (or one-token) spans; a view is never empty
 (a sentence of one word keeps it, and a fully deleted sentence keeps one [DEL]).
 
-Every random draw is a hash of the row's key (see `contrastive_hf.seeding`), so a view depends only on
+Every random draw is a hash of the row's key (see `contrastive_hf.data.seeding`), so a view depends only on
 (seed, epoch, example, view) and never on the rest of the batch.
 """
 
@@ -79,7 +79,7 @@ _NEVER = np.iinfo(np.int64).max // 4  # a position no row reaches
 
 class Augmentation:
     """Base class. ``apply(batch, keys)`` makes one view of each row of a `TokenBatch`; ``keys`` are the rows'
-    ``(N,)`` uint64 random keys (`contrastive_hf.seeding.example_keys`)."""
+    ``(N,)`` uint64 random keys (`contrastive_hf.data.seeding.example_keys`)."""
 
     name = "augmentation"
     needs_del_token = False
@@ -483,7 +483,7 @@ def build_augmentation(
         if del_token_id is None or del_token_id == tokenizer.unk_token_id:
             raise ValueError(
                 f"{name} needs the {DEL_TOKEN} token in the tokenizer; call "
-                "contrastive_hf.augmentations.add_del_token(tokenizer, model) first."
+                "contrastive_hf.data.augmentations.add_del_token(tokenizer, model) first."
             )
     token_synonyms = None
     if "subs" in names:

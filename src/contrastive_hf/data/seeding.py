@@ -20,6 +20,7 @@ import zlib
 import numpy as np
 
 __all__ = [
+    "EXAMPLE_INDEX_COLUMN",
     "GOLDEN_GAMMA",
     "mix64",
     "combine",
@@ -30,6 +31,9 @@ __all__ = [
     "new_seed",
 ]
 
+# The dataset column holding each example's stable identity (a row number, or a streamed line's file and byte
+# offset), from which its random views are keyed: `corpus.tokenize_corpus` writes it, the collators read it.
+EXAMPLE_INDEX_COLUMN = "example_index"
 GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2 = np.uint64(0x94D049BB133111EB)

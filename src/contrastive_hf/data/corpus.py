@@ -30,8 +30,7 @@ from itertools import chain
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, IterableDataset, IterableDatasetDict, Value, load_dataset
 
-from .collators import EXAMPLE_INDEX_COLUMN
-from .seeding import combine
+from .seeding import EXAMPLE_INDEX_COLUMN, combine
 
 __all__ = [
     "first_examples",

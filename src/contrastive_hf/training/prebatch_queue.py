@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .distributed import gather_no_grad
+from ..models.distributed import gather_no_grad
 
 __all__ = ["PrebatchQueue"]
 

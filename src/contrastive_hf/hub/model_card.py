@@ -1,4 +1,4 @@
-"""Model cards written at the end of training, from the Jinja2 template in ``model_cards/``."""
+"""Model cards written at the end of training, from the Jinja2 template ``templates/contrastive_model_card.md``."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from pathlib import Path
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .sentence_transformers_files import sentence_transformers_unsupported_reason
+from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 
 __all__ = ["METHODS", "ModelCardInfo", "render_model_card", "write_model_card", "TEMPLATE_PATH"]
 
-# The template's one copy lives in model_cards/; the package reaches it through templates/ (a link, copied as a
-# file into built wheels).
+# The Jinja2 template of every card (shipped in the wheel as package data).
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "contrastive_model_card.md"
 
 METHODS = {

@@ -12,7 +12,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["cosine_logits", "duplicate_mask", "info_nce", "nt_xent", "alignment", "uniformity"]
+__all__ = [
+    "SIMILARITIES",
+    "cosine_logits",
+    "dot_logits",
+    "similarity_logits",
+    "duplicate_mask",
+    "info_nce",
+    "nt_xent",
+    "alignment",
+    "uniformity",
+]
+
+# cosine: SimCSE, CLEAR, SimCLR; dot: DPR's inner product (sentence-transformers' "dot" similarity)
+SIMILARITIES = ("cosine", "dot")
 
 
 def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -21,6 +34,25 @@ def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch
         a = F.normalize(a.float(), dim=-1)
         b = F.normalize(b.float(), dim=-1)
         return a @ b.T / temperature
+
+
+def dot_logits(a: torch.Tensor, b: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Inner products of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32.
+
+    DPR's scores are unnormalised and grow with the vectors' norms (a BERT [CLS] vector has a norm around 10-20),
+    so they are computed in float32 also under fp16/bf16 autocast.
+    """
+    with torch.autocast(device_type=a.device.type, enabled=False):
+        return a.float() @ b.float().T / temperature
+
+
+def similarity_logits(a: torch.Tensor, b: torch.Tensor, similarity: str, temperature: float) -> torch.Tensor:
+    """``(N, d), (C, d) -> (N, C)``: ``cosine`` or ``dot`` similarities over ``temperature``, in float32."""
+    if similarity == "cosine":
+        return cosine_logits(a, b, temperature)
+    if similarity == "dot":
+        return dot_logits(a, b, temperature)
+    raise ValueError(f"Unknown similarity {similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
 
 
 def duplicate_mask(row_ids: torch.Tensor, column_ids: torch.Tensor, positive_columns: torch.Tensor) -> torch.Tensor:
@@ -54,8 +86,10 @@ def info_nce(
     extra_negatives: torch.Tensor | None = None,
     negatives_mask: torch.Tensor | None = None,
     positive_offset: int = 0,
+    similarity: str = "cosine",
 ) -> torch.Tensor:
-    r"""InfoNCE with in-batch negatives, in SimCSE's form (Gao et al., 2021, eq. (1) and (5)).
+    r"""InfoNCE with in-batch negatives, in SimCSE's form (Gao et al., 2021, eq. (1) and (5)); DPR's loss with
+    ``similarity="dot"`` (Karpukhin et al., 2020, eq. (2)).
 
     For query i with positive key i, the negatives are the other keys of the batch, every hard negative, and every
     extra negative (a pre-batch queue):
@@ -65,36 +99,55 @@ def info_nce(
             {\sum_j e^{\cos(q_i, k_j)/\tau} + \sum_j e^{\cos(q_i, h_j)/\tau + w[i=j]} + \sum_m e^{\cos(q_i, e_m)/\tau}}
 
     where ``w = hard_negative_weight`` is added to the logit of the query's own hard negative (SimCSE's weighting;
-    0 keeps plain InfoNCE). The loss is the mean of :math:`\ell_i` over the queries.
+    0 keeps plain InfoNCE). With several hard negatives per query (FlagEmbedding's ``train_group_size - 1``), each is
+    a column, and w is added to each of the query's own. The loss is the mean of :math:`\ell_i` over the queries;
+    :math:`\cos` becomes the inner product with ``similarity="dot"``.
 
     Args:
         queries: ``(N, d)`` anchors.
         keys: ``(M, d)`` keys, ``M >= N``; key ``positive_offset + i`` is the positive of query i, and every other
             key is a negative.
-        temperature: tau > 0.
-        hard_negatives: optional ``(M, d)``; row ``positive_offset + i`` is the hard negative of query i.
-        hard_negative_weight: SimCSE's w, added to the logit of each query's own hard negative.
+        temperature: tau > 0 (1 for DPR's unscaled inner products).
+        hard_negatives: optional ``(M, d)``, or ``(M, k, d)`` for k per query; row ``positive_offset + i`` holds the
+            hard negatives of query i. Every hard negative is a negative of every query.
+        hard_negative_weight: SimCSE's w, added to the logit of each query's own hard negatives.
         extra_negatives: optional ``(K, d)`` negatives shared by every query (e.g. a queue of earlier batches' keys).
-        negatives_mask: optional boolean ``(N, M + [M] + [K])`` of logits to exclude (e.g. duplicate sentences);
+        negatives_mask: optional boolean ``(N, M + [M * k] + [K])`` of logits to exclude (e.g. duplicate sentences);
             ``True`` removes a column from that query's softmax. Positives must not be masked.
         positive_offset: where this process's queries sit among ``keys`` when the keys were gathered from every
-            device (``rank * local_batch``); 0 on one device.
+            device (the number of sentences of the processes before it); 0 on one device.
+        similarity: ``cosine`` or ``dot``.
 
     Returns:
         Scalar loss (float32).
+
+    Inputs: (anchor, positive) pairs, optionally with hard negatives (SimCSE's NLI triples, DPR's question,
+    passage, negative passage); the pairing is the rows' order.
+
+    Example:
+
+    ```python
+    >>> queries, positives = torch.randn(4, 8), torch.randn(4, 8)
+    >>> loss = info_nce(queries, positives, temperature=0.05)  # each query against the 4 positives
+    ```
     """
     if queries.shape[0] + positive_offset > keys.shape[0]:
         raise ValueError(f"info_nce needs at least as many keys as queries, got {keys.shape[0]} < {queries.shape[0]}.")
-    logits = [cosine_logits(queries, keys, temperature)]  # (N, M)
+    logits = [similarity_logits(queries, keys, similarity, temperature)]  # (N, M)
     labels = torch.arange(queries.shape[0], device=queries.device) + positive_offset
     if hard_negatives is not None:
-        hard_logits = cosine_logits(queries, hard_negatives, temperature)  # (N, M)
+        if hard_negatives.dim() == 2:
+            hard_negatives = hard_negatives.unsqueeze(1)  # (M, 1, d)
+        per_query = hard_negatives.shape[1]
+        flat = hard_negatives.reshape(-1, hard_negatives.shape[-1])  # (M * k, d), query-major
+        hard_logits = similarity_logits(queries, flat, similarity, temperature)  # (N, M * k)
         if hard_negative_weight:
-            rows = torch.arange(queries.shape[0], device=queries.device)
-            hard_logits = hard_logits.index_put((rows, labels), hard_logits[rows, labels] + hard_negative_weight)
+            own = labels[:, None] * per_query + torch.arange(per_query, device=labels.device)  # (N, k)
+            weights = torch.zeros_like(hard_logits).scatter_(1, own, hard_negative_weight)
+            hard_logits = hard_logits + weights
         logits.append(hard_logits)
     if extra_negatives is not None and extra_negatives.shape[0] > 0:
-        logits.append(cosine_logits(queries, extra_negatives, temperature))  # (N, K)
+        logits.append(similarity_logits(queries, extra_negatives.to(queries.dtype), similarity, temperature))  # (N, K)
     logits = torch.cat(logits, dim=1)
     if negatives_mask is not None:
         logits = logits.masked_fill(negatives_mask, float("-inf"))
@@ -109,6 +162,7 @@ def nt_xent(
     all_z2: torch.Tensor | None = None,
     offset: int = 0,
     negatives_mask: torch.Tensor | None = None,
+    similarity: str = "cosine",
 ) -> torch.Tensor:
     r"""NT-Xent over the 2N views of a batch (SimCLR, Chen et al., 2020; CLEAR, Wu et al., 2020, eq. (1)-(2)).
 
@@ -128,10 +182,22 @@ def nt_xent(
             process's rows start at ``offset``. Then the 2N local views are scored against all 2M views (their
             negatives are the other 2M-2), and the mean over devices of this loss is the global batch's loss.
         negatives_mask: optional boolean ``(2N, 2M)`` of logits to exclude (e.g. duplicate sentences), rows
-            ``[z1; z2]`` against columns ``[all_z1; all_z2]``. A view's positive (its other view) must not be masked.
+            ``[z1; z2]`` against columns ``[all_z1; all_z2]``. A view's positive (its other view) must not be masked;
+            its own column is left out here, whatever the mask says.
+        similarity: ``cosine`` (SimCLR's) or ``dot``.
 
     Returns:
         Scalar loss (float32).
+
+    Inputs: two views of each sentence (CLEAR's augmentations, SimCSE's dropout), no labels: the pairing is the
+    rows' order.
+
+    Example:
+
+    ```python
+    >>> z1, z2 = torch.randn(4, 8), torch.randn(4, 8)  # two views of 4 sentences
+    >>> loss = nt_xent(z1, z2, temperature=0.05)  # each view against the other view and 6 negatives
+    ```
     """
     if z1.shape != z2.shape:
         raise ValueError(f"nt_xent needs two views of the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}.")
@@ -139,7 +205,7 @@ def nt_xent(
         all_z1, all_z2, offset = z1, z2, 0
     n, m = z1.shape[0], all_z1.shape[0]
     local = torch.cat([z1, z2], dim=0)  # (2N, d)
-    logits = cosine_logits(local, torch.cat([all_z1, all_z2], dim=0), temperature)  # (2N, 2M)
+    logits = similarity_logits(local, torch.cat([all_z1, all_z2], dim=0), similarity, temperature)  # (2N, 2M)
     rows = torch.arange(2 * n, device=local.device)
     own = torch.cat([torch.arange(n), torch.arange(n) + m]).to(local.device) + offset  # each view's own column
     other = torch.cat([torch.arange(n) + m, torch.arange(n)]).to(local.device) + offset  # its other view
@@ -153,6 +219,9 @@ def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Ten
     r"""Alignment of positive pairs (Wang & Isola, 2020, eq. (4)): :math:`E\,\|f(x) - f(y)\|_2^\alpha`.
 
     Rows of ``x`` and ``y`` are the two sides of the positive pairs; both are L2-normalised first. Lower is better.
+
+    Inputs: ``(N, d)`` embeddings of each pair's two sides (e.g. the two views of a training batch, or STS-B pairs
+    scored >= 4). Example: ``alignment(views[:, 0], views[:, 1])`` is 0 when every pair's two sides coincide.
     """
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = F.normalize(x.float(), dim=-1)
@@ -164,6 +233,9 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     r"""Uniformity (Wang & Isola, 2020, eq. (5)): :math:`\log E_{i<j}\, e^{-t \|f(x_i) - f(x_j)\|_2^2}`.
 
     Rows of ``x`` are L2-normalised first; the expectation runs over all distinct pairs. Lower is better.
+
+    Inputs: ``(N, d)`` embeddings, N >= 2, of different sentences. Example: ``uniformity(embeddings)`` is 0 when all
+    embeddings are equal (a collapsed encoder) and about -4 for uniformly spread 768-d vectors (t = 2).
     """
     if x.shape[0] < 2:
         raise ValueError("uniformity needs at least two embeddings.")

@@ -11,8 +11,8 @@ import torch
 from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
-from .configuration_contrastive import ContrastiveConfig
-from .modeling_contrastive import ContrastiveForPreTraining
+from ..models.configuration_contrastive import ContrastiveConfig
+from ..models.modeling_contrastive import ContrastiveForPreTraining
 
 __all__ = [
     "load_pretraining_model",

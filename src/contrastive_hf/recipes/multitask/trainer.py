@@ -3,7 +3,7 @@
 - Batches: `MultitaskBatchSampler` orders the tasks' batches (``--task_schedule fixed|round_robin|random|
   super_batch``); each training batch is ``{task: batch}``.
 - Loss: without PCGrad, the weighted sum of the task losses through the Trainer's usual backward.
-  With ``--pcgrad``, each task's gradient is computed separately and `contrastive_hf.pcgrad` projects away the
+  With ``--pcgrad``, each task's gradient is computed separately and `.pcgrad` projects away the
   conflicting components before they are summed.
 - Evaluation: ``eval_dataset={task: dataset}``; each task is scored with its own metrics (`task_metrics`:
   accuracy and, for two classes, F1; Spearman and Pearson for regression, all x 100), logged as
@@ -23,8 +23,9 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import seed_worker
 
-from . import seeding
-from .multitask import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator, TaskSpec
+from ...data import seeding
+from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
+from .modeling import TaskSpec
 from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
 
 __all__ = [
@@ -111,7 +112,7 @@ def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) ->
     predictions = np.asarray(predictions)
     labels = np.asarray(labels).reshape(-1)
     if spec.is_regression:
-        from .evaluation.sts import sts_correlations
+        from ...evaluation.sts import sts_correlations
 
         return sts_correlations(predictions.reshape(-1).astype(np.float64), labels.astype(np.float64))
     predicted = predictions.argmax(axis=-1)
@@ -126,7 +127,7 @@ def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) ->
 
 class MultitaskTrainer(Trainer):
     """A `Trainer` for [`MultitaskModel`]: ``train_dataset`` and ``eval_dataset`` are ``{task name: dataset}``
-    (columns as `contrastive_hf.multitask.task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
+    (columns as `task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
 
     The collator defaults to `MultitaskCollator(processing_class, tasks)`; pass your own `MultitaskCollator` for
     another ``max_length``. Per-task training losses are logged as ``loss_<task>`` beside ``loss``; with PCGrad,
@@ -146,7 +147,7 @@ class MultitaskTrainer(Trainer):
         if not isinstance(args, MultitaskTrainingArguments):
             raise ValueError("MultitaskTrainer takes MultitaskTrainingArguments (task_schedule, pcgrad, ...).")
         if model is None or not hasattr(model, "task_specs"):
-            raise ValueError("MultitaskTrainer trains a contrastive_hf.multitask.MultitaskModel; pass model=...")
+            raise ValueError("MultitaskTrainer trains a contrastive_hf MultitaskModel; pass model=...")
         self.task_specs: dict[str, TaskSpec] = dict(model.task_specs)
         if isinstance(train_dataset, Mapping):
             train_dataset = MultitaskDataset(train_dataset)
@@ -162,7 +163,7 @@ class MultitaskTrainer(Trainer):
                 raise ValueError("MultitaskTrainer needs processing_class=tokenizer (or a MultitaskCollator).")
             data_collator = MultitaskCollator(tokenizer, list(self.task_specs.values()))
         if not isinstance(data_collator, MultitaskCollator):
-            raise ValueError("MultitaskTrainer's data_collator must be a contrastive_hf.multitask.MultitaskCollator.")
+            raise ValueError("MultitaskTrainer's data_collator must be a contrastive_hf MultitaskCollator.")
         super().__init__(
             model=model,
             args=args,

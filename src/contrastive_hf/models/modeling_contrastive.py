@@ -23,8 +23,7 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput
 
 from .configuration_contrastive import ContrastiveConfig
-from .distributed import gather_no_grad, gather_with_grad, rank, world_size
-from .losses import duplicate_mask, info_nce, nt_xent
+from .objectives import cached_gradient_surrogate, in_batch_loss
 from .sentence_transformers_files import write_sentence_transformers_files
 
 logger = logging.getLogger(__name__)
@@ -606,8 +605,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         extra_negative_ids: torch.Tensor | None = None,
         gather_across_devices: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """L_CL on ``(B, S, d)`` view embeddings (S = 2: two views; 3: anchor, positive, hard negative), and the mean
-        number of negatives per query.
+        """L_CL on ``(B, S, d)`` view embeddings (S = 2: two views; more: anchor, positive, hard negatives), and the
+        mean number of negatives per query (`objectives.in_batch_loss` with this model's loss settings).
 
         With ``gather_across_devices`` (and several processes), the views of every process are gathered with a
         differentiable all-gather: this process's views are scored against the global batch, and the mean of the
@@ -615,63 +614,16 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         With ``sentence_ids`` (``(B, S)``, the collators' content hashes; ``extra_negative_ids`` for the queue), a
         sentence is never a negative of an identical one.
         """
-        num_views = embeddings.shape[1]
-        offset, everyone, everyone_ids = 0, embeddings, sentence_ids
-        if gather_across_devices and world_size() > 1:
-            everyone = gather_with_grad(embeddings)  # (W * B, S, d), rank order
-            everyone_ids = None if sentence_ids is None else gather_no_grad(sentence_ids)
-            offset = rank() * embeddings.shape[0]
-        local = torch.arange(embeddings.shape[0], device=embeddings.device)
-        if self.config.contrastive_loss == "nt_xent":
-            if num_views != 2 or extra_negatives is not None:
-                raise ValueError(
-                    f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} "
-                    "views); use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
-                )
-            total = everyone.shape[0]
-            own = torch.cat([local, local + total]) + offset  # each view's own column among [all z1; all z2]
-            positive = torch.cat([local + total, local]) + offset
-            excluded = torch.zeros(2 * len(local), 2 * total, dtype=torch.bool, device=embeddings.device)
-            if sentence_ids is not None:
-                rows = torch.cat([sentence_ids[:, 0], sentence_ids[:, 1]])
-                excluded = duplicate_mask(rows, torch.cat([everyone_ids[:, 0], everyone_ids[:, 1]]), positive)
-            excluded[torch.arange(len(own), device=own.device), own] = True
-            loss = nt_xent(
-                embeddings[:, 0],
-                embeddings[:, 1],
-                self.config.temperature,
-                everyone[:, 0],
-                everyone[:, 1],
-                offset,
-                negatives_mask=excluded if sentence_ids is not None else None,
-            )
-            return loss, (2 * total - 1 - excluded.sum(dim=1)).float().mean()
-        if num_views not in (2, 3):
-            raise ValueError(f"info_nce takes 2 views (anchor, positive) or 3 (+ hard negative), got {num_views}.")
-        num_extra = 0 if extra_negatives is None else extra_negatives.shape[0]
-        columns = everyone.shape[0] * (num_views - 1) + num_extra  # keys, hard negatives, queued keys
-        excluded = None
-        if sentence_ids is not None:
-            column_ids = [everyone_ids[:, 1]] + ([everyone_ids[:, 2]] if num_views == 3 else [])
-            if num_extra:
-                if extra_negative_ids is None:  # queued keys of unknown sentences: none can be left out
-                    extra_negative_ids = torch.full((num_extra,), -1, dtype=sentence_ids.dtype)
-                column_ids.append(extra_negative_ids.to(sentence_ids.device))
-            excluded = duplicate_mask(sentence_ids[:, :2], torch.cat(column_ids), local + offset)
-            if num_extra and extra_negative_ids is not None and (extra_negative_ids == -1).all():
-                excluded[:, columns - num_extra :] = False
-        loss = info_nce(
-            embeddings[:, 0],
-            everyone[:, 1],
-            self.config.temperature,
-            hard_negatives=everyone[:, 2] if num_views == 3 else None,
+        return in_batch_loss(
+            embeddings,
+            loss=self.config.contrastive_loss,
+            temperature=self.config.temperature,
             hard_negative_weight=self.config.hard_negative_weight,
+            sentence_ids=sentence_ids,
             extra_negatives=extra_negatives,
-            negatives_mask=excluded,
-            positive_offset=offset,
+            extra_negative_ids=extra_negative_ids,
+            gather_across_devices=gather_across_devices,
         )
-        left_out = 0 if excluded is None else excluded.sum(dim=1).float().mean()
-        return loss, torch.as_tensor(columns - 1 - left_out, dtype=torch.float32, device=embeddings.device)
 
     def compute_mlm_loss(
         self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None, mlm_labels: torch.Tensor
@@ -731,8 +683,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         if return_loss:
             loss = 0.0
             if cached_embedding_gradients is not None:
-                surrogate = (embeddings.float() * cached_embedding_gradients.float()).sum()
-                loss = loss + self.config.cl_weight * surrogate
+                loss = loss + self.config.cl_weight * cached_gradient_surrogate(embeddings, cached_embedding_gradients)
             elif self.config.cl_weight > 0:
                 cl_loss, negatives_per_query = self.compute_contrastive_loss(
                     embeddings, sentence_ids, extra_negatives, extra_negative_ids, gather_across_devices

@@ -1,0 +1,1 @@
+"""What goes to the Hugging Face Hub beside the weights: model cards, and peft adapters on the encoder."""

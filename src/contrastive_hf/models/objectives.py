@@ -1,0 +1,157 @@
+"""The in-batch contrastive objective every model of the library trains with, written once.
+
+A batch is a ``(B, S, d)`` tensor of view embeddings: view 0 is each sentence's query (anchor), view 1 its positive,
+and views 2.. (InfoNCE only) its hard negatives. `in_batch_loss` does what every model needs around the loss
+function itself:
+
+1. with several processes, gather the views of every process (with gradient) and their sentence ids (without),
+   accepting a different batch size on each process (a ragged last batch, uneven streamed shards), and find where
+   this process's rows sit in the global batch (its offset);
+2. leave copies of a sentence out of its own softmax (`losses.duplicate_mask` on the collators' ``sentence_ids``);
+3. score this process's queries against the global batch with `losses.info_nce` (SimCSE, DPR) or `losses.nt_xent`
+   (SimCLR, CLEAR), under cosine or dot-product similarity.
+
+The mean over processes of the returned loss is the global batch's loss, and DDP's (or DeepSpeed's) gradient
+averaging makes its gradient exact (`distributed.py`). Like the rest of ``models/``, this file imports torch and its
+siblings only: it travels inside saved checkpoints.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, world_size
+from .losses import SIMILARITIES, duplicate_mask, info_nce, nt_xent
+
+__all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "cached_gradient_surrogate"]
+
+IN_BATCH_LOSSES = ("info_nce", "nt_xent")
+# The id of a queued key whose sentence is unknown (a queue filled without sentence ids): never left out.
+UNKNOWN_SENTENCE_ID = -1
+
+
+def in_batch_loss(
+    embeddings: torch.Tensor,
+    loss: str = "info_nce",
+    temperature: float = 0.05,
+    similarity: str = "cosine",
+    hard_negative_weight: float = 0.0,
+    sentence_ids: torch.Tensor | None = None,
+    extra_negatives: torch.Tensor | None = None,
+    extra_negative_ids: torch.Tensor | None = None,
+    gather_across_devices: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The contrastive loss of a batch of views, and the mean number of negatives each query was contrasted with.
+
+    Args:
+        embeddings: ``(B, S, d)`` views: query, positive, then ``S - 2`` hard negatives of each sentence.
+        loss: ``info_nce`` (queries against positives, hard negatives and extra negatives) or ``nt_xent`` (the 2B
+            views of a pair batch, each against all others; exactly two views and no extra negatives).
+        temperature: tau.
+        similarity: ``cosine`` or ``dot`` (DPR's inner product).
+        hard_negative_weight: SimCSE's weight added to the logits of each query's own hard negatives.
+        sentence_ids: optional ``(B, S)`` ids of the views' sentences (the collators' content hashes): a column
+            holding the same sentence as a query or its positive is left out of that query's softmax.
+        extra_negatives: optional ``(K, d)`` negatives of every query (a pre-batch queue); InfoNCE only.
+        extra_negative_ids: optional ``(K,)`` their sentence ids (`UNKNOWN_SENTENCE_ID` for unknown ones).
+        gather_across_devices: with several processes, contrast this process's queries with the views of every
+            process (the global batch), which may hold a different number of sentences each.
+
+    Returns:
+        ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32), and the mean number of
+        negatives in their softmax after duplicates are left out (a detached float32 scalar).
+
+    Example:
+
+    ```python
+    >>> views = torch.randn(8, 2, 32)  # 8 sentences, two views each
+    >>> loss, negatives = in_batch_loss(views, loss="nt_xent", temperature=0.05)
+    >>> int(negatives)  # each view against the 2 * 8 - 2 views of the other sentences
+    14
+    ```
+    """
+    if embeddings.dim() != 3:
+        raise ValueError(f"in_batch_loss takes (batch, views, dim) embeddings, got shape {tuple(embeddings.shape)}.")
+    if loss not in IN_BATCH_LOSSES:
+        raise ValueError(f"Unknown contrastive loss {loss!r}: choose one of {', '.join(IN_BATCH_LOSSES)}.")
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"Unknown similarity {similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
+    batch_size, num_views = embeddings.shape[:2]
+    everyone, everyone_ids, offset = embeddings, sentence_ids, 0
+    if gather_across_devices and world_size() > 1:
+        sizes = gather_sizes(batch_size, embeddings.device)  # batch sizes may differ between processes
+        everyone = gather_with_grad(embeddings, sizes)  # (M, S, d), in rank order
+        everyone_ids = None if sentence_ids is None else gather_no_grad(sentence_ids, sizes)
+        offset = sum(sizes[: rank()])
+    local = torch.arange(batch_size, device=embeddings.device)
+    total = everyone.shape[0]
+
+    if loss == "nt_xent":
+        if num_views != 2 or extra_negatives is not None:
+            raise ValueError(
+                f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} views); "
+                "use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
+            )
+        mask = None
+        if sentence_ids is not None:
+            rows = torch.cat([sentence_ids[:, 0], sentence_ids[:, 1]])  # (2B,) the local views
+            columns = torch.cat([everyone_ids[:, 0], everyone_ids[:, 1]])  # (2M,) every view
+            mask = duplicate_mask(rows, columns, torch.cat([local + total, local]) + offset)
+            own = torch.cat([local, local + total]) + offset
+            mask[torch.arange(2 * batch_size, device=mask.device), own] = False  # nt_xent leaves a view's own out
+        value = nt_xent(
+            embeddings[:, 0],
+            embeddings[:, 1],
+            temperature,
+            everyone[:, 0],
+            everyone[:, 1],
+            offset,
+            negatives_mask=mask,
+            similarity=similarity,
+        )
+        left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (2B,)
+        return value, _mean_count(2 * total - 2 - left_out, embeddings.device)
+
+    if num_views < 2:
+        raise ValueError(f"info_nce takes a query and a positive (and hard negatives), got {num_views} view(s).")
+    num_hard = num_views - 2
+    num_extra = 0 if extra_negatives is None else extra_negatives.shape[0]
+    columns = total * (1 + num_hard) + num_extra  # positives, hard negatives, extra negatives
+    mask = None
+    if sentence_ids is not None:
+        column_ids = [everyone_ids[:, 1]] + ([everyone_ids[:, 2:].reshape(-1)] if num_hard else [])
+        if num_extra:
+            if extra_negative_ids is None:
+                extra_negative_ids = torch.full((num_extra,), UNKNOWN_SENTENCE_ID, dtype=sentence_ids.dtype)
+            column_ids.append(extra_negative_ids.to(sentence_ids.device))
+        mask = duplicate_mask(sentence_ids[:, :2], torch.cat(column_ids), local + offset)  # rows: query, positive
+        if num_extra:
+            unknown = column_ids[-1] == UNKNOWN_SENTENCE_ID  # (K,) never left out
+            mask[:, columns - num_extra :] &= ~unknown
+    value = info_nce(
+        embeddings[:, 0],
+        everyone[:, 1],
+        temperature,
+        hard_negatives=everyone[:, 2:] if num_hard else None,
+        hard_negative_weight=hard_negative_weight,
+        extra_negatives=extra_negatives if num_extra else None,
+        negatives_mask=mask,
+        positive_offset=offset,
+        similarity=similarity,
+    )
+    left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (B,)
+    return value, _mean_count(columns - 1 - left_out, embeddings.device)
+
+
+def _mean_count(counts, device: torch.device) -> torch.Tensor:
+    return torch.as_tensor(counts, dtype=torch.float32, device=device).mean().detach()
+
+
+def cached_gradient_surrogate(embeddings: torch.Tensor, cached_gradients: torch.Tensor) -> torch.Tensor:
+    """GradCache's replayed loss for one chunk: ``sum(embeddings * cached_gradients)``, in float32.
+
+    ``cached_gradients`` is the gradient of the whole batch's contrastive loss with respect to this chunk's
+    embeddings, so the parameter gradient of this scalar is the chunk's share of the whole batch's
+    (`contrastive_hf.training.grad_cache`).
+    """
+    return (embeddings.float() * cached_gradients.float()).sum()

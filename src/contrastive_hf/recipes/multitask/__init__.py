@@ -1,0 +1,32 @@
+"""Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
+
+``modeling``: task specs, heads and `MultitaskModel`; ``data``: task datasets, collators and the batch schedules;
+``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient projection.
+"""
+
+from __future__ import annotations
+
+from ..._lazy import lazy_exports
+
+_MODELING = (
+    "TASK_TYPES",
+    "HEAD_TYPES",
+    "TaskSpec",
+    "MultitaskConfig",
+    "MultitaskModel",
+    "MultitaskOutput",
+    "SentenceClassificationHead",
+    "PairHead",
+    "CosineSimilarityHead",
+    "checkpoint_model_type",
+    "load_sentence_encoder",
+)
+_DATA = ("SCHEDULES", "task_dataset", "MultitaskDataset", "TaskCollator", "MultitaskCollator", "MultitaskBatchSampler")
+_TRAINER = ("MultitaskTrainer", "MultitaskTrainingArguments", "check_pcgrad_setup", "main_metric", "task_metrics")
+_EXPORTS = {
+    **dict.fromkeys(_MODELING, ".modeling"),
+    **dict.fromkeys(_DATA, ".data"),
+    **dict.fromkeys(_TRAINER, ".trainer"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(_EXPORTS)

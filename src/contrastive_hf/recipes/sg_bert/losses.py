@@ -1,0 +1,188 @@
+"""SG-BERT's views and losses as pure functions (the formulas: this package's docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...models.losses import cosine_logits, info_nce, nt_xent
+
+__all__ = [
+    "LAYER_POOLINGS",
+    "pool_layers",
+    "sample_layer_views",
+    "self_guided_base_loss",
+    "self_guided_opt1_loss",
+    "self_guided_opt2_loss",
+    "self_guided_opt3_loss",
+    "parameter_distance",
+]
+
+LAYER_POOLINGS = ("max", "mean")
+
+
+def pool_layers(
+    hidden_states: Sequence[torch.Tensor], attention_mask: torch.Tensor, pooling: str = "max"
+) -> torch.Tensor:
+    """Every layer's token states pooled over the tokens: ``l + 1`` tensors ``(B, T, h)`` -> ``(B, l + 1, h)``.
+
+    Padding positions (``attention_mask == 0``) are left out of the max or the mean.
+    """
+    if pooling not in LAYER_POOLINGS:
+        raise ValueError(f"Unknown layer pooling {pooling!r}: choose one of {', '.join(LAYER_POOLINGS)}.")
+    stacked = torch.stack(tuple(hidden_states), dim=1)  # (B, K, T, h)
+    keep = attention_mask[:, None, :, None].bool()  # (B, 1, T, 1)
+    if pooling == "max":
+        return stacked.masked_fill(~keep, torch.finfo(stacked.dtype).min).amax(dim=2)
+    counts = keep.sum(dim=2).clamp(min=1).to(stacked.dtype)  # (B, 1, 1)
+    return (stacked * keep).sum(dim=2) / counts
+
+
+def sample_layer_views(
+    layer_views: torch.Tensor, weights: Sequence[float] | None = None, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler sigma: one layer per sentence, ``(B, K, h)`` -> ``(views (B, h), layers (B,))``.
+
+    ``weights`` (one per layer) make it a weighted draw; None draws uniformly, as the paper does.
+    """
+    batch, num_layers = layer_views.shape[:2]
+    device = layer_views.device
+    if weights is None:
+        layers = torch.randint(
+            num_layers, (batch,), generator=generator, device=None if generator is None else generator.device
+        )
+    else:
+        if len(weights) != num_layers:
+            raise ValueError(
+                f"layer_sampling_weights has {len(weights)} weights but the encoder gives {num_layers} layer views "
+                "(the embedding layer and every transformer layer): give one weight per layer."
+            )
+        probabilities = torch.as_tensor(weights, dtype=torch.float64)
+        layers = torch.multinomial(probabilities, batch, replacement=True, generator=generator)
+    layers = layers.to(device)
+    return layer_views[torch.arange(batch, device=device), layers], layers
+
+
+def self_guided_base_loss(
+    sentences: torch.Tensor,
+    views: torch.Tensor,
+    temperature: float,
+    all_sentences: torch.Tensor | None = None,
+    all_views: torch.Tensor | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
+    r"""SG's :math:`L^{base}` (§3.1): NT-Xent over the 2b vectors :math:`\{c_i\} \cup \{h_i\}`, the positive of each
+    being the other half of its pair (the matching function :math:`\mu`), the mean over the 2b anchors.
+
+    Args:
+        sentences: ``(b, d)`` projected sentence vectors :math:`f(c_i)`.
+        views: ``(b, d)`` projected sampled views :math:`f(h_i)`.
+        temperature: tau.
+        all_sentences, all_views: ``(M, d)`` the global batch gathered from every process, where this process's rows
+            start at ``offset``; None on one process.
+    """
+    return nt_xent(sentences, views, temperature, all_sentences, all_views, offset)
+
+
+def self_guided_opt1_loss(
+    sentences: torch.Tensor,
+    views: torch.Tensor,
+    temperature: float,
+    all_sentences: torch.Tensor | None = None,
+    all_views: torch.Tensor | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
+    r""":math:`L^{opt1}` (§3.2): :math:`L^{base}` with only the anchors :math:`c_i` (BERT_F is not trained, so the
+    terms anchored on an :math:`h` teach nothing); each :math:`c_i` is still contrasted with the other 2b - 1 vectors:
+
+    .. math:: -\log \frac{\phi(c_i, h_i)}{\sum_{j \ne i} \phi(c_i, c_j) + \sum_j \phi(c_i, h_j)}
+
+    averaged over the b anchors. Arguments as `self_guided_base_loss`.
+    """
+    if all_sentences is None:
+        all_sentences, all_views, offset = sentences, views, 0
+    batch, total = sentences.shape[0], all_sentences.shape[0]
+    logits = cosine_logits(sentences, torch.cat([all_sentences, all_views], dim=0), temperature)  # (b, 2M)
+    rows = torch.arange(batch, device=logits.device)
+    logits = logits.index_put((rows, rows + offset), torch.tensor(float("-inf"), device=logits.device))  # not itself
+    return F.cross_entropy(logits, rows + offset + total)
+
+
+def self_guided_opt2_loss(
+    sentences: torch.Tensor,
+    views: torch.Tensor,
+    temperature: float,
+    all_views: torch.Tensor | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
+    r""":math:`L^{opt2}` (§3.2): :math:`L^{opt1}` without the other sentences' :math:`c_j` among the negatives:
+
+    .. math:: -\log \frac{\phi(c_i, h_i)}{\sum_j \phi(c_i, h_j)}
+
+    averaged over the b anchors (InfoNCE of the :math:`c` against the :math:`h`). ``all_views``: the gathered
+    ``(M, d)`` views, this process's starting at ``offset``.
+    """
+    return info_nce(sentences, views if all_views is None else all_views, temperature, positive_offset=offset)
+
+
+def self_guided_opt3_loss(
+    sentences: torch.Tensor,
+    layer_views: torch.Tensor,
+    temperature: float,
+    all_layer_views: torch.Tensor | None = None,
+    offset: int = 0,
+) -> torch.Tensor:
+    r""":math:`L^{opt3}` (§3.2, SG-OPT): every layer view of a sentence is a positive of its :math:`c_i`, and every
+    view of the other sentences a negative; the positive being scored is the only view of the sentence's own in its
+    denominator:
+
+    .. math:: L_{i,k} = -\log \frac{\phi(c_i, h_{i,k})}{\phi(c_i, h_{i,k}) + \sum_{m \ne i}\sum_{n=0}^{l}
+        \phi(c_i, h_{m,n})}
+
+    averaged over the b(l + 1) pairs (i, k).
+
+    Args:
+        sentences: ``(b, d)`` projected sentence vectors :math:`f(c_i)`.
+        layer_views: ``(b, l + 1, d)`` projected views :math:`f(h_{i,k})` of every layer.
+        temperature: tau.
+        all_layer_views: ``(M, l + 1, d)`` the views gathered from every process, this process's starting at
+            ``offset``; None on one process.
+    """
+    if all_layer_views is None:
+        all_layer_views, offset = layer_views, 0
+    batch = sentences.shape[0]
+    total, num_layers, size = all_layer_views.shape
+    logits = cosine_logits(sentences, all_layer_views.reshape(total * num_layers, size), temperature)
+    logits = logits.view(batch, total, num_layers)  # (b, M, K)
+    rows = torch.arange(batch, device=logits.device)
+    positives = logits[rows, rows + offset]  # (b, K)
+    negatives = logits.index_put((rows, rows + offset), torch.tensor(float("-inf"), device=logits.device))
+    negative_mass = negatives.flatten(1).logsumexp(dim=1, keepdim=True)  # (b, 1): log sum over m != i, all n
+    return (torch.logaddexp(positives, negative_mass) - positives).mean()
+
+
+def parameter_distance(reference: nn.Module, model: nn.Module) -> torch.Tensor:
+    r""":math:`\|\theta_{ref} - \theta\|_2^2`, summed over the parameters of ``model`` that are trained, each paired
+    with the same-named parameter of ``reference`` (SG-BERT's :math:`L^{reg}` with reference = BERT_F).
+
+    Frozen parameters are skipped: they cannot move away from the reference. The gradient flows into ``model`` only
+    when ``reference`` is frozen. Computed in float32.
+    """
+    reference_parameters = dict(reference.named_parameters())
+    terms = []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        anchor = reference_parameters.get(name)
+        if anchor is None or anchor.shape != parameter.shape:
+            raise ValueError(
+                f"Parameter {name!r} {tuple(parameter.shape)} has no same-shaped counterpart in the reference model "
+                f"({None if anchor is None else tuple(anchor.shape)}): the two must be copies of one architecture."
+            )
+        terms.append((parameter.float() - anchor.detach().float()).pow(2).sum())
+    if not terms:
+        return torch.zeros((), device=next(model.parameters()).device)
+    return torch.stack(terms).sum()

@@ -1,0 +1,325 @@
+"""SG-BERT's training model: BERT_T, its frozen copy BERT_F and the projection head f, with the objective's
+configuration."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import AutoConfig
+from transformers.trainer_utils import load_sharded_checkpoint
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, ModelOutput
+
+from ...models.configuration_contrastive import ContrastiveConfig
+from ...models.distributed import gather_sizes, gather_with_grad, rank, world_size
+from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
+from .losses import (
+    LAYER_POOLINGS,
+    parameter_distance,
+    pool_layers,
+    sample_layer_views,
+    self_guided_base_loss,
+    self_guided_opt1_loss,
+    self_guided_opt2_loss,
+    self_guided_opt3_loss,
+)
+
+__all__ = ["SELF_GUIDED_LOSSES", "HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"]
+
+logger = logging.getLogger(__name__)
+
+SELF_GUIDED_LOSSES = ("base", "opt1", "opt2", "opt3")
+# The projection head f, written into Trainer checkpoints (not into the final model) so that a resumed run continues
+# with the head and optimiser state it stopped with.
+HEAD_FILE = "self_guided_head.safetensors"
+
+
+@dataclass
+class SelfGuidedConfig:
+    """Hyper-parameters of SG-BERT's objective (defaults: the paper's Table 8).
+
+    Args:
+        loss: ``base``, ``opt1``, ``opt2`` or ``opt3`` (SG-OPT); see the module docstring for each formula.
+        temperature: tau of :math:`\\phi`; the paper uses 0.01.
+        regularization_weight: lambda, the weight of :math:`\\|BERT_F - BERT_T\\|_2^2` (0 turns it off).
+        projection_hidden_size: width of both linear layers of the head f (4096 in the paper).
+        layer_pooling: how BERT_F's token states of a layer become a view: ``max`` (the paper's choice) or ``mean``.
+        layer_sampling_weights: the sampler sigma of base/opt1/opt2, as one weight per layer 0..l (normalised);
+            None is the paper's uniform sampler.
+        freeze_embeddings: keep BERT_T's layer 0 (the embedding layer) frozen, as the paper does.
+    """
+
+    loss: str = "opt3"
+    temperature: float = 0.01
+    regularization_weight: float = 0.1
+    projection_hidden_size: int = 4096
+    layer_pooling: str = "max"
+    layer_sampling_weights: list[float] | None = None
+    freeze_embeddings: bool = True
+
+    def __post_init__(self):
+        if self.loss not in SELF_GUIDED_LOSSES:
+            raise ValueError(f"Unknown SG-BERT loss {self.loss!r}: choose one of {', '.join(SELF_GUIDED_LOSSES)}.")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}; SG-BERT uses 0.01.")
+        if self.regularization_weight < 0:
+            raise ValueError(f"regularization_weight must be >= 0, got {self.regularization_weight}.")
+        if self.projection_hidden_size < 1:
+            raise ValueError(f"projection_hidden_size must be >= 1, got {self.projection_hidden_size}.")
+        if self.layer_pooling not in LAYER_POOLINGS:
+            raise ValueError(
+                f"Unknown layer_pooling {self.layer_pooling!r}: choose one of {', '.join(LAYER_POOLINGS)}."
+            )
+        if self.layer_sampling_weights is not None:
+            weights = [float(weight) for weight in self.layer_sampling_weights]
+            if not weights or min(weights) < 0 or sum(weights) <= 0:
+                raise ValueError(
+                    f"layer_sampling_weights must be non-negative with a positive sum, got {weights}; leave it unset "
+                    "for the uniform sampler."
+                )
+            self.layer_sampling_weights = weights
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SelfGuidedOutput(ModelOutput):
+    """
+    Output of [`SelfGuidedModel`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*):
+            cl_loss + regularization_weight * regularization_loss.
+        cl_loss (`torch.FloatTensor` of shape `()`, *optional*):
+            The contrastive term (L_base, L_opt1, L_opt2 or L_opt3).
+        regularization_loss (`torch.FloatTensor` of shape `()`, *optional*):
+            ||BERT_F - BERT_T||^2, unweighted (None when its weight is 0).
+        embeddings (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+            BERT_T's sentence vectors c_i (before the head f): what the saved model returns.
+        view_layers (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            The layer the sampler picked for each sentence (base, opt1, opt2).
+    """
+
+    loss: torch.FloatTensor | None = None
+    cl_loss: torch.FloatTensor | None = None
+    regularization_loss: torch.FloatTensor | None = None
+    embeddings: torch.FloatTensor | None = None
+    view_layers: torch.LongTensor | None = None
+
+
+def _embedding_layer(encoder: nn.Module) -> nn.Module:
+    """Layer 0 of an encoder: its ``embeddings`` module (word, position and type embeddings, LayerNorm)."""
+    embeddings = getattr(encoder, "embeddings", None)
+    return embeddings if isinstance(embeddings, nn.Module) else encoder.get_input_embeddings()
+
+
+class SelfGuidedModel(nn.Module):
+    r"""SG-BERT's training model: BERT_T (a [`ContrastiveModel`], trained), BERT_F (a frozen copy of its encoder,
+    always in eval mode) and the projection head f.
+
+    ``model.contrastive`` is BERT_T: it is what `SelfGuidedTrainer` and `save_pretrained` save, and what the
+    evaluation helpers (`contrastive_hf.evaluation.evaluate_sts`) encode with. Build BERT_T with
+    ``projection_type="none"``: f is the training-only head here, and the sentence embedding is the pooled vector
+    (``cls_before_pooler``, the last layer's [CLS], in the paper).
+
+    Args:
+        contrastive: BERT_T, at the weights BERT_F copies.
+        config: the objective's hyper-parameters; ``config_overrides`` set its fields instead
+            (``loss="opt2"``, ``temperature=0.05``...).
+    """
+
+    def __init__(self, contrastive: ContrastiveModel, config: SelfGuidedConfig | None = None, **config_overrides):
+        super().__init__()
+        if not isinstance(contrastive, ContrastiveModel):
+            raise TypeError(
+                f"SelfGuidedModel wraps a contrastive_hf ContrastiveModel (BERT_T), got {type(contrastive).__name__}; "
+                "use SelfGuidedModel.from_encoder_pretrained(name_or_path) for a pretrained encoder."
+            )
+        if contrastive.config.projection_type != "none":
+            raise ValueError(
+                f"BERT_T has a projection head ({contrastive.config.projection_type!r}) that SG-BERT never trains "
+                "(its own head f is separate): build the ContrastiveModel with projection_type='none'."
+            )
+        if config is None:
+            config = SelfGuidedConfig(**config_overrides)
+        elif config_overrides:
+            config = SelfGuidedConfig(**{**config.to_dict(), **config_overrides})
+        self.self_guided_config = config
+        self.contrastive = contrastive
+        self.frozen_encoder = copy.deepcopy(contrastive.encoder).requires_grad_(False).eval()  # BERT_F
+        if config.freeze_embeddings:
+            _embedding_layer(contrastive.encoder).requires_grad_(False)
+        encoder_config = contrastive.config.encoder
+        layers = getattr(encoder_config, "num_hidden_layers", None)
+        if config.layer_sampling_weights is not None and layers is not None:
+            if len(config.layer_sampling_weights) != layers + 1:
+                raise ValueError(
+                    f"layer_sampling_weights has {len(config.layer_sampling_weights)} weights; the encoder has "
+                    f"{layers} layers plus the embedding layer: give {layers + 1}."
+                )
+        # f: hidden -> 4096 -> 4096, GELU after each linear layer (the paper's head); a ContrastiveConfig only
+        # describes its shape here.
+        head_shape = ContrastiveConfig(
+            encoder=encoder_config,
+            projection_type="mlp",
+            projection_layers=2,
+            projection_hidden_size=config.projection_hidden_size,
+            projection_dim=config.projection_hidden_size,
+            projection_activation="gelu",
+            projection_output_activation=True,
+        )
+        self.projection = ProjectionHead(head_shape)
+        std = getattr(encoder_config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for layer in self.projection.layers:
+                layer.weight.normal_(mean=0.0, std=std)
+                layer.bias.zero_()
+        reference = next(contrastive.parameters())
+        self.projection.to(device=reference.device, dtype=reference.dtype)
+
+    @classmethod
+    def from_encoder_pretrained(
+        cls, name_or_path: str | os.PathLike, pooler_type: str = "cls_before_pooler", **config_overrides
+    ) -> SelfGuidedModel:
+        """SG-BERT on a pretrained encoder (a Hub id or folder: BERT, RoBERTa, MiniLM...), or continuing from a
+        contrastive_hf checkpoint; BERT_F is a copy of it. ``config_overrides`` set `SelfGuidedConfig` fields."""
+        source = AutoConfig.from_pretrained(name_or_path)
+        if source.model_type == ContrastiveConfig.model_type:
+            tuned = ContrastiveModel.from_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
+        else:
+            tuned = ContrastiveModel.from_encoder_pretrained(
+                name_or_path, pooler_type=pooler_type, projection_type="none"
+            )
+        return cls(tuned, **config_overrides)
+
+    @property
+    def config(self) -> ContrastiveConfig:
+        """BERT_T's configuration: the one saved with the model (what the Trainer's integrations log)."""
+        return self.contrastive.config
+
+    def train(self, mode: bool = True) -> SelfGuidedModel:
+        super().train(mode)
+        self.frozen_encoder.eval()  # the teacher never uses dropout
+        return self
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+        """Gradient checkpointing in BERT_T (BERT_F runs without gradients and needs none)."""
+        self.contrastive.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
+        """Save BERT_T alone, as a `ContrastiveModel` checkpoint (BERT_F and the head f are training machinery)."""
+        self.contrastive.save_pretrained(save_directory, **kwargs)
+
+    @torch.no_grad()
+    def layer_views(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """BERT_F's views :math:`h_{i,k}` of every layer k = 0..l, pooled over the tokens: ``(B, l + 1, hidden)``."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True}
+        if token_type_ids is not None:
+            inputs["token_type_ids"] = token_type_ids
+        hidden_states = self.frozen_encoder(**inputs, return_dict=True).hidden_states  # l + 1 x (B, T, h)
+        return pool_layers(hidden_states, attention_mask, self.self_guided_config.layer_pooling)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        view_layers: torch.Tensor | None = None,
+        return_loss: bool = True,
+        gather_across_devices: bool = False,
+        return_dict: bool | None = None,
+    ) -> SelfGuidedOutput | tuple:
+        r"""
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            The sentences, once each (the views come from BERT_F's layers; no augmentation).
+        view_layers (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+            For base/opt1/opt2: the layer of each sentence's view, instead of the sampler's draw.
+        return_loss (`bool`, defaults to `True`):
+            Compute the loss; otherwise only BERT_T's sentence vectors are returned.
+        gather_across_devices (`bool`, defaults to `False`):
+            With several processes, the views (and sentence vectors) of every process are negatives of every
+            sentence; `ContrastiveTrainer` sets it.
+        """
+        if input_ids is None or input_ids.dim() != 2:
+            raise ValueError(
+                "SelfGuidedModel takes input_ids of shape (batch, length), each sentence once; build batches with "
+                "contrastive_hf.recipes.sg_bert.SelfGuidedCollator."
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        config = self.self_guided_config
+        sentences = self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=False).pooler_output
+        output = SelfGuidedOutput(embeddings=sentences)
+        if return_loss:
+            layer_views = self.layer_views(input_ids, attention_mask, token_type_ids)  # (B, K, h), no gradient
+            gather = gather_across_devices and world_size() > 1
+            sizes = gather_sizes(input_ids.shape[0], input_ids.device) if gather else None  # may differ per process
+            offset = sum(sizes[: rank()]) if gather else 0
+            projected = self.projection(sentences)  # (B, d)
+            if config.loss == "opt3":
+                views = self.projection(layer_views)  # (B, K, d)
+                everyone = gather_with_grad(views, sizes) if gather else None
+                cl_loss = self_guided_opt3_loss(projected, views, config.temperature, everyone, offset)
+            else:
+                if view_layers is None:
+                    picked, view_layers = sample_layer_views(layer_views, config.layer_sampling_weights)
+                else:
+                    view_layers = self._check_view_layers(view_layers, input_ids.shape[0], layer_views.shape[1])
+                    picked = layer_views[torch.arange(input_ids.shape[0], device=input_ids.device), view_layers]
+                views = self.projection(picked)  # (B, d)
+                all_views = gather_with_grad(views, sizes) if gather else None
+                if config.loss == "opt2":
+                    cl_loss = self_guided_opt2_loss(projected, views, config.temperature, all_views, offset)
+                else:
+                    all_sentences = gather_with_grad(projected, sizes) if gather else None
+                    loss_function = self_guided_base_loss if config.loss == "base" else self_guided_opt1_loss
+                    cl_loss = loss_function(projected, views, config.temperature, all_sentences, all_views, offset)
+            output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
+            if config.regularization_weight > 0:
+                output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)
+                output.loss = cl_loss + config.regularization_weight * output.regularization_loss
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        return output if return_dict else output.to_tuple()
+
+    @staticmethod
+    def _check_view_layers(view_layers: torch.Tensor, batch: int, num_layers: int) -> torch.Tensor:
+        view_layers = torch.as_tensor(view_layers).long().reshape(-1)
+        if view_layers.numel() != batch or view_layers.min() < 0 or view_layers.max() >= num_layers:
+            raise ValueError(
+                f"view_layers must hold one layer in 0..{num_layers - 1} per sentence ({batch}), got "
+                f"{view_layers.tolist()}."
+            )
+        return view_layers
+
+    def load_checkpoint(self, folder: str | os.PathLike) -> None:
+        """Load a checkpoint written by `SelfGuidedTrainer`: BERT_T's weights, and the head f when it is there.
+
+        BERT_F is not in checkpoints: it is the starting encoder, rebuilt from where the run started.
+        """
+        folder = os.fspath(folder)
+        single = os.path.join(folder, SAFE_WEIGHTS_NAME)
+        if os.path.isfile(single):
+            self.contrastive.load_state_dict(load_file(single, device="cpu"), strict=True)
+        elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)):
+            load_sharded_checkpoint(self.contrastive, folder, strict=True)
+        else:
+            raise FileNotFoundError(
+                f"No {SAFE_WEIGHTS_NAME} (or its index) in {folder}: not a checkpoint written by SelfGuidedTrainer."
+            )
+        head = os.path.join(folder, HEAD_FILE)
+        if os.path.isfile(head):
+            self.projection.load_state_dict(load_file(head, device="cpu"), strict=True)
+        else:
+            logger.warning("%s has no %s: the projection head f keeps its current weights.", folder, HEAD_FILE)

@@ -1,0 +1,13 @@
+"""Training: `ContrastiveTrainer`, its arguments, GradCache and the pre-batch queue."""
+
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+_EXPORTS = {
+    "ContrastiveTrainer": ".trainer",
+    "ContrastiveTrainingArguments": ".training_args",
+    "PrebatchQueue": ".prebatch_queue",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = list(_EXPORTS)
