@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.commands.scripts import parse_arguments, setup_logging
+from contrastive_hf.commands.scripts import (
+    log_before_after,
+    parse_arguments,
+    publish,
+    save_trained_model,
+    setup_logging,
+)
 from contrastive_hf.data.corpus import load_corpus
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
@@ -248,24 +254,15 @@ def main():
         ),
         processing_class=tokenizer,
     )
-    eval_metrics = {}
+    before = None
     if retrieval is not None and data_args.evaluate_before_training and trainer.is_world_process_zero():
-        eval_metrics.update({f"eval_before_{key}": value for key, value in score().items()})
-        trainer.log_metrics("eval_before", {key[len("eval_before_") :]: v for key, v in eval_metrics.items()})
+        before = score()
 
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model()
-    metrics = train_result.metrics
-    metrics["train_pairs"] = len(train_dataset)
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-
+    save_trained_model(trainer, train_result, train_pairs=len(train_dataset))
     if retrieval is not None and trainer.is_world_process_zero():
-        after = score()
-        trainer.log_metrics("eval", after)
-        eval_metrics.update({f"eval_{key}": value for key, value in after.items()})
-        trainer.save_metrics("eval", eval_metrics)
+        log_before_after(trainer, score(), before)
+    publish(trainer)
     if trainer.is_world_process_zero():
         print(
             f"\nSaved to {training_args.output_dir}. Load it with:\n\n"

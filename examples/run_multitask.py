@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 
 import torch
-import transformers
-from transformers import AutoModel, AutoTokenizer, HfArgumentParser, set_seed
+from transformers import AutoModel, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveConfig
+from contrastive_hf.commands.scripts import parse_arguments, publish, save_trained_model, setup_logging
 from contrastive_hf.evaluation.sts import read_stsbenchmark
 from contrastive_hf.evaluation.transfer import read_mrpc, read_sst2
 from contrastive_hf.recipes.multitask import (
@@ -171,21 +170,8 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
 
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, MultitaskTrainingArguments))
-    if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
-        model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
-    else:
-        model_args, data_args, training_args = parser.parse_args_into_dataclasses()
-
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    log_level = training_args.get_process_log_level()
-    logger.setLevel(log_level)
-    logging.getLogger("contrastive_hf").setLevel(log_level)
-    transformers.utils.logging.set_verbosity(log_level)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger)
 
     train, dev, test = load_task_data(data_args)
     tasks = task_specs(model_args, list(train))
@@ -202,11 +188,8 @@ def main():
         processing_class=tokenizer,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model()
-    metrics = {**train_result.metrics, "train_samples": sum(len(dataset) for dataset in train.values())}
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
+    save_trained_model(trainer, train_result, train_samples=sum(len(dataset) for dataset in train.values()))
+    publish(trainer)  # the Trainer's card; pushes with --push_to_hub
 
     metrics = trainer.evaluate()
     trainer.log_metrics("eval", metrics)

@@ -17,14 +17,23 @@ AdamW betas (0.9, 0.9), 10% warm-up, tau 0.01, lambda 0.1, --loss opt3 = SG-OPT)
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
-from transformers import AutoTokenizer, HfArgumentParser
+from transformers import HfArgumentParser
 
-from contrastive_hf.commands.loading import loading_instructions, verify_reload
-from contrastive_hf.commands.scripts import parse_arguments, setup_logging
-from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming, tokenize_corpus
-from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
+from contrastive_hf.commands.loading import hub_id_or_none
+from contrastive_hf.commands.scripts import (
+    CorpusArguments,
+    EncoderArguments,
+    finish_sentence_encoder_run,
+    load_sentences,
+    load_sts_dev,
+    load_tokenizer,
+    parse_arguments,
+    setup_logging,
+)
+from contrastive_hf.hub.model_card import ModelCardInfo
 from contrastive_hf.recipes.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -40,11 +49,7 @@ _DEFAULTS = SelfGuidedConfig()  # the paper's values, in one place
 
 
 @dataclass
-class ModelArguments:
-    model_name_or_path: str = field(
-        metadata={"help": "The pretrained encoder BERT_F copies (Hub id or folder), or a contrastive_hf checkpoint."}
-    )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's."})
+class SelfGuidedArguments:
     pooler_type: str = field(
         default="cls_before_pooler", metadata={"help": "BERT_T's sentence vector: the last layer's [CLS] (paper)."}
     )
@@ -62,79 +67,32 @@ class ModelArguments:
     freeze_embeddings: bool = field(
         default=_DEFAULTS.freeze_embeddings, metadata={"help": "Keep BERT_T's embedding layer frozen."}
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
-
-
-@dataclass
-class DataArguments:
-    train_file: str | None = field(
-        default=None, metadata={"help": "Sentences: .txt (one per line), .csv/.tsv or .json/.jsonl."}
-    )
-    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset to train on."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
-    text_column: str | None = field(default=None, metadata={"help": "The text column (default: 'text' or the first)."})
-    max_seq_length: int = field(default=64, metadata={"help": "Maximum tokens per sentence."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N sentences."})
-    streaming: bool = field(
-        default=False, metadata={"help": "Read the corpus on the fly (needs --max_steps); each process its shards."}
-    )
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
-    stsb_dev_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "STS Benchmark sts-dev.csv: scored before and after training (and every --eval_steps with "
-            "--eval_strategy steps)."
-        },
-    )
 
 
 def main():
-    parser = HfArgumentParser((ModelArguments, DataArguments, SelfGuidedTrainingArguments))
-    model_args, data_args, training_args = parse_arguments(parser)
-    setup_logging(training_args, logger)
+    parser = HfArgumentParser((EncoderArguments, SelfGuidedArguments, CorpusArguments, SelfGuidedTrainingArguments))
+    parser.set_defaults(max_seq_length=64)
+    encoder_args, sg_args, data_args, training_args = parse_arguments(parser)
+    setup_logging(training_args, logger, summary=True)
+    if encoder_args.model_name_or_path is None:
+        raise ValueError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path, cache_dir=model_args.cache_dir
-    )
+    tokenizer = load_tokenizer(encoder_args)
     model = SelfGuidedModel.from_encoder_pretrained(
-        model_args.model_name_or_path,
-        pooler_type=model_args.pooler_type,
-        loss=model_args.loss,
-        temperature=model_args.temperature,
-        regularization_weight=model_args.regularization_weight,
-        projection_hidden_size=model_args.projection_hidden_size,
-        layer_pooling=model_args.layer_pooling,
-        freeze_embeddings=model_args.freeze_embeddings,
+        encoder_args.model_name_or_path,
+        pooler_type=sg_args.pooler_type,
+        loss=sg_args.loss,
+        temperature=sg_args.temperature,
+        regularization_weight=sg_args.regularization_weight,
+        projection_hidden_size=sg_args.projection_hidden_size,
+        layer_pooling=sg_args.layer_pooling,
+        freeze_embeddings=sg_args.freeze_embeddings,
     )
 
-    with training_args.main_process_first(desc="corpus tokenization"):
-        corpus = load_corpus(
-            data_args.train_file,
-            data_args.dataset_name,
-            data_args.dataset_config_name,
-            cache_dir=model_args.cache_dir,
-            streaming=data_args.streaming,
-        )
-        train_dataset = tokenize_corpus(
-            corpus,
-            tokenizer,
-            max_seq_length=data_args.max_seq_length,
-            text_column=data_args.text_column,
-            num_proc=data_args.preprocessing_num_workers,
-        )
-    if data_args.streaming:
-        prepare_streaming(train_dataset, training_args)
-    train_dataset = first_examples(train_dataset, data_args.max_train_samples)
-
-    stsb = read_stsbenchmark(data_args.stsb_dev_file) if data_args.stsb_dev_file else None
-    if training_args.eval_strategy != "no" and stsb is None:
-        raise ValueError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
-    before = None
-    if stsb is not None and training_args.should_save:
-        before = evaluate_sts(model, stsb, tokenizer=tokenizer)
-        print(f"STS-B dev Spearman before training: {before['spearman']:.2f}")
+    train_dataset = load_sentences(data_args, tokenizer, training_args, encoder_args.cache_dir)
+    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
 
     trainer = SelfGuidedTrainer(
         model=model,
@@ -145,38 +103,34 @@ def main():
         processing_class=tokenizer,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model()  # BERT_T alone, as a ContrastiveModel checkpoint
-    metrics = train_result.metrics
-    if not data_args.streaming:
-        metrics["train_samples"] = len(train_dataset)
-    trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
-    if not trainer.is_world_process_zero():
-        return
-
-    if before is not None:
-        after = evaluate_sts(trainer.model, stsb, tokenizer=tokenizer)
-        print(f"STS-B dev Spearman before training: {before['spearman']:.2f}, after training: {after['spearman']:.2f}")
-        scores = {
-            "eval_stsb_spearman_before": before["spearman"],
-            "eval_stsb_pearson_before": before["pearson"],
-            "eval_stsb_spearman": after["spearman"],
-            "eval_stsb_pearson": after["pearson"],
-        }
-        trainer.log_metrics("eval", scores)
-        trainer.save_metrics("eval", scores)
-
-    # The saved checkpoint must give the trained embeddings through AutoModel.
-    sentences = stsb.sentences1[:32] if stsb is not None else ["A man is playing a guitar.", "A cat sleeps."]
-    verify_reload(
-        training_args.output_dir,
-        tokenizer,
-        sentences,
-        trainer.model.contrastive.encode(sentences, tokenizer=tokenizer),
+    config = model.self_guided_config
+    card_info = ModelCardInfo(
+        method="SG-BERT",
+        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
+        base_model=hub_id_or_none(encoder_args.model_name_or_path),
+        augmentation=f"none: the {config.layer_pooling}-pooled layers of a frozen copy of the encoder",
+        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
+        hyperparameters={
+            "loss": config.loss,
+            "steps": trainer.state.global_step,
+            "batch size": training_args.per_device_train_batch_size * training_args.world_size,
+            "learning rate": training_args.learning_rate,
+            "max length": data_args.max_seq_length,
+            "seed": training_args.seed,
+        },
+        objective=f"L_{config.loss} + {config.regularization_weight} x ||BERT_F - BERT_T||^2 (tau "
+        f"{config.temperature})",
     )
-    print("The saved checkpoint holds BERT_T alone (the tuned encoder; its [CLS] is the embedding).")
-    print(loading_instructions(training_args.output_dir))
+    # the saved checkpoint holds BERT_T alone: the tuned encoder, whose [CLS] is the embedding
+    finish_sentence_encoder_run(
+        trainer,
+        train_result,
+        tokenizer,
+        card_info,
+        stsb=stsb,
+        sts_before=before,
+        train_samples=None if data_args.streaming else len(train_dataset),
+    )
 
 
 if __name__ == "__main__":

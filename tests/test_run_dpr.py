@@ -90,10 +90,10 @@ def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(rep
     output_dir = tmp_path / "out"
 
     metrics = json.loads((output_dir / "eval_results.json").read_text())
-    for prefix in ("eval_before_", "eval_"):
-        assert 0.0 <= metrics[prefix + "recall@1"] <= metrics[prefix + "recall@10"] <= 1.0
-        assert 0.0 < metrics[prefix + "mrr"] <= 1.0
-        assert metrics[prefix + "queries"] == HELD_OUT
+    for suffix in ("_before", ""):  # the scripts' one naming: eval_<metric>_before beside eval_<metric>
+        assert 0.0 <= metrics[f"eval_recall@1{suffix}"] <= metrics[f"eval_recall@10{suffix}"] <= 1.0
+        assert 0.0 < metrics[f"eval_mrr{suffix}"] <= 1.0
+        assert metrics[f"eval_queries{suffix}"] == HELD_OUT
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     negatives = [entry["negatives_per_query"] for entry in history if "negatives_per_query" in entry]
     assert len(negatives) == 4 and negatives[0] <= 31 and negatives[-1] > negatives[0] + 16  # the queue fills
@@ -128,7 +128,7 @@ def test_dataset_name_with_column_flags_shared_encoders_and_pairs_only(repo_root
     model = AutoModel.from_pretrained(output_dir)
     assert model.config.share_encoders and model.passage_encoder is None and model.config.temperature == 0.05
     metrics = json.loads((output_dir / "eval_results.json").read_text())
-    assert metrics["eval_passages"] == 40 and "eval_before_mrr" not in metrics  # pairs only: no distractors
+    assert metrics["eval_passages"] == 40 and "eval_mrr_before" not in metrics  # pairs only: no distractors
 
 
 @pytest.mark.parametrize(

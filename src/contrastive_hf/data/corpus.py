@@ -33,6 +33,7 @@ from datasets import Dataset, DatasetDict, Features, IterableDataset, IterableDa
 from .seeding import EXAMPLE_INDEX_COLUMN, combine
 
 __all__ = [
+    "drop_incomplete_rows",
     "first_examples",
     "load_corpus",
     "tokenize_corpus",
@@ -328,6 +329,31 @@ def tokenize_corpus(
         **map_kwargs,
         **({} if streaming else {"desc": "Tokenizing into blocks"}),
     )
+
+
+def _has_text(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def drop_incomplete_rows(dataset, columns: Sequence[str | None], num_proc: int | None = None):
+    """The rows of a `datasets.Dataset` with text in every one of ``columns`` (None entries are ignored), e.g. the
+    (anchor, positive, hard negative) columns of pairs; how many were dropped is logged. Raises a `ValueError` when
+    no row is left."""
+    used = [column for column in columns if column is not None]
+    total = len(dataset)
+    dataset = dataset.filter(
+        lambda batch: [all(_has_text(batch[column][row]) for column in used) for row in range(len(batch[used[0]]))],
+        batched=True,
+        num_proc=num_proc,
+        desc="Dropping incomplete rows",
+    )
+    if len(dataset) < total:
+        logger.warning(
+            "Dropped %d of %d row(s) with an empty %s.", total - len(dataset), total, " or ".join(map(repr, used))
+        )
+    if len(dataset) == 0:
+        raise ValueError(f"No row of the data set has text in every one of the columns {used}.")
+    return dataset
 
 
 # A sentence ends at . ! or ? (and any closing quotes or brackets) followed by space and a capital, digit or opening

@@ -17,42 +17,16 @@ __all__ = ["METHODS", "ModelCardInfo", "render_model_card", "write_model_card", 
 # The Jinja2 template of every card (shipped in the wheel as package data).
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "contrastive_model_card.md"
 
-METHODS = {
-    "CLEAR": {
-        "description": "CLEAR pre-trains with masked language modelling plus a contrastive loss between two "
-        "augmented views of each sentence (word deletion, span deletion, reordering, substitution).",
-        "citation_short": "Wu et al., 2020",
-        "bibtex": "@article{wu2020clear,\n  title={CLEAR: Contrastive Learning for Sentence Representation},\n"
-        "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
-        "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
-    },
-    "SimCSE": {
-        "description": "Unsupervised SimCSE contrasts two encodings of the same sentence that differ only by "
-        "dropout, with the other sentences of the batch as negatives.",
-        "citation_short": "Gao et al., 2021",
-        "bibtex": "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence "
-        "Embeddings},\n  author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},\n  booktitle={EMNLP},\n"
-        "  year={2021}\n}",
-    },
-    "Supervised SimCSE": {
-        "description": "Supervised SimCSE trains on natural language inference pairs: each premise's entailment "
-        "hypothesis is its positive and its contradiction hypothesis a hard negative, with the other sentences of "
-        "the batch as further negatives.",
-        "citation_short": "Gao et al., 2021",
-        "bibtex": "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence "
-        "Embeddings},\n  author={Gao, Tianyu and Yao, Xingcheng and Chen, Danqi},\n  booktitle={EMNLP},\n"
-        "  year={2021}\n}",
-    },
-    "SG-BERT": {
-        "description": "SG-BERT (self-guided contrastive learning) tunes the encoder's [CLS] vector towards the "
-        "max-pooled layers of a frozen copy of the same encoder, with a regulariser keeping the two close; no data "
-        "augmentation.",
-        "citation_short": "Kim et al., 2021",
-        "bibtex": "@inproceedings{kim2021self,\n  title={Self-Guided Contrastive Learning for {BERT} Sentence "
-        "Representations},\n  author={Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},\n  booktitle={ACL-IJCNLP},\n"
-        "  year={2021}\n}",
-    },
-}
+
+def _method_cards() -> dict[str, dict]:
+    """Each recipe's card text (description, short citation, BibTeX), by method name."""
+    from ..recipes import clear, declutr, dpr, sg_bert, simcse
+
+    cards = [clear.MODEL_CARD, *simcse.MODEL_CARDS.values(), declutr.MODEL_CARD, dpr.MODEL_CARD, sg_bert.MODEL_CARD]
+    return {card["name"]: card for card in cards}
+
+
+METHODS = _method_cards()
 
 
 # Hub data sets and display names for the tasks of an evaluation ("stsb_dev" -> "stsb"); others keep their own name.

@@ -33,13 +33,34 @@ from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed
 from ..data.synonyms import word_start_table
 from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
 
-__all__ = ["SPAN_VIEWS", "SpanViewCollator", "tokenize_documents", "words_needed"]
+__all__ = [
+    "MODEL_CARD",
+    "DEFAULTS",
+    "SPAN_VIEWS",
+    "SPAN_WORDS",
+    "SPAN_MASK_PROBABILITY",
+    "SpanViewCollator",
+    "tokenize_documents",
+    "words_needed",
+]
 
 logger = logging.getLogger(__name__)
 
 SPAN_VIEWS = ("slice", "neighbour", "neighbouring_slice")
+MODEL_CARD = {
+    "name": "DeCLUTR",
+    "description": "DeCLUTR-style training samples positives as spans of the same document (two overlapping or "
+    "adjacent spans), with the other documents' spans as negatives and MLM on the anchor spans.",
+    "citation_short": "Giorgi et al., 2021",
+    "bibtex": "@inproceedings{giorgi2021declutr,\n  title={{DeCLUTR}: Deep Contrastive Learning for Unsupervised "
+    "Textual Representations},\n  author={Giorgi, John and Nitski, Osvald and Wang, Bo and Bader, Gary},\n"
+    "  booktitle={ACL-IJCNLP},\n  year={2021}\n}",
+}
 SPAN_WORDS = 32  # words per span
 SPAN_MASK_PROBABILITY = 0.15  # tokens masked in each copy of a slice view
+# The recipe's model and data defaults (examples/run_declutr.py's): DeCLUTR mean-pools the token embeddings, and its
+# three-view batches (a hard negative span) need InfoNCE; spans of 32 words fit in 128 tokens.
+DEFAULTS = {"pooler_type": "mean", "contrastive_loss": "info_nce", "max_seq_length": 128}
 
 
 def words_needed(view: str, span_words: int = SPAN_WORDS, hard_negatives: bool = False) -> int:

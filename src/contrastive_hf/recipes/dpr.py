@@ -17,9 +17,11 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..data.collators import sentence_ids
+from ..data.corpus import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 
 __all__ = [
+    "MODEL_CARD",
     "QUERY_COLUMN_CANDIDATES",
     "POSITIVE_COLUMN_CANDIDATES",
     "HARD_NEGATIVE_COLUMN_CANDIDATES",
@@ -30,6 +32,17 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MODEL_CARD = {
+    "name": "DPR",
+    "description": "DPR trains a question encoder and a passage encoder so that a question's inner product with its "
+    "answering passage exceeds that with the other passages of the batch (and hard negatives); DensePhrases adds the "
+    "passages of the previous batches as further negatives.",
+    "citation_short": "Karpukhin et al., 2020; Lee et al., 2021",
+    "bibtex": "@inproceedings{karpukhin2020dense,\n  title={Dense Passage Retrieval for Open-Domain Question "
+    "Answering},\n  author={Karpukhin, Vladimir and O{\\u{g}}uz, Barlas and Min, Sewon and Lewis, Patrick and Wu, "
+    "Ledell and Edunov, Sergey and Chen, Danqi and Yih, Wen-tau},\n  booktitle={EMNLP},\n  year={2020}\n}",
+}
 
 # Column names tried, in order, when none is given: ours, then common Hub layouts (sentence-transformers' query/answer,
 # SimCSE's NLI sent0/sent1/hard_neg, anchor/positive/negative).
@@ -78,30 +91,6 @@ def resolve_query_passage_columns(
     elif hard_negative_column is not None:
         raise ValueError("--hard_negative_column was given but hard negatives are turned off.")
     return query, positive, hard_negative
-
-
-def _has_text(value) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
-def drop_incomplete_rows(dataset, columns: Sequence[str | None], num_proc: int | None = None):
-    """The rows of a `datasets.Dataset` with text in every one of ``columns`` (None entries are ignored); how many
-    were dropped is logged. Raises a `ValueError` when no row is left."""
-    used = [column for column in columns if column is not None]
-    total = len(dataset)
-    dataset = dataset.filter(
-        lambda batch: [all(_has_text(batch[column][row]) for column in used) for row in range(len(batch[used[0]]))],
-        batched=True,
-        num_proc=num_proc,
-        desc="Dropping incomplete rows",
-    )
-    if len(dataset) < total:
-        logger.warning(
-            "Dropped %d of %d row(s) with an empty %s.", total - len(dataset), total, " or ".join(map(repr, used))
-        )
-    if len(dataset) == 0:
-        raise ValueError(f"No row of the data set has text in every one of the columns {used}.")
-    return dataset
 
 
 def tokenize_query_passage_pairs(

@@ -226,8 +226,13 @@ class ContrastiveTrainer(Trainer):
             prebatch_size=self._option("prebatch_size"),
             repo_id=self.args.hub_model_id or self.model_card_info.repo_id,
         )
-        write_model_card(self.args.output_dir, self.accelerator.unwrap_model(self.model), info)
+        write_model_card(self.args.output_dir, self.saved_model(), info)
         return None
+
+    def saved_model(self):
+        """The model `save_model` writes (the card describes it): the trained model itself here; a trainer whose
+        training model wraps the one it saves (SG-BERT) returns the saved one."""
+        return self.accelerator.unwrap_model(self.model)
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do."""

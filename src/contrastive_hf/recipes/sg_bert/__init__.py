@@ -69,7 +69,19 @@ from .losses import (
 from .modeling import HEAD_FILE, SELF_GUIDED_LOSSES, SelfGuidedConfig, SelfGuidedModel, SelfGuidedOutput
 from .trainer import SelfGuidedTrainer, SelfGuidedTrainingArguments
 
+MODEL_CARD = {
+    "name": "SG-BERT",
+    "description": "SG-BERT (self-guided contrastive learning) tunes the encoder's [CLS] vector towards the "
+    "max-pooled layers of a frozen copy of the same encoder, with a regulariser keeping the two close; no data "
+    "augmentation.",
+    "citation_short": "Kim et al., 2021",
+    "bibtex": "@inproceedings{kim2021self,\n  title={Self-Guided Contrastive Learning for {BERT} Sentence "
+    "Representations},\n  author={Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},\n  booktitle={ACL-IJCNLP},\n"
+    "  year={2021}\n}",
+}
+
 __all__ = [
+    "MODEL_CARD",
     "SELF_GUIDED_LOSSES",
     "LAYER_POOLINGS",
     "HEAD_FILE",

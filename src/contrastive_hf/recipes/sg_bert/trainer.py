@@ -89,6 +89,10 @@ class SelfGuidedTrainer(ContrastiveTrainer):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
+    def saved_model(self):
+        """BERT_T: what `save_model` writes and the model card describes."""
+        return self.accelerator.unwrap_model(self.model).contrastive
+
     def _save_checkpoint(self, model, trial) -> None:
         self._saving_checkpoint = True  # checkpoints also carry the head f, for an exact resume
         try:

@@ -1,0 +1,27 @@
+"""CLEAR (Wu et al., 2020, "CLEAR: Contrastive Learning for Sentence Representation", arXiv:2012.15466).
+
+CLEAR pre-trains an encoder on ``L = L_MLM + L_CL``: masked language modelling on the sentence, plus NT-Xent between
+two augmented views of it (word deletion, span deletion, reordering, synonym substitution, or two of them composed).
+Its parts are the library's core, so this recipe only names them and their paper defaults:
+
+* the views: `contrastive_hf.data.augmentations` (``del_word`` deletes 70% of the tokens, CLEAR's §4.1), built into
+  batches with an MLM copy by `ContrastiveDataCollator`;
+* the model and loss: `ContrastiveForPreTraining`, whose `ContrastiveConfig` defaults are CLEAR's (the encoder's
+  [CLS] through its pooler, a 2-layer MLP projection used in training only, NT-Xent at tau 0.05,
+  ``mlm_weight = cl_weight = 1``);
+* the command: ``examples/run_clear.py``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MODEL_CARD"]
+
+MODEL_CARD = {
+    "name": "CLEAR",
+    "description": "CLEAR pre-trains with masked language modelling plus a contrastive loss between two augmented "
+    "views of each sentence (word deletion, span deletion, reordering, substitution).",
+    "citation_short": "Wu et al., 2020",
+    "bibtex": "@article{wu2020clear,\n  title={CLEAR: Contrastive Learning for Sentence Representation},\n"
+    "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
+    "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
+}
