@@ -1,0 +1,133 @@
+"""Configuration of contrastive sentence encoders: an encoder, a pooler and a projection head."""
+
+from __future__ import annotations
+
+import copy
+
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+# cls: the encoder's own pooler (dense + tanh over [CLS], as BERT's NSP head); cls_before_pooler: the raw [CLS]
+# hidden state; avg_first_last / avg_top2: SimCSE's averages of two layers' token means.
+POOLER_TYPES = ("cls", "cls_before_pooler", "mean", "max", "avg_first_last", "avg_top2")
+PROJECTION_TYPES = ("none", "linear", "mlp")
+CONTRASTIVE_LOSSES = ("nt_xent", "info_nce")
+
+
+class ContrastiveConfig(PreTrainedConfig):
+    r"""
+    Configuration of a [`ContrastiveModel`]: any transformers encoder, a pooler and a projection head.
+
+    Args:
+        encoder (`PreTrainedConfig` or `dict`, *optional*):
+            Configuration of the encoder (BERT, RoBERTa, DistilBERT, ...). A dict must carry `model_type`;
+            `None` gives a default BERT configuration.
+        pooler_type (`str`, defaults to `"cls"`):
+            One of `cls` (the encoder's pooler layer over [CLS]), `cls_before_pooler` (the [CLS] hidden state),
+            `mean`, `max`, `avg_first_last` (mean of the first and last layers' token means), `avg_top2`.
+        projection_type (`str`, defaults to `"mlp"`):
+            `none`, `linear` (one linear layer) or `mlp` (SimCLR's non-linear head g(.)).
+        projection_dim (`int`, *optional*):
+            Output size of the projection; the encoder's hidden size when unset.
+        projection_hidden_size (`int`, *optional*):
+            Hidden size of the MLP; the encoder's hidden size when unset.
+        projection_layers (`int`, defaults to 2):
+            Number of linear layers of the MLP (an activation between each two).
+        projection_activation (`str`, defaults to `"relu"`):
+            Activation of the MLP, any key of `transformers.activations.ACT2FN`.
+        projection_output_activation (`bool`, defaults to `False`):
+            Apply the activation after the last layer too (SimCSE's head is one linear layer followed by tanh).
+        projection_at_inference (`bool`, defaults to `False`):
+            Keep the projection in the embeddings at inference. SimCSE uses its MLP during training only.
+        temperature (`float`, defaults to 0.05):
+            Temperature tau dividing the cosine similarities of the contrastive loss.
+        contrastive_loss (`str`, defaults to `"nt_xent"`):
+            `nt_xent` (CLEAR/SimCLR: 2N views, each one's negatives are the other 2N-2 views) or `info_nce`
+            (SimCSE: first views against second views and hard negatives).
+        mlm_weight (`float`, defaults to 1.0), cl_weight (`float`, defaults to 1.0):
+            Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
+        hard_negative_weight (`float`, defaults to 0.0):
+            SimCSE's weight added to the logit of each anchor's own hard negative.
+        sub_batch_size (`int`, defaults to 16):
+            How training batches are encoded. 0: all views in one forward pass, padded to the longest. N > 0: the
+            views sorted by length and encoded N at a time, each group padded only to its own longest, so that
+            padding (most of the tokens of a batch of short and long sentences) is not computed. The negatives of
+            a batch stay the same random sentences and the embeddings equal those of the padded pass (with
+            dropout off; with dropout on, each view draws its own masks either way). 16 measured fastest on
+            Wikipedia sentences (docs/benchmarks.md: 1.3x at max length 32, 2.3x at 128, against 0).
+    """
+
+    model_type = "contrastive"
+    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    encoder: PreTrainedConfig | dict | None = None
+    pooler_type: str = "cls"
+    projection_type: str = "mlp"
+    projection_dim: int | None = None
+    projection_hidden_size: int | None = None
+    projection_layers: int = 2
+    projection_activation: str = "relu"
+    projection_output_activation: bool = False
+    projection_at_inference: bool = False
+    temperature: float = 0.05
+    contrastive_loss: str = "nt_xent"
+    mlm_weight: float = 1.0
+    cl_weight: float = 1.0
+    hard_negative_weight: float = 0.0
+    sub_batch_size: int = 16
+
+    def __post_init__(self, **kwargs):
+        if isinstance(self.encoder, PreTrainedConfig):
+            # our own copy: the base class resets a sub-config's attention implementation, which must not change
+            # the config of a live model the encoder config was taken from
+            self.encoder = copy.deepcopy(self.encoder)
+        super().__post_init__(**kwargs)
+        self._validate_contrastive_fields()
+
+    def _validate_contrastive_fields(self) -> None:
+        if self.pooler_type not in POOLER_TYPES:
+            raise ValueError(f"Unknown pooler_type {self.pooler_type!r}: choose one of {', '.join(POOLER_TYPES)}.")
+        if self.projection_type not in PROJECTION_TYPES:
+            raise ValueError(
+                f"Unknown projection_type {self.projection_type!r}: choose one of {', '.join(PROJECTION_TYPES)}."
+            )
+        if self.contrastive_loss not in CONTRASTIVE_LOSSES:
+            raise ValueError(
+                f"Unknown contrastive_loss {self.contrastive_loss!r}: choose one of {', '.join(CONTRASTIVE_LOSSES)}."
+            )
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0, got {self.temperature}; SimCSE and CLEAR use values around 0.05."
+            )
+        if self.projection_layers < 1:
+            raise ValueError(f"projection_layers must be >= 1, got {self.projection_layers}.")
+        for name in ("projection_dim", "projection_hidden_size"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be a positive size or None, got {value}.")
+        if self.sub_batch_size < 0:
+            raise ValueError(f"sub_batch_size must be >= 0 (0: one padded pass), got {self.sub_batch_size}.")
+        for name in ("mlm_weight", "cl_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.mlm_weight == 0 and self.cl_weight == 0:
+            raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
+        return self.encoder
+
+    @property
+    def hidden_size(self) -> int:
+        """Hidden size of the encoder (read by DeepSpeed's "auto" bucket sizes and by poolers)."""
+        return self.encoder.hidden_size
+
+    @property
+    def embedding_size(self) -> int:
+        """Size of the sentence embeddings the model returns at inference."""
+        if self.projection_type != "none" and self.projection_at_inference:
+            return self.projection_dim or self.encoder.hidden_size
+        return self.encoder.hidden_size
+
+
+__all__ = ["ContrastiveConfig", "POOLER_TYPES", "PROJECTION_TYPES", "CONTRASTIVE_LOSSES"]

@@ -1,0 +1,118 @@
+"""Configuration of dual encoders (DPR): a query encoder and a passage encoder, separate or shared."""
+
+from __future__ import annotations
+
+import copy
+
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+from .configuration_contrastive import POOLER_TYPES
+
+SIMILARITIES = ("dot", "cosine")
+# The temperature each similarity gets when none is given: DPR scores with the raw dot product (no temperature);
+# cosine similarities lie in [-1, 1] and need a small temperature to make a peaked softmax (SimCSE's 0.05).
+DEFAULT_TEMPERATURES = {"dot": 1.0, "cosine": 0.05}
+
+
+class DualEncoderConfig(PreTrainedConfig):
+    r"""
+    Configuration of a [`DualEncoderModel`]: DPR's bi-encoder (Karpukhin et al., 2020), a question encoder E_Q and a
+    passage encoder E_P whose pooled vectors are compared by ``sim(q, p) = E_Q(q) . E_P(p)``.
+
+    Args:
+        query_encoder (`PreTrainedConfig` or `dict`, *optional*):
+            Configuration of the query encoder (BERT, RoBERTa, ...). A dict must carry `model_type`; `None` gives a
+            default BERT configuration.
+        passage_encoder (`PreTrainedConfig` or `dict`, *optional*):
+            Configuration of the passage encoder; a copy of `query_encoder` when unset. Must be unset with
+            `share_encoders=True`.
+        share_encoders (`bool`, defaults to `False`):
+            One encoder (one set of weights) for queries and passages. DPR trains two; sharing halves the parameters
+            and suits symmetric tasks.
+        pooler_type (`str`, defaults to `"cls_before_pooler"`):
+            How a text's token states become its vector (see `configuration_contrastive.POOLER_TYPES`); DPR takes
+            the [CLS] hidden state.
+        projection_dim (`int`, *optional*):
+            Size of a linear layer on each encoder's pooled vector (DPR's optional `encode_proj`); none when unset.
+        similarity (`str`, defaults to `"dot"`):
+            `dot` (DPR's inner product) or `cosine`.
+        temperature (`float`, *optional*):
+            Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
+    """
+
+    model_type = "dual_encoder"
+    sub_configs_defaults = {
+        "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
+        "passage_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True),
+    }
+
+    query_encoder: PreTrainedConfig | dict | None = None
+    passage_encoder: PreTrainedConfig | dict | None = None
+    share_encoders: bool = False
+    pooler_type: str = "cls_before_pooler"
+    projection_dim: int | None = None
+    similarity: str = "dot"
+    temperature: float | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.share_encoders and self.passage_encoder is not None:
+            raise ValueError(
+                "share_encoders=True uses the query encoder for passages too: leave passage_encoder unset, or set "
+                "share_encoders=False to train two encoders."
+            )
+        if not self.share_encoders and self.passage_encoder is None:
+            self.passage_encoder = copy.deepcopy(self.query_encoder)
+        if self.temperature is None and self.similarity in DEFAULT_TEMPERATURES:
+            self.temperature = DEFAULT_TEMPERATURES[self.similarity]
+        self._validate_dual_encoder_fields()
+
+    def _validate_dual_encoder_fields(self) -> None:
+        if self.pooler_type not in POOLER_TYPES:
+            raise ValueError(f"Unknown pooler_type {self.pooler_type!r}: choose one of {', '.join(POOLER_TYPES)}.")
+        if self.similarity not in SIMILARITIES:
+            raise ValueError(f"Unknown similarity {self.similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
+        if not self.temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0, got {self.temperature}; DPR's dot product uses 1.0, cosine around 0.05."
+            )
+        if self.projection_dim is not None and self.projection_dim < 1:
+            raise ValueError(f"projection_dim must be a positive size or None (none), got {self.projection_dim}.")
+        if self.projection_dim is None and self.query_encoder.hidden_size != self.passage_config.hidden_size:
+            raise ValueError(
+                f"The query encoder's hidden size ({self.query_encoder.hidden_size}) differs from the passage "
+                f"encoder's ({self.passage_config.hidden_size}): their vectors cannot be compared. Set projection_dim "
+                "to project both to one size."
+            )
+
+    @property
+    def passage_config(self) -> PreTrainedConfig:
+        """The configuration of the encoder that reads passages (the query encoder's when shared)."""
+        return self.query_encoder if self.share_encoders else self.passage_encoder
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """The query encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
+        return self.query_encoder
+
+    @property
+    def hidden_size(self) -> int:
+        """Hidden size of the query encoder (read by DeepSpeed's "auto" bucket sizes)."""
+        return self.query_encoder.hidden_size
+
+    # The objective is the contrastive loss alone; `ContrastiveTrainer`'s GradCache reads these weights.
+    @property
+    def cl_weight(self) -> float:
+        return 1.0
+
+    @property
+    def mlm_weight(self) -> float:
+        return 0.0
+
+    @property
+    def embedding_size(self) -> int:
+        """Size of the query and passage vectors."""
+        return self.projection_dim or self.query_encoder.hidden_size
+
+
+__all__ = ["DualEncoderConfig", "SIMILARITIES", "DEFAULT_TEMPERATURES"]
