@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
@@ -62,13 +62,15 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert "[DEL]" in tokenizer.get_vocab()
-    model = AutoModel.from_pretrained(output_dir).eval()
+    model = contrastive_hf.ContrastiveModel.from_pretrained(output_dir).eval()
     batch = tokenizer(["a man is playing a guitar .", "the cat sat"], padding=True, return_tensors="pt")
     with torch.no_grad():
         pooler_output = model(**batch).pooler_output
     torch.testing.assert_close(
-        pooler_output, model.encode(["a man is playing a guitar .", "the cat sat"], tokenizer=tokenizer)
+        pooler_output,
+        model.encode(["a man is playing a guitar .", "the cat sat"], tokenizer=tokenizer, convert_to_tensor=True),
     )
+    assert "SentenceTransformer reload of" in log  # the script compared the embeddings through both loaders
 
     card = (output_dir / "README.md").read_text()
     assert "CLEAR" in card and "del_word" in card and "STS Benchmark" in card
@@ -108,7 +110,7 @@ def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_pat
     card = (output_dir / "README.md").read_text()
     assert "batch size 32" in card  # 16 per device x 2 processes
     assert "gathered across the 2 processes" in card
-    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
 
 
 def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_root, tmp_path):
@@ -125,5 +127,5 @@ def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_ro
     card = (output_dir / "README.md").read_text()
     assert "LORA adapter (r=4, alpha=8) on query, value" in card and "PeftModel.from_pretrained" in card
     merged = tmp_path / "out-merged"
-    assert isinstance(AutoModel.from_pretrained(merged), contrastive_hf.ContrastiveModel)
-    assert "AutoModel reload of" in result.stdout + result.stderr  # the script compared the embeddings
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(merged), contrastive_hf.ContrastiveModel)
+    assert "SentenceTransformer reload of" in result.stdout + result.stderr  # the script compared the embeddings

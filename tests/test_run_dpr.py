@@ -125,7 +125,7 @@ def test_dataset_name_with_column_flags_shared_encoders_and_pairs_only(repo_root
         "--eval_size", "40",
         data=("--dataset_name", str(folder)),
     )  # fmt: skip
-    model = AutoModel.from_pretrained(output_dir)
+    model = DualEncoderModel.from_pretrained(output_dir)
     assert model.config.share_encoders and model.passage_encoder is None and model.config.temperature == 0.05
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     assert metrics["eval_passages"] == 40 and "eval_mrr_before" not in metrics  # pairs only: no distractors

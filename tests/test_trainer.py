@@ -3,9 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModel
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.training.trainer import STEP_METRICS, ContrastiveTrainer
@@ -88,8 +87,8 @@ def test_saved_model_reproduces_the_embeddings_at_the_end_of_training(tokenizer,
     trainer = make_trainer(tokenizer, tmp_path)
     trainer.train()
     trainer.save_model()
-    trained = trainer.model.contrastive.encode(SENTENCES[:8], tokenizer=tokenizer)
-    reloaded = AutoModel.from_pretrained(tmp_path).eval()
+    trained = trainer.model.contrastive.encode(SENTENCES[:8], tokenizer=tokenizer, convert_to_tensor=True)
+    reloaded = ContrastiveModel.from_pretrained(tmp_path).eval()
     batch = tokenizer(SENTENCES[:8], padding=True, return_tensors="pt")
     with torch.no_grad():
         pooler_output = reloaded(**batch).pooler_output

@@ -55,6 +55,15 @@ class ContrastiveConfig(PreTrainedConfig):
             a batch stay the same random sentences and the embeddings equal those of the padded pass (with
             dropout off; with dropout on, each view draws its own masks either way). 16 measured fastest on
             Wikipedia sentences (docs/benchmarks.md: 1.3x at max length 32, 2.3x at 128, against 0).
+        prompts (`dict[str, str]`, *optional*):
+            Texts prepended to sentences by role, as sentence-transformers' prompts (E5's ``{"query": "query: ",
+            "document": "passage: "}``): ``encode(..., prompt_name="query")`` applies one, and the checkpoint's
+            ``config_sentence_transformers.json`` carries them.
+        default_prompt_name (`str`, *optional*):
+            The prompt ``encode`` applies when none is named (a key of ``prompts``).
+        include_prompt (`bool`, defaults to `True`):
+            Pool the prompt's tokens with the sentence's; False leaves them out of mean and max pooling
+            (sentence-transformers' ``include_prompt``).
     """
 
     model_type = "contrastive"
@@ -75,6 +84,9 @@ class ContrastiveConfig(PreTrainedConfig):
     cl_weight: float = 1.0
     hard_negative_weight: float = 0.0
     sub_batch_size: int = 16
+    prompts: dict | None = None
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
         if isinstance(self.encoder, PreTrainedConfig):
@@ -110,6 +122,17 @@ class ContrastiveConfig(PreTrainedConfig):
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.prompts is not None and not (
+            isinstance(self.prompts, dict) and all(isinstance(text, str) for text in self.prompts.values())
+        ):
+            raise ValueError(
+                f"prompts must map names to prompt texts, e.g. {{'query': 'query: '}}, got {self.prompts}."
+            )
+        if self.default_prompt_name is not None and self.default_prompt_name not in (self.prompts or {}):
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not among the prompts "
+                f"{sorted(self.prompts or {})}: add it to prompts or leave default_prompt_name unset."
+            )
         if self.mlm_weight == 0 and self.cl_weight == 0:
             raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
 
@@ -130,4 +153,26 @@ class ContrastiveConfig(PreTrainedConfig):
         return self.encoder.hidden_size
 
 
-__all__ = ["ContrastiveConfig", "POOLER_TYPES", "PROJECTION_TYPES", "CONTRASTIVE_LOSSES"]
+# The fields a checkpoint's contrastive_config.json holds: every model option except the encoder (saved as the
+# checkpoint's own config.json).
+CONFIG_FIELDS = (
+    "pooler_type",
+    "projection_type",
+    "projection_dim",
+    "projection_hidden_size",
+    "projection_layers",
+    "projection_activation",
+    "projection_output_activation",
+    "projection_at_inference",
+    "temperature",
+    "contrastive_loss",
+    "mlm_weight",
+    "cl_weight",
+    "hard_negative_weight",
+    "sub_batch_size",
+    "prompts",
+    "default_prompt_name",
+    "include_prompt",
+)
+
+__all__ = ["ContrastiveConfig", "CONFIG_FIELDS", "POOLER_TYPES", "PROJECTION_TYPES", "CONTRASTIVE_LOSSES"]

@@ -39,6 +39,9 @@ class DualEncoderConfig(PreTrainedConfig):
             `dot` (DPR's inner product) or `cosine`.
         temperature (`float`, *optional*):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
+        prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
+            As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
+            `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
     """
 
     model_type = "dual_encoder"
@@ -54,6 +57,9 @@ class DualEncoderConfig(PreTrainedConfig):
     projection_dim: int | None = None
     similarity: str = "dot"
     temperature: float | None = None
+    prompts: dict | None = None
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -115,4 +121,17 @@ class DualEncoderConfig(PreTrainedConfig):
         return self.projection_dim or self.query_encoder.hidden_size
 
 
-__all__ = ["DualEncoderConfig", "SIMILARITIES", "DEFAULT_TEMPERATURES"]
+# The fields a checkpoint's dual_encoder_config.json holds: every option but the encoders (saved as checkpoints of
+# their own).
+DUAL_ENCODER_FIELDS = (
+    "share_encoders",
+    "pooler_type",
+    "projection_dim",
+    "similarity",
+    "temperature",
+    "prompts",
+    "default_prompt_name",
+    "include_prompt",
+)
+
+__all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "SIMILARITIES", "DEFAULT_TEMPERATURES"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import torch
@@ -11,12 +12,16 @@ from transformers import Trainer, TrainerCallback
 
 from ..data.collators import CollatorEpochCallback
 from ..evaluation.training import TrainingEvalSet
+from ..models.checkpoint_files import EmbeddingCheckpointMixin
+from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
 from .grad_cache import GradCacheModel, grad_cache_step
 from .prebatch_queue import PrebatchQueue
-from .training_args import ContrastiveTrainingArguments
+from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
+
+logger = logging.getLogger(__name__)
 
 PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 
@@ -28,7 +33,7 @@ LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
 
-class ContrastiveTrainer(Trainer):
+class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     """A `Trainer` for [`ContrastiveForPreTraining`]-style models.
 
     `compute_loss` runs the model's objective (L = mlm_weight * L_MLM + cl_weight * L_CL) and the trainer logs
@@ -65,7 +70,11 @@ class ContrastiveTrainer(Trainer):
         self._metric_counts: dict[str, int] = {}
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
-        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
+            # `encode` uses it, and a two-tower checkpoint saves it beside each tower
+            unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        config = getattr(unwrapped, "config", None)
         self.prebatch_queue = None
         if self._option("prebatch_size"):
             if getattr(config, "contrastive_loss", "info_nce") != "info_nce":
@@ -203,28 +212,49 @@ class ContrastiveTrainer(Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
-    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
-        """Write contrastive_hf's model card (README.md in output_dir) instead of the Trainer's generic one.
+    def create_model_card(
+        self,
+        language: str | list[str] | None = None,
+        license: str | None = None,
+        tags: str | list[str] | None = None,
+        model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
+        dataset_tags: str | list[str] | None = None,
+        dataset: str | list[str] | None = None,
+        dataset_args: str | list[str] | None = None,
+    ) -> None:
+        """Write contrastive_hf's model card (README.md in ``output_dir``) instead of the Trainer's generic one.
 
-        `push_to_hub` calls this before uploading, so the pushed card states the method, views, loss weights,
-        temperature, negatives, data, hyper-parameters, hardware and results. Without `model_card_info` it falls
-        back to the Trainer's card.
+        `push_to_hub` calls this before uploading. The card states the method and its paper, base model, views,
+        objective, temperature, negatives, data, hyper-parameters, hardware, framework versions and results, and how
+        to load the checkpoint. It is built from the run itself (`hub.model_card.card_info_from_trainer`) unless a
+        script set ``model_card_info``; the Trainer's arguments add to it: ``language``, ``license``, ``tags``,
+        ``finetuned_from`` (a Hub id), ``dataset_tags`` (Hub ids of the training data) and ``dataset`` (its name in
+        words). ``tasks`` and ``dataset_args`` are the Trainer's and not used.
         """
-        if self.model_card_info is None:
-            return super().create_model_card(model_name=model_name, **kwargs)
         if not self.is_world_process_zero():
             return None
         from dataclasses import replace
 
-        from ..hub.model_card import write_model_card
+        from ..hub.model_card import card_info_from_trainer, write_model_card
 
+        info = self.model_card_info or card_info_from_trainer(self, model_name)
+        as_list = lambda value: [value] if isinstance(value, str) else list(value or [])  # noqa: E731
         info = replace(
-            self.model_card_info,
+            info,
             world_size=self.args.world_size,
             negatives_gathered=getattr(self.args, "gather_negatives_across_devices", False),
             zero_stage=self._zero_stage(),
             prebatch_size=self._option("prebatch_size"),
-            repo_id=self.args.hub_model_id or self.model_card_info.repo_id,
+            repo_id=self.args.hub_model_id or info.repo_id,
+            model_name=model_name or info.model_name,
+            license=license or info.license,
+            language=language or info.language,
+            tags=[*info.tags, *as_list(tags)],
+            base_model=finetuned_from or info.base_model,
+            datasets=[*info.datasets, *as_list(dataset_tags)],
+            training_data=", ".join(as_list(dataset)) or info.training_data,
         )
         write_model_card(self.args.output_dir, self.saved_model(), info)
         return None
@@ -256,6 +286,31 @@ class ContrastiveTrainer(Trainer):
         path = os.path.join(checkpoint or "", PREBATCH_QUEUE_FILE)
         if self.prebatch_queue is not None and checkpoint is not None and os.path.isfile(path):
             self.prebatch_queue.load_state_dict(load_file(path), device=self.args.device)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Resume: a checkpoint in contrastive_hf's layout (the encoder in its own architecture, heads beside it) is
+        loaded by the model itself; others (FSDP, peft adapters, 0.1 checkpoints) as transformers loads them."""
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        if self._loads_own_layout(target, resume_from_checkpoint):
+            target.load_saved_weights(resume_from_checkpoint)
+            return
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        target = self.accelerator.unwrap_model(self.model)
+        if self.is_deepspeed_enabled or not self._loads_own_layout(target, self.state.best_model_checkpoint):
+            return super()._load_best_model()
+        logger.info(
+            "Loading the best model from %s (score: %s).", self.state.best_model_checkpoint, self.state.best_metric
+        )
+        target.load_saved_weights(self.state.best_model_checkpoint)
+
+    def _loads_own_layout(self, model, folder: str) -> bool:
+        return (
+            not self.is_fsdp_enabled
+            and isinstance(model, EmbeddingCheckpointMixin)
+            and os.path.isfile(os.path.join(folder, model.checkpoint_config_name))
+        )
 
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)

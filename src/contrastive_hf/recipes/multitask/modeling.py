@@ -31,6 +31,7 @@ from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
+from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.modeling_contrastive import ContrastiveModel
 
@@ -229,12 +230,6 @@ def _build_head(spec: TaskSpec, embedding_size: int, dropout: float) -> nn.Modul
     if spec.head == "cosine":
         return CosineSimilarityHead()
     return PairHead(spec.head, embedding_size, spec.num_labels, dropout)
-
-
-def checkpoint_model_type(name_or_path: str | os.PathLike) -> str | None:
-    """The ``model_type`` in a checkpoint's config.json (read as a dict: no Auto class registration needed)."""
-    config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path)
-    return config_dict.get("model_type")
 
 
 def load_sentence_encoder(name_or_path: str | os.PathLike, **config_overrides) -> ContrastiveModel:
