@@ -39,10 +39,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from data_files import WIKI1M_SAMPLE, require_files
 from machine_info import load_average
-
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
 
 
 def free_port() -> int:
@@ -239,7 +237,9 @@ def run_training(world: int, gather: bool, settings: dict) -> list[list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument(
+        "--corpus", default=str(WIKI1M_SAMPLE), help="Sentences, one per line (default: the shipped Wikipedia ones)."
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="Per process.")
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--sub-batch-size", type=int, default=32, help="The model config's sub_batch_size.")
@@ -248,6 +248,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--comm-iterations", type=int, default=200)
     args = parser.parse_args()
+    require_files([args.corpus], "--corpus FILE (sentences, one per line)")
 
     import transformers
 

@@ -30,7 +30,9 @@ from contrastive_hf.data.corpus import (
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import TEST_DATA, tiny_bert_config
+
+WIKIPEDIA_GZ = TEST_DATA / "corpus" / "enwiki_paragraphs.txt.gz"  # 30 Wikipedia paragraphs, gzipped
 
 LINES = [
     "the first sentence of the corpus",
@@ -329,10 +331,10 @@ def test_prepare_streaming_sets_each_process_to_its_shards(tmp_path):
 
 
 def test_streamed_gzip_corpus_real_wikipedia(tokenizer):
-    stream = load_corpus(str(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz"), streaming=True)
+    stream = load_corpus(str(WIKIPEDIA_GZ), streaming=True)
     assert stream.n_shards == 1  # gzip cannot be read from the middle
     first = list(stream.take(3))
-    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(WIKIPEDIA_GZ, "rt", encoding="utf-8") as handle:
         expected = [next(handle).rstrip("\n") for _ in range(3)]
     assert [row["text"] for row in first] == expected
     assert first[0]["example_index"] == 0 and first[1]["example_index"] == len(expected[0].encode()) + 1
@@ -410,7 +412,7 @@ def test_split_into_sentences(paragraph, sentences):
 
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_sentence_per_example_from_real_paragraphs(tokenizer, tmp_path, streaming):
-    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(WIKIPEDIA_GZ, "rt", encoding="utf-8") as handle:
         paragraphs = [next(handle).rstrip("\n") for _ in range(30)]
     path = tmp_path / "paragraphs.txt"
     path.write_text("\n".join(paragraphs) + "\n", encoding="utf-8")

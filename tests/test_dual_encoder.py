@@ -23,7 +23,7 @@ from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_pass
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 VOCAB = 8192
 
@@ -34,7 +34,7 @@ def make_model(share_encoders=False, vocab_size=VOCAB, **overrides) -> DualEncod
 
 
 def snli_triples(count: int) -> list[dict[str, str]]:
-    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))[:count]
     return [{"query": r["sent0"], "positive": r["sent1"], "hard_negative": r["hard_neg"]} for r in rows]
 

@@ -13,7 +13,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification, BertMode
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import TEST_DATA, tiny_bert_config
 
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "hello", "the river flows into the sea"]
 
@@ -77,7 +77,7 @@ def test_exported_encoder_loads_with_plain_automodel(tokenizer, tmp_path):
 
 
 def read_mrpc_pairs(limit: int) -> dict[str, list]:
-    path = SHARED_DATA / "senteval" / "MRPC" / "msr_paraphrase_train.txt"
+    path = TEST_DATA / "senteval" / "MRPC" / "msr_paraphrase_train.txt"
     rows = path.read_text(encoding="utf-8-sig").splitlines()[1 : limit + 1]
     columns = [row.split("\t") for row in rows]
     return {

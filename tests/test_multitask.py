@@ -41,7 +41,7 @@ from contrastive_hf.recipes.multitask.trainer import (
     task_metrics,
 )
 
-from conftest import DEMO_TOKENIZER, REPO_ROOT, SHARED_DATA, tiny_bert_config
+from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
 
 TASKS = [
     TaskSpec("sst", "classification"),
@@ -229,11 +229,11 @@ def test_task_dataset_reads_the_evaluation_readers():
     from contrastive_hf.evaluation.sts import read_stsbenchmark
     from contrastive_hf.evaluation.transfer import read_mrpc
 
-    stsb = task_dataset(read_stsbenchmark(SHARED_DATA / "sts" / "stsbenchmark", "dev"), normalize_scores=5.0)
-    assert stsb.column_names == ["sentence1", "sentence2", "label"] and len(stsb) == 1500
+    stsb = task_dataset(read_stsbenchmark(TEST_DATA / "sts" / "stsbenchmark", "dev"), normalize_scores=5.0)
+    assert stsb.column_names == ["sentence1", "sentence2", "label"] and len(stsb) == 40
     assert 0.0 <= min(stsb["label"]) and max(stsb["label"]) <= 1.0
-    mrpc = task_dataset(read_mrpc(SHARED_DATA / "senteval" / "MRPC")["test"])
-    assert len(mrpc) == 1725 and set(mrpc["label"]) == {0, 1}
+    mrpc = task_dataset(read_mrpc(TEST_DATA / "senteval" / "MRPC")["test"])
+    assert len(mrpc) == 30 and set(mrpc["label"]) == {0, 1}
 
 
 # ---- Batch schedules ----
@@ -479,9 +479,9 @@ def run_multitask(tmp_path, model_dir, output_name, *extra, launcher=()):
         *(launcher or [sys.executable]),
         str(REPO_ROOT / "examples" / "run_multitask.py"),
         "--model_name_or_path", str(model_dir),
-        "--sst_dir", str(SHARED_DATA / "senteval" / "SST" / "Binary"),
-        "--mrpc_dir", str(SHARED_DATA / "senteval" / "MRPC"),
-        "--stsb_dir", str(SHARED_DATA / "sts" / "stsbenchmark"),
+        "--sst_dir", str(TEST_DATA / "senteval" / "SST" / "Binary"),
+        "--mrpc_dir", str(TEST_DATA / "senteval" / "MRPC"),
+        "--stsb_dir", str(TEST_DATA / "sts" / "stsbenchmark"),
         "--max_train_samples", "32", "--max_eval_samples", "24", "--max_seq_length", "32",
         "--max_steps", "3", "--logging_steps", "1",
         "--task_schedule", "super_batch", "--pcgrad", "true",

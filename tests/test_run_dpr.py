@@ -18,14 +18,14 @@ from transformers import AutoModel, AutoTokenizer
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 PAIRS = 300
 HELD_OUT = 100
 
 
 def write_snli_sample(path, rows=PAIRS, names=("sent0", "sent1", "hard_neg")):
-    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
         sample = list(csv.DictReader(handle))[:rows]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)

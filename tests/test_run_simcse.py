@@ -14,10 +14,10 @@ from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveModel
 
-from conftest import REPO_ROOT, SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, REPO_ROOT, tiny_bert_config
 
 DEMO = REPO_ROOT / "examples" / "demo"
-SNLI_TRIPLES = SHARED_DATA / "nli" / "snli_triples.csv"
+SNLI_TRIPLES = DEMO_DATA / "nli_sample.csv"
 
 
 @pytest.fixture(scope="module")

@@ -36,10 +36,10 @@ from contrastive_hf.recipes.sg_bert import (
     self_guided_opt3_loss,
 )
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
-WIKI = SHARED_DATA / "corpus" / "wiki1m_sample.txt"
-STSB_DEV = SHARED_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
+WIKI = DEMO_DATA / "wiki1m_sample.txt"
+STSB_DEV = DEMO_DATA / "sts-dev.csv"
 SENTENCES = [
     "the cat sat on the mat",
     "a man is playing a guitar",
