@@ -52,9 +52,8 @@ def worker(rank: int, port: int, output: str) -> None:
         rows = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
         if SETTINGS[name].get("grad_cache"):
             inputs = {"input_ids": views[rows], "sentence_ids": SENTENCE_IDS[rows]}
-            backward = lambda loss: loss.backward()  # noqa: E731
             kwargs = {"negatives_kwargs": {"gather_across_devices": True}}
-            loss = grad_cache_step(model, model, inputs, 2, backward, **kwargs).loss
+            loss = grad_cache_step(model, model, inputs, 2, **kwargs).loss
         else:
             loss = model(input_ids=views[rows], gather_across_devices=True).loss
             loss.backward()

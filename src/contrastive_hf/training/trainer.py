@@ -12,7 +12,7 @@ from transformers import Trainer, TrainerCallback
 from ..data.collators import CollatorEpochCallback
 from ..evaluation.training import TrainingEvalSet
 from ..models.losses import alignment, uniformity
-from .grad_cache import GradCacheModel, grad_cache_step
+from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .training_args import ContrastiveTrainingArguments
 
@@ -84,12 +84,6 @@ class ContrastiveTrainer(Trainer):
                     f"GradCacheModel (ContrastiveForPreTraining, DualEncoderModel); {type(model).__name__} does not. "
                     "Unset grad_cache_chunk_size."
                 )
-            if self.is_deepspeed_enabled:
-                raise ValueError(
-                    "--grad_cache_chunk_size does not run under DeepSpeed: GradCache back-propagates each chunk "
-                    "separately, and ZeRO reduces gradients once per backward. Use DDP (accelerate launch without "
-                    "a DeepSpeed config) with GradCache, or ZeRO with a smaller per-device batch."
-                )
 
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
@@ -135,10 +129,9 @@ class ContrastiveTrainer(Trainer):
                 self.accelerator.unwrap_model(model),
                 inputs,
                 self._option("grad_cache_chunk_size"),
-                backward=self.accelerator.backward,
+                backward=chunk_backward(self.accelerator, model),
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
-                no_sync=self.accelerator.no_sync if self.args.world_size > 1 else None,
                 check_finite=lambda parts: self._check_finite(None, parts),
             )
         self._after_step(result, inputs)
