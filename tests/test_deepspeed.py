@@ -5,8 +5,9 @@ steps of 2 x 16 sentences. Plain DistributedDataParallel is the reference: ZeRO-
 gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one file by
 ``stage3_gather_16bit_weights_on_model_save``) must equal the weights consolidated from the DeepSpeed checkpoint of
 the last step and load in a single process; a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
-machines with the multi-node config, must end on the same weights; and a LoRA adapter trained under ZeRO-3 must merge
-into a whole checkpoint.
+machines with the multi-node config, must end on the same weights; a LoRA adapter trained under ZeRO-3 must merge
+into a whole checkpoint; and GradCache must train under ZeRO-1, 2 and 3 as under DDP (tests/scripts/train_engines.py
+trains all five runs of that comparison in one launch).
 """
 
 from __future__ import annotations

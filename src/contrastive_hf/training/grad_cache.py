@@ -106,7 +106,8 @@ class ChunkBackward:
         loss.backward()
 
     def check_batch_sizes(self, batch_size: int, device: torch.device) -> None:
-        """Raise before anything runs when this engine cannot take the batch sizes of the processes."""
+        """Raise, on every process, when this engine cannot take the processes' batch sizes. The caller checks before
+        it chooses between a chunked and a plain step for a batch, so that every process takes the same path."""
 
 
 class AcceleratorChunkBackward(ChunkBackward):
@@ -200,7 +201,7 @@ def grad_cache_step(
         inputs: the batch (views ``(B, S, L)``, optional ``sentence_ids`` and MLM copy).
         chunk_size: sentences per chunk.
         backward: how the chunks back-propagate as one step (`chunk_backward` of an Accelerator); default: one
-            process, ``loss.backward()``.
+            process, ``loss.backward()``. Its `ChunkBackward.check_batch_sizes` is the caller's to run first.
         loss_scale: factor on what is back-propagated (1 / gradient accumulation steps).
         negatives_kwargs: ``gather_across_devices``, ``extra_negatives``, ``extra_negative_ids`` for the loss.
         check_finite: called with ``{"cl_loss": ...}`` before anything is back-propagated.
@@ -210,7 +211,6 @@ def grad_cache_step(
     batch_size = inputs[names[0]].shape[0]
     starts = list(range(0, batch_size, chunk_size))
     device = inputs[names[0]].device
-    backward.check_batch_sizes(batch_size, device)
 
     # 1. every chunk's embeddings, without a graph; the random state each chunk started from is kept for step 3
     states, pieces = [], []

@@ -114,9 +114,13 @@ class ContrastiveTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
         chunk_size = self._option("grad_cache_chunk_size")
+        if not chunk_size:
+            return super().training_step(model, inputs, num_items_in_batch)
         names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
         batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
-        if not chunk_size or batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
+        backward = chunk_backward(self.accelerator, model)
+        backward.check_batch_sizes(batch_size, self.args.device)
+        if batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
@@ -128,8 +132,8 @@ class ContrastiveTrainer(Trainer):
                 model,
                 self.accelerator.unwrap_model(model),
                 inputs,
-                self._option("grad_cache_chunk_size"),
-                backward=chunk_backward(self.accelerator, model),
+                chunk_size,
+                backward=backward,
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
                 check_finite=lambda parts: self._check_finite(None, parts),
