@@ -63,6 +63,12 @@ def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[
     )  # fmt: skip
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def weights(directory) -> dict[str, torch.Tensor]:
     return load_file(directory / "model.safetensors")
 
@@ -229,9 +235,7 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
     encoder_config = tmp_path / "encoder.json"
     encoder_config.write_text(json.dumps({**tiny_bert_config(**NO_DROPOUT).to_dict(), "model_type": "bert"}))
     output_dir = tmp_path / "resumed"
-    with socket.socket() as probe:  # a free port for the rendezvous of the two "machines"
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # for the rendezvous of the two "machines"
 
     def machine(rank: int):
         launcher = deepspeed_launch(
@@ -292,12 +296,6 @@ def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(tmp_path):
     assert isinstance(AutoModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 # GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives
 # gathered from both processes, the pre-batch queue (InfoNCE), and 2 accumulated micro-batches per step, so that both
 # micro-batch kinds are covered (the first accumulates only; the second's last chunk is DeepSpeed's boundary).
@@ -317,7 +315,11 @@ ENGINE_RUNS = {
     "zero2": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json")},
     "zero3": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero3.json")},
 }
-LOGGED = ("loss", "grad_norm", "mlm_loss", "cl_loss", "negatives_per_query", "queue_fill")
+# The Trainer logs `loss` and `grad_norm` as computed; ContrastiveTrainer.log rounds its step metrics to 4 decimals,
+# so two runs 1e-6 apart may log them one unit of the last decimal apart.
+EXACT_LOGS = ("loss", "grad_norm")
+ROUNDED_LOGS = ("mlm_loss", "cl_loss", "negatives_per_query", "queue_fill")
+LOGGED = EXACT_LOGS + ROUNDED_LOGS
 
 
 def logged_steps(run_dir) -> list[dict]:
@@ -346,7 +348,8 @@ def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
     out = tmp_path / "out"
     engines = {name: json.loads((out / name / "engine.json").read_text()) for name in ENGINE_RUNS}
     assert engines["ddp_unchunked"]["grad_cache_steps"] == 0
-    assert engines["ddp"]["wrapper"] == "DistributedDataParallel" and engines["ddp"]["zero_stage"] is None
+    for name in ("ddp_unchunked", "ddp"):
+        assert engines[name]["wrapper"] == "DistributedDataParallel" and engines[name]["zero_stage"] is None
     for stage in (1, 2, 3):
         assert engines[f"zero{stage}"]["wrapper"] == "DeepSpeedEngine"
         assert engines[f"zero{stage}"]["zero_stage"] == stage
@@ -363,7 +366,9 @@ def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
     for name in ENGINE_RUNS:
         steps = logged_steps(out / name)
         for step, (got, expected) in enumerate(zip(steps, reference, strict=True)):
-            for key in LOGGED:
-                assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-5), (name, step + 1, key)
+            for key in EXACT_LOGS:
+                assert got[key] == pytest.approx(expected[key], rel=1e-5), (name, step + 1, key)
+            for key in ROUNDED_LOGS:
+                assert got[key] == pytest.approx(expected[key], abs=1.01e-4), (name, step + 1, key)
         assert_same_weights(weights(out / name), weights(out / "ddp"), atol=1e-5)
     assert max_change(weights(out / "ddp"), weights(model_dir)) > 1e-3
