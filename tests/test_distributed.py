@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import socket
+from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.training.grad_cache import grad_cache_step
+from contrastive_hf.training.grad_cache import DeepSpeedChunkBackward, grad_cache_step
 
 from conftest import tiny_bert_config
 
@@ -43,6 +45,22 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+def deepspeed_batch_checks(rank: int) -> dict:
+    """What GradCache's DeepSpeed backward says of per-process batches of 4 and 4, then 4 and 5, under each stage:
+    None where it takes them, else its error message."""
+    results = {}
+    for stage in (1, 2, 3):
+        accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=stage)))
+        backward = DeepSpeedChunkBackward(accelerator)
+        for sizes in ((4, 4), (4, 5)):
+            try:
+                backward.check_batch_sizes(sizes[rank], torch.device("cpu"))
+                results[stage, sizes] = None
+            except ValueError as error:
+                results[stage, sizes] = str(error)
+    return results
+
+
 def worker(rank: int, port: int, output: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
@@ -52,9 +70,8 @@ def worker(rank: int, port: int, output: str) -> None:
         rows = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
         if SETTINGS[name].get("grad_cache"):
             inputs = {"input_ids": views[rows], "sentence_ids": SENTENCE_IDS[rows]}
-            backward = lambda loss: loss.backward()  # noqa: E731
             kwargs = {"negatives_kwargs": {"gather_across_devices": True}}
-            loss = grad_cache_step(model, model, inputs, 2, backward, **kwargs).loss
+            loss = grad_cache_step(model, model, inputs, 2, **kwargs).loss
         else:
             loss = model(input_ids=views[rows], gather_across_devices=True).loss
             loss.backward()
@@ -65,6 +82,11 @@ def worker(rank: int, port: int, output: str) -> None:
         mean_loss = loss.detach().clone()
         dist.all_reduce(mean_loss)
         results[name] = {"loss": mean_loss / WORLD, "grads": grads}
+    checks = deepspeed_batch_checks(rank)
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, checks)
+    for index, rank_checks in enumerate(gathered):
+        results[f"deepspeed_batch_checks_{index}"] = rank_checks
     if rank == 0:
         torch.save(results, output)
     dist.destroy_process_group()
@@ -76,10 +98,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(tmp_path):
-    output = str(tmp_path / "distributed.pt")
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory) -> dict:
+    """What `worker` computed on 2 gloo processes (one spawn for every test here: starting them is slow)."""
+    output = str(tmp_path_factory.mktemp("distributed") / "distributed.pt")
     mp.spawn(worker, args=(free_port(), output), nprocs=WORLD, join=True)
-    distributed = torch.load(output)
+    return torch.load(output)
+
+
+def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(two_process_results):
+    distributed = two_process_results
     for name in SETTINGS:
         model, views = build(name)
         sentence_ids = SENTENCE_IDS if SETTINGS[name].get("grad_cache") else None
@@ -98,3 +126,18 @@ def test_without_gathering_each_process_only_sees_its_own_batch(tmp_path):
     half = model(input_ids=views[: BATCH // 2]).loss
     whole = model(input_ids=views).loss
     assert not torch.allclose(half, whole)
+
+
+def test_grad_cache_under_zero_2_and_3_refuses_uneven_batches_on_every_process_instead_of_hanging(
+    two_process_results,
+):
+    """ZeRO-2 reduces in every chunk's backward and ZeRO-3 gathers in every forward: processes running different
+    chunks would wait on each other forever. Every process raises, naming the sizes; ZeRO-1 (which reduces once, at
+    the step) takes them."""
+    for rank in range(WORLD):
+        results = two_process_results[f"deepspeed_batch_checks_{rank}"]
+        assert all(results[stage, (4, 4)] is None for stage in (1, 2, 3))
+        assert results[1, (4, 5)] is None
+        for stage in (2, 3):
+            assert f"ZeRO-{stage} needs the same batch size on every process" in results[stage, (4, 5)]
+            assert "[4, 5]" in results[stage, (4, 5)]

@@ -15,7 +15,7 @@ from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
-from .grad_cache import GradCacheModel, grad_cache_step
+from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
@@ -93,12 +93,6 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                     f"GradCacheModel (ContrastiveForPreTraining, DualEncoderModel); {type(model).__name__} does not. "
                     "Unset grad_cache_chunk_size."
                 )
-            if self.is_deepspeed_enabled:
-                raise ValueError(
-                    "--grad_cache_chunk_size does not run under DeepSpeed: GradCache back-propagates each chunk "
-                    "separately, and ZeRO reduces gradients once per backward. Use DDP (accelerate launch without "
-                    "a DeepSpeed config) with GradCache, or ZeRO with a smaller per-device batch."
-                )
 
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
@@ -129,9 +123,13 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
         chunk_size = self._option("grad_cache_chunk_size")
+        if not chunk_size:
+            return super().training_step(model, inputs, num_items_in_batch)
         names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
         batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
-        if not chunk_size or batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
+        backward = chunk_backward(self.accelerator, model)
+        backward.check_batch_sizes(batch_size, self.args.device)
+        if batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
@@ -143,11 +141,10 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 model,
                 self.accelerator.unwrap_model(model),
                 inputs,
-                self._option("grad_cache_chunk_size"),
-                backward=self.accelerator.backward,
+                chunk_size,
+                backward=backward,
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
-                no_sync=self.accelerator.no_sync if self.args.world_size > 1 else None,
                 check_finite=lambda parts: self._check_finite(None, parts),
             )
         self._after_step(result, inputs)
