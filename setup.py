@@ -30,6 +30,11 @@ extras = {
         # the ZeRO-2/3 tests (tests/test_deepspeed.py) run DeepSpeed on CPU; it compiles a small op with ninja
         "deepspeed>=0.19.8",
         "ninja>=1.13.2",
+        # tests/test_ecosystem.py: a checkpoint evaluated by MTEB, exported to ONNX and run by onnxruntime
+        "mteb>=2.26.24",
+        "onnx>=1.23.2",
+        "onnxscript>=0.7.2",
+        "onnxruntime>=1.32.0",
     ],
 }
 

@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.models.configuration_contrastive import POOLER_TYPES
+from contrastive_hf.models.configuration_contrastive import CONFIG_FIELDS, POOLER_TYPES
 
 from conftest import tiny_bert_config
 
@@ -446,3 +446,25 @@ def test_queued_copies_of_a_sentence_are_not_its_negatives():
         input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids, extra_negatives=queue
     )
     assert without_ids.negatives_per_query.item() == 6  # unknown ids: nothing in the queue is left out
+
+
+def test_from_encoder_pretrained_takes_transformers_loading_arguments_and_refuses_unknown_ones(tmp_path):
+    BertForMaskedLM(tiny_bert_config(vocab_size=VOCAB)).save_pretrained(tmp_path / "bert")
+    model = ContrastiveForPreTraining.from_encoder_pretrained(
+        tmp_path / "bert", dtype=torch.bfloat16, attn_implementation="eager", pooler_type="mean"
+    )
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}  # heads included
+    assert model.get_encoder_model().config._attn_implementation == "eager"
+    with pytest.raises(TypeError, match=r"Unknown argument\(s\) bogus_option .*\(pooler_type, .*revision"):
+        ContrastiveModel.from_encoder_pretrained(tmp_path / "bert", bogus_option=1)
+    # the revision reaches transformers' loader (a local folder has none to pick, and a wrong one is an error there)
+    with pytest.raises(OSError):
+        ContrastiveModel.from_encoder_pretrained("some-org/not-a-model", revision="v9", local_files_only=True)
+
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "contrastive_config.json").read_text())
+    assert set(saved) <= {*CONFIG_FIELDS, "architectures", "contrastive_hf_version"}  # model options only
+    text = "".join(path.read_text() for path in (tmp_path / "saved").glob("*.json"))
+    assert "attn_implementation" not in text and "revision" not in text and str(tmp_path) not in text
+    reloaded = ContrastiveModel.from_pretrained(tmp_path / "saved", dtype=torch.float32)
+    assert {parameter.dtype for parameter in reloaded.parameters()} == {torch.float32}
