@@ -154,3 +154,30 @@ def test_a_failed_push_leaves_the_checkpoint_intact_and_says_so(repo_root, tmp_p
     assert model(input_ids=torch.tensor([[2, 10, 11, 3]])).pooler_output.shape == (1, 32)
     assert np.isfinite(model.encode(["a man plays"])).all()
     assert (output_dir / "README.md").exists()
+
+
+def test_no_saved_config_holds_the_local_path_its_encoder_was_loaded_from(tmp_path):
+    """Every model family, loaded from a local folder, saves no trace of that folder (0.1 kept it in the encoder
+    sub-config's _name_or_path)."""
+    from transformers import BertForMaskedLM
+
+    from contrastive_hf import ContrastiveForPreTraining, DualEncoderModel
+    from contrastive_hf.recipes.multitask import MultitaskModel, TaskSpec
+
+    source = tmp_path / "local-encoder"
+    BertForMaskedLM(tiny_bert_config()).save_pretrained(source)
+    models = {
+        "contrastive": ContrastiveForPreTraining.from_encoder_pretrained(source, pooler_type="mean"),
+        "dual": DualEncoderModel.from_encoder_pretrained(source),
+        "multitask": MultitaskModel.from_sentence_encoder(
+            source, [TaskSpec(name="sst", type="classification")], pooler_type="mean"
+        ),
+    }
+    for name, model in models.items():
+        model.save_pretrained(tmp_path / name)
+        files = {
+            str(path.relative_to(tmp_path)): path.read_bytes()
+            for path in (tmp_path / name).rglob("*")
+            if path.is_file()
+        }
+        assert_clean(files, tmp_path)

@@ -14,6 +14,16 @@ PROJECTION_TYPES = ("none", "linear", "mlp")
 CONTRASTIVE_LOSSES = ("nt_xent", "info_nce")
 
 
+def without_sub_config_paths(config_dict: dict) -> dict:
+    """``config_dict`` without the ``_name_or_path`` its nested configurations carry: transformers leaves it out of
+    a top-level config.json, but a sub-config's would keep the local path (or Hub id) it was loaded from."""
+    for value in config_dict.values():
+        if isinstance(value, dict) and "model_type" in value:
+            value.pop("_name_or_path", None)
+            without_sub_config_paths(value)
+    return config_dict
+
+
 class ContrastiveConfig(PreTrainedConfig):
     r"""
     Configuration of a [`ContrastiveModel`]: any transformers encoder, a pooler and a projection head.
@@ -136,6 +146,9 @@ class ContrastiveConfig(PreTrainedConfig):
         if self.mlm_weight == 0 and self.cl_weight == 0:
             raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
 
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
+
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
         return self.encoder
@@ -175,4 +188,11 @@ CONFIG_FIELDS = (
     "include_prompt",
 )
 
-__all__ = ["ContrastiveConfig", "CONFIG_FIELDS", "POOLER_TYPES", "PROJECTION_TYPES", "CONTRASTIVE_LOSSES"]
+__all__ = [
+    "ContrastiveConfig",
+    "CONFIG_FIELDS",
+    "without_sub_config_paths",
+    "POOLER_TYPES",
+    "PROJECTION_TYPES",
+    "CONTRASTIVE_LOSSES",
+]

@@ -7,7 +7,7 @@ import copy
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_contrastive import POOLER_TYPES
+from .configuration_contrastive import POOLER_TYPES, without_sub_config_paths
 
 SIMILARITIES = ("dot", "cosine")
 # The temperature each similarity gets when none is given: DPR scores with the raw dot product (no temperature);
@@ -96,6 +96,9 @@ class DualEncoderConfig(PreTrainedConfig):
     def passage_config(self) -> PreTrainedConfig:
         """The configuration of the encoder that reads passages (the query encoder's when shared)."""
         return self.query_encoder if self.share_encoders else self.passage_encoder
+
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The query encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""

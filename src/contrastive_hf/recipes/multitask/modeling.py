@@ -32,8 +32,8 @@ from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
-from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.modeling_contrastive import ContrastiveModel
+from ...models.configuration_contrastive import ContrastiveConfig, without_sub_config_paths
+from ...models.modeling_contrastive import ContrastiveModel, init_weights
 
 __all__ = [
     "TASK_TYPES",
@@ -149,6 +149,9 @@ class MultitaskConfig(PreTrainedConfig):
     @property
     def task_specs(self) -> list[TaskSpec]:
         return [TaskSpec(**spec) for spec in self.tasks]
+
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The encoder's config, where transformers looks for `vocab_size`, `hidden_size` and the like."""
@@ -288,14 +291,7 @@ class MultitaskModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        std = getattr(self.config.contrastive.encoder, "initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(mean=0.0, std=std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
+        init_weights(module, getattr(self.config.contrastive.encoder, "initializer_range", 0.02))
 
     @classmethod
     def from_sentence_encoder(
