@@ -22,6 +22,7 @@ __all__ = [
     "parse_arguments",
     "setup_logging",
     "load_tokenizer",
+    "training_data_name",
     "load_sentences",
     "load_sts_dev",
     "save_trained_model",
@@ -134,6 +135,13 @@ class CorpusArguments:
             "best checkpoint, as SimCSE does)."
         },
     )
+
+
+def training_data_name(data_args: CorpusArguments) -> str:
+    """How a model card names the training data: the Hub dataset, else the file's name (never its local path)."""
+    if data_args.dataset_name:
+        return data_args.dataset_name
+    return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
 
 
 def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:

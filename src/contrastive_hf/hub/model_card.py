@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -93,10 +93,13 @@ class ModelCardInfo:
     tags: list[str] = field(default_factory=list)
 
 
-def card_info_from_trainer(trainer, model_name: str | None = None) -> ModelCardInfo:
+def card_info_from_trainer(
+    trainer, model_name: str | None = None, hyperparameters: dict | None = None, **fields
+) -> ModelCardInfo:
     """What a `ContrastiveTrainer` run can say about itself: the method and views from its collator
     (``card_description()``), the base model from the model, hyper-parameters from its arguments, and the last
-    logged evaluation of each eval set (``eval_<name>_spearman``)."""
+    logged evaluation of each eval set (``eval_<name>_spearman``). ``hyperparameters`` adds to those;
+    ``fields`` set `ModelCardInfo` fields a script knows better (``training_data``, ``augmentation``...)."""
     from ..commands.loading import hub_id_or_none
 
     model = trainer.saved_model()
@@ -104,12 +107,15 @@ def card_info_from_trainer(trainer, model_name: str | None = None) -> ModelCardI
     described = collator.card_description() if hasattr(collator, "card_description") else {}
     method = described.get("method") or getattr(trainer, "card_method", None) or _method_of_model(model)
     args = trainer.args
-    hyperparameters = {
-        "steps": trainer.state.global_step,
-        "batch size": args.per_device_train_batch_size * args.world_size,
-        "learning rate": args.learning_rate,
-        "seed": args.seed,
-    }
+    extra_hyperparameters, hyperparameters = (
+        hyperparameters,
+        {
+            "steps": trainer.state.global_step,
+            "batch size": args.per_device_train_batch_size * args.world_size,
+            "learning rate": args.learning_rate,
+            "seed": args.seed,
+        },
+    )
     if getattr(collator, "max_length", None):
         hyperparameters["max length"] = collator.max_length
     results = {}
@@ -119,7 +125,8 @@ def card_info_from_trainer(trainer, model_name: str | None = None) -> ModelCardI
                 task, metric = key[len("eval_") :].rsplit("_", 1)
                 results.setdefault(f"{task}_dev" if task == "stsb" else task, {})[metric] = value
     name_or_path = getattr(model.config, "_name_or_path", "")
-    return ModelCardInfo(
+    hyperparameters.update(extra_hyperparameters or {})
+    info = ModelCardInfo(
         method=method,
         model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
         base_model=hub_id_or_none(name_or_path),
@@ -129,6 +136,7 @@ def card_info_from_trainer(trainer, model_name: str | None = None) -> ModelCardI
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics},
         hard_negatives=bool(described.get("hard_negatives", False)),
     )
+    return replace(info, **fields)
 
 
 def _method_of_model(model) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
+
+from .transformers_compat import SubConfigSpec, build_sub_config
 
 # cls: the encoder's own pooler (dense + tanh over [CLS], as BERT's NSP head); cls_before_pooler: the raw [CLS]
 # hidden state; avg_first_last / avg_top2: SimCSE's averages of two layers' token means.
@@ -77,7 +78,10 @@ class ContrastiveConfig(PreTrainedConfig):
     """
 
     model_type = "contrastive"
-    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    else:  # transformers < 5.20: the sub-config is built in __post_init__
+        sub_configs = {"encoder": AutoConfig}
 
     encoder: PreTrainedConfig | dict | None = None
     pooler_type: str = "cls"
@@ -99,6 +103,8 @@ class ContrastiveConfig(PreTrainedConfig):
     include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.encoder = build_sub_config(self.encoder, AutoConfig, model_type="bert")
         if isinstance(self.encoder, PreTrainedConfig):
             # our own copy: the base class resets a sub-config's attention implementation, which must not change
             # the config of a live model the encoder config was taken from

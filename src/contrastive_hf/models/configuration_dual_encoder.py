@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
 
 from .configuration_contrastive import POOLER_TYPES, without_sub_config_paths
+from .transformers_compat import SubConfigSpec, build_sub_config
 
 SIMILARITIES = ("dot", "cosine")
 # The temperature each similarity gets when none is given: DPR scores with the raw dot product (no temperature);
@@ -45,10 +45,13 @@ class DualEncoderConfig(PreTrainedConfig):
     """
 
     model_type = "dual_encoder"
-    sub_configs_defaults = {
-        "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
-        "passage_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True),
-    }
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {
+            "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
+            "passage_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True),
+        }
+    else:  # transformers < 5.20: the sub-configs are built in __post_init__
+        sub_configs = {"query_encoder": AutoConfig, "passage_encoder": AutoConfig}
 
     query_encoder: PreTrainedConfig | dict | None = None
     passage_encoder: PreTrainedConfig | dict | None = None
@@ -62,6 +65,9 @@ class DualEncoderConfig(PreTrainedConfig):
     include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.query_encoder = build_sub_config(self.query_encoder, AutoConfig, model_type="bert")
+            self.passage_encoder = build_sub_config(self.passage_encoder, AutoConfig, model_type="bert", optional=True)
         super().__post_init__(**kwargs)
         if self.share_encoders and self.passage_encoder is not None:
             raise ValueError(

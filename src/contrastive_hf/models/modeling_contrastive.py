@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
@@ -194,18 +195,21 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
 
 def init_weights(module: nn.Module, std: float) -> None:
     """transformers' initialisation of the layers our models add: normal(0, std) linear weights, zero biases,
-    unit LayerNorms, and an MLM head's zero bias (and untied decoder weights)."""
+    unit LayerNorms, and an MLM head's zero bias (and untied decoder weights).
+
+    Through `transformers.initialization`, which skips tensors loaded from a checkpoint (transformers < 5.13 ran
+    `_init_weights` after loading a model of a user package, and in-place ``normal_()`` overwrote the loaded heads)."""
     if isinstance(module, nn.Linear):
-        module.weight.normal_(mean=0.0, std=std)
+        init.normal_(module.weight, mean=0.0, std=std)
         if module.bias is not None:
-            module.bias.zero_()
+            init.zeros_(module.bias)
     elif isinstance(module, nn.LayerNorm):
-        module.weight.fill_(1.0)
-        module.bias.zero_()
+        init.ones_(module.weight)
+        init.zeros_(module.bias)
     elif isinstance(module, MaskedLMHead):
-        module.bias.zero_()
+        init.zeros_(module.bias)
         if module.decoder_weight is not None:
-            module.decoder_weight.normal_(mean=0.0, std=std)
+            init.normal_(module.decoder_weight, mean=0.0, std=std)
 
 
 def dense_stages(model: ContrastiveModel) -> list[tuple[nn.Linear, str | None]]:

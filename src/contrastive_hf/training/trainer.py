@@ -261,10 +261,11 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         training model wraps the one it saves (SG-BERT) returns the saved one."""
         return self.accelerator.unwrap_model(self.model)
 
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do."""
+    def init_hf_repo(self, *args, **kwargs) -> None:
+        """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do.
+        Arguments as the installed `Trainer.init_hf_repo`'s: ``token``, and ``private`` from transformers 5.23 on."""
         try:
-            super().init_hf_repo(token=token, private=private)
+            super().init_hf_repo(*args, **kwargs)
         except Exception as error:
             raise RuntimeError(
                 f"Could not create the Hub repository {self.args.hub_model_id or self.args.output_dir!r} "

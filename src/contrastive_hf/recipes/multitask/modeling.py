@@ -28,12 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
-from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig, without_sub_config_paths
 from ...models.modeling_contrastive import ContrastiveModel, init_weights
+from ...models.transformers_compat import SubConfigSpec, build_sub_config
 
 __all__ = [
     "TASK_TYPES",
@@ -129,13 +129,18 @@ class MultitaskConfig(PreTrainedConfig):
     """
 
     model_type = "contrastive_multitask"
-    sub_configs_defaults = {"contrastive": SubConfigSpec(config_class=ContrastiveConfig)}
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {"contrastive": SubConfigSpec(config_class=ContrastiveConfig)}
+    else:  # transformers < 5.20: the sub-config is built in __post_init__
+        sub_configs = {"contrastive": ContrastiveConfig}
 
     contrastive: ContrastiveConfig | dict | None = None
     tasks: list | None = None
     classifier_dropout: float | None = None
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.contrastive = build_sub_config(self.contrastive, ContrastiveConfig)
         super().__post_init__(**kwargs)
         specs = [spec if isinstance(spec, TaskSpec) else TaskSpec(**spec) for spec in (self.tasks or [])]
         names = [spec.name for spec in specs]
