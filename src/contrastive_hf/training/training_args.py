@@ -41,7 +41,8 @@ class SecretFreePickle:
             for name, value in vars(self).items()
         }
         cls = getattr(type(self), "_secret_free_original", type(self))
-        return copyreg.__newobj__, (cls,), state
+        # the standard library's own reconstructor (pickle's for plain classes): loading needs only ``cls``
+        return copyreg._reconstructor, (cls, object, None), state
 
 
 def secret_free(args: TrainingArguments) -> TrainingArguments:
