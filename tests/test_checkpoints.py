@@ -104,10 +104,13 @@ def test_resuming_an_incomplete_checkpoint_by_name_lists_what_is_missing(tokeniz
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-8"))
 
 
-def test_resuming_the_latest_with_no_complete_checkpoint_says_so(tokenizer, tmp_path):
+@pytest.mark.parametrize("latest", [True, "true", "latest"])  # strings: a script's --resume_from_checkpoint
+def test_resuming_the_latest_with_no_complete_checkpoint_says_so(tokenizer, tmp_path, latest):
     trainer = make_trainer(tokenizer, tmp_path, max_steps=2)
-    with pytest.raises(IncompleteCheckpointError, match="no complete checkpoint"):
-        trainer.train(resume_from_checkpoint=True)
+    (tmp_path / "checkpoint-2").mkdir()  # a save killed before it wrote anything
+    with pytest.raises(IncompleteCheckpointError, match="no complete checkpoint") as caught:
+        trainer.train(resume_from_checkpoint=latest)
+    assert f"{tmp_path / 'checkpoint-2'} (missing trainer_state.json" in str(caught.value)
 
 
 def test_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tokenizer, tmp_path, monkeypatch, caplog):
