@@ -95,7 +95,7 @@ def test_resuming_an_incomplete_checkpoint_by_name_lists_what_is_missing(tokeniz
     message = str(caught.value)
     assert f"Cannot resume from {newest}" in message
     assert "missing optimizer.pt" in message and "missing rng_state.pth" in message
-    assert f"Resume from {tmp_path / 'checkpoint-2'}" in message
+    assert f"Resume from {tmp_path / 'checkpoint-2'}" in message and "--save_only_model" in message
 
     _truncate(newest / "model.safetensors", keep=0.9)
     with pytest.raises(IncompleteCheckpointError, match=r"model\.safetensors is truncated or corrupt"):

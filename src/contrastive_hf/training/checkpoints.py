@@ -260,6 +260,11 @@ def resolve_resume_checkpoint(
         if latest is not None
         else f"{parent} holds no complete checkpoint: train without resume_from_checkpoint."
     )
+    if f"missing {OPTIMIZER_NAME}" in problems and not os.path.exists(os.path.join(folder, INCOMPLETE_MARKER)):
+        instead += (
+            " A checkpoint saved with --save_only_model holds no optimizer state and cannot be resumed: start a run "
+            "from its weights with --model_name_or_path instead."
+        )
     raise IncompleteCheckpointError(
         f"Cannot resume from {folder}: the checkpoint is incomplete: {'; '.join(problems)}. {instead}"
     )
