@@ -23,6 +23,7 @@ from contrastive_hf.training.checkpoints import (
     IncompleteCheckpointError,
 )
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
+from test_dual_encoder import make_trainer as make_dual_encoder_trainer
 from test_prebatch_queue import make_trainer
 
 LAYOUT = CheckpointLayout()
@@ -174,3 +175,14 @@ def test_rotation_never_deletes_the_last_complete_checkpoint_for_a_newer_incompl
     _train(tokenizer, tmp_path, max_steps=4, resume=str(tmp_path / "checkpoint-2"), save_total_limit=1)
     assert LAYOUT.problems(str(tmp_path / "checkpoint-4")) == []
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-4"]  # the incomplete one went first, then the oldest
+
+
+def test_a_dual_encoders_checkpoint_is_checked_tower_by_tower(tokenizer, tmp_path):
+    trainer = make_dual_encoder_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train()
+    layout, checkpoint = trainer.checkpoint_layout(), tmp_path / "checkpoint-2"
+    assert layout.weight_folders == ("query_0_Transformer", "document_0_Transformer")  # no weights at the root
+    assert layout.problems(str(checkpoint)) == []
+    (checkpoint / "document_0_Transformer" / "model.safetensors").unlink()
+    with pytest.raises(IncompleteCheckpointError, match="missing the model's weights \\(document_0_Transformer/"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))

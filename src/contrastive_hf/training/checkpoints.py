@@ -43,6 +43,8 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
+from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME
+
 __all__ = [
     "INCOMPLETE_MARKER",
     "CheckpointLayout",
@@ -65,7 +67,7 @@ _MARKER_TEXT = (
 )
 _WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
 _ADAPTER_FILES = (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
-_JSON_READ_ON_RESUME = (TRAINER_STATE_NAME, CONFIG_NAME)
+_JSON_READ_ON_RESUME = (TRAINER_STATE_NAME, CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # torch.save's zip writer reports a failed write as a RuntimeError without an errno ("unexpected pos 4206208 vs
 # 4206096", "file write failed"); with less than this left on the disk afterwards, the disk was full.
@@ -89,6 +91,8 @@ class CheckpointLayout:
 
     deepspeed: bool = False
     extra_files: tuple[str, ...] = ()
+    # where the model's weights lie: the folder itself, or one sub-folder per encoder (a dual encoder's towers)
+    weight_folders: tuple[str, ...] = ("",)
 
     def missing(self, folder: str) -> list[str]:
         """The files (or alternatives) a resume reads that ``folder`` lacks."""
@@ -97,7 +101,8 @@ class CheckpointLayout:
             if not glob.glob(os.path.join(glob.escape(folder), "global_step*", "")):
                 missing.append("global_step*/ (DeepSpeed's model and optimizer states)")
         else:
-            missing += _missing_weights(folder)
+            for weight_folder in self.weight_folders:
+                missing += _missing_weights(folder, weight_folder)
             if not any(_exists(folder, name) for name in (OPTIMIZER_NAME, OPTIMIZER_NAME_BIN)):
                 if not _optimizer_folder(folder):
                     missing.append(OPTIMIZER_NAME)
@@ -133,27 +138,33 @@ def _optimizer_folder(folder: str) -> bool:
     return any(name.startswith("optimizer") and os.path.isdir(os.path.join(folder, name)) for name in names)
 
 
-def _missing_weights(folder: str) -> list[str]:
-    """The model's weights: a single file, the shards an index names, a peft adapter, or an FSDP model."""
+def _missing_weights(checkpoint: str, weight_folder: str) -> list[str]:
+    """The model's weights in ``weight_folder`` of a checkpoint: a single file, the shards an index names, a peft
+    adapter, or an FSDP model; what is missing, named from the checkpoint's root."""
+    folder = os.path.join(checkpoint, weight_folder)
+    names = os.listdir(folder) if os.path.isdir(folder) else []
     for index_name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME):
-        if _exists(folder, index_name):
+        if index_name in names:
             try:
                 with open(os.path.join(folder, index_name), encoding="utf-8") as handle:
                     shards = sorted(set(json.load(handle)["weight_map"].values()))
             except (ValueError, KeyError, AttributeError):
                 return []  # reported by damaged_files
-            return [shard for shard in shards if not _exists(folder, shard)]
-    if any(_exists(folder, name) for name in (*_WEIGHT_FILES, *_ADAPTER_FILES)):
+            return [os.path.join(weight_folder, shard) for shard in shards if shard not in names]
+    if any(name in names for name in (*_WEIGHT_FILES, *_ADAPTER_FILES)):
         return []
-    if any(name.startswith("pytorch_model_fsdp") for name in os.listdir(folder)):
+    if any(name.startswith("pytorch_model_fsdp") for name in names):
         return []
-    return [f"the model's weights ({SAFE_WEIGHTS_NAME}, {SAFE_WEIGHTS_INDEX_NAME} and its shards, or {WEIGHTS_NAME})"]
+    return [
+        f"the model's weights ({os.path.join(weight_folder, SAFE_WEIGHTS_NAME)}, or an index and its shards, or "
+        f"{os.path.join(weight_folder, WEIGHTS_NAME)})"
+    ]
 
 
 def damaged_files(folder: str) -> list[str]:
     """The files of a checkpoint folder that are cut short or unreadable, one line each naming the file: safetensors
     files whose header does not cover the file, torch zip archives without their central directory, the JSON a resume
-    reads (trainer state, config, weight index) that does not parse, and empty files of these kinds."""
+    reads (trainer state, configurations, weight index) that does not parse, and empty files of these kinds."""
     damaged = []
     for path in sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)):
         name = os.path.relpath(path, folder)

@@ -285,9 +285,16 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 
     def checkpoint_layout(self) -> CheckpointLayout:
-        """What this trainer's checkpoints hold: the Trainer's files and the pre-batch queue when there is one."""
+        """What this trainer's checkpoints hold: the Trainer's files (the weights where the saved model puts its
+        encoders) and the pre-batch queue when there is one."""
         extra_files = (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
-        return CheckpointLayout(deepspeed=self.is_deepspeed_enabled, extra_files=extra_files)
+        saved = self.saved_model()
+        folders = (
+            [folder for folder, _, _ in saved.checkpoint_encoders().values()]
+            if isinstance(saved, EmbeddingCheckpointMixin)
+            else [""]
+        )
+        return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
 
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the
