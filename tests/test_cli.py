@@ -149,7 +149,8 @@ def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
     assert results["sts"]["tasks"]["STS-B"]["pairs"] == 40 and results["sts"]["tasks"]["STS-B"]["split"] == "dev"
 
 
-def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys):
+def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the default --output, eval_results.json, would be written
     assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(tmp_path / "nope.csv")]) == 2
     assert "STS Benchmark file not found" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint, "--tasks", "sts", "--data-dir", str(tmp_path)]) == 2
@@ -159,7 +160,18 @@ def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_pa
     assert "Unknown task 'glue'" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint]) == 2
     assert "Give --data-dir" in capsys.readouterr().err
-    assert not (tmp_path / "eval_results.json").exists()
+    assert not (tmp_path / "eval_results.json").exists()  # no failed run wrote a results file
+
+
+def test_evaluate_names_a_truncated_weights_file(tiny_checkpoint, tmp_path, capsys):
+    weights = os.path.join(tiny_checkpoint, "model.safetensors")
+    with open(weights, "r+b") as handle:
+        handle.truncate(os.path.getsize(weights) // 2)
+    stsb = tmp_path / "sts-dev.csv"
+    stsb.write_text(STSB_DEV.read_text(encoding="utf-8").splitlines()[0] + "\n")
+    assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(tmp_path / "r.json")]) == 2
+    error = capsys.readouterr().err
+    assert f"Cannot load the model in {tiny_checkpoint}: model.safetensors is truncated or corrupt" in error
 
 
 def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, capsys):

@@ -111,6 +111,67 @@ def test_missing_file_raises_naming_the_path(tmp_path, cache_dir):
     assert str(present) not in str(error.value)
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["map", "streaming"])
+@pytest.mark.parametrize("name", ["corpus.txt", "corpus.csv", "corpus.jsonl"])
+def test_an_empty_file_is_named_and_skipped_or_refused_when_alone(tmp_path, cache_dir, caplog, name, streaming):
+    empty = tmp_path / name
+    empty.write_bytes(b"")
+    with pytest.raises(EmptyCorpusError, match="empty \\(0 bytes\\)") as error:
+        load_corpus(str(empty), cache_dir=cache_dir, streaming=streaming)
+    assert str(empty) in str(error.value) and "--train_file" in str(error.value)
+
+    present = tmp_path / f"present{name[6:]}"
+    present.write_text({"corpus.txt": "one\n", "corpus.csv": "text\none\n", "corpus.jsonl": '{"text": "one"}\n'}[name])
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+        corpus = load_corpus([str(present), str(empty)], cache_dir=cache_dir, streaming=streaming)
+    assert [row["text"] for row in corpus] == ["one"]
+    assert f"Skipped 1 empty (0-byte) training file(s): {empty}." in caplog.text
+
+
+def _latin1_in_the_middle(path, header=b"", line=lambda text: text):
+    """A corpus over 1 MiB of UTF-8 text with one Latin-1 line; the Latin-1 byte's offset and line number. The first
+    line is padded so that a two-byte character straddles the 1 MiB reads of the scan."""
+    body = b"".join(line(f"caf\u00e9 number {i}".encode()) + b"\n" for i in range(60_000))
+    unpadded = header + line(b"") + b"\n" + body
+    padding = 2**20 - 1 - unpadded.rindex("\u00e9".encode(), 0, 2**20)
+    before = header + line(b"x" * padding) + b"\n" + body
+    assert before[2**20 - 1 : 2**20 + 1] == "\u00e9".encode()
+    bad = line("caf\u00e9 au lait".encode("latin-1"))
+    path.write_bytes(before + bad + b"\n" + line(b"the end") + b"\n")
+    return len(before) + bad.index(b"\xe9"), before.count(b"\n") + 1
+
+
+@pytest.mark.parametrize(
+    "name, header, line",
+    [
+        ("corpus.txt", b"", lambda text: text),
+        ("corpus.csv", b"text\n", lambda text: text),
+        ("corpus.jsonl", b"", lambda text: b'{"text": "' + text + b'"}'),
+    ],
+    ids=["text", "csv", "json"],
+)
+def test_a_file_that_is_not_utf8_is_named_with_the_byte_and_line(tmp_path, cache_dir, name, header, line):
+    path = tmp_path / name
+    offset, line_number = _latin1_in_the_middle(path, header, line)
+    assert offset > 2**20  # past the first read of the scan
+    with pytest.raises(ValueError) as error:
+        load_corpus(str(path), cache_dir=cache_dir)
+    message = str(error.value)
+    assert f"{path} is not UTF-8 text: the bytes b'\\xe9' at byte {offset} (line {line_number})" in message
+    assert "iconv" in message
+
+
+def test_a_streamed_text_file_that_is_not_utf8_is_named_with_the_byte(tmp_path):
+    path = tmp_path / "corpus.txt"
+    offset, _ = _latin1_in_the_middle(path)
+    with pytest.raises(ValueError, match=f"{path} is not UTF-8 text: the bytes b'\\\\xe9' at byte {offset} "):
+        list(load_corpus(str(path), streaming=True))  # read in byte ranges: the offset is the file's
+    compressed = tmp_path / "corpus.txt.gz"
+    compressed.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(ValueError, match=f"at byte {offset} of the decompressed text"):
+        list(load_corpus(str(compressed), streaming=True))
+
+
 def test_both_or_neither_source_raises(tmp_path, cache_dir):
     path = _write_text(tmp_path / "corpus.txt", NON_EMPTY)
     with pytest.raises(ValueError, match="exactly one"):

@@ -342,7 +342,7 @@ def test_collator_pads_queries_and_passages_separately_and_hashes_texts(tokenize
 
 
 def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
-    arguments = {"learning_rate": 1e-3, **arguments}
+    arguments = {"learning_rate": 1e-3, "save_strategy": "no", **arguments}
     model = make_model(vocab_size=len(tokenizer))
     dataset = tokenize_query_passage_pairs(
         Dataset.from_list(snli_triples(count)), tokenizer, ("query", "positive", "hard_negative")
@@ -351,7 +351,6 @@ def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
         report_to="none",
-        save_strategy="no",
         disable_tqdm=True,
         use_cpu=True,
         seed=0,

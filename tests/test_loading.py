@@ -12,6 +12,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoModelForSequenceClassification, BertModel, Trainer, TrainingArguments
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
+from contrastive_hf.commands.loading import load_pretraining_model
 
 from conftest import TEST_DATA, tiny_bert_config
 
@@ -51,6 +52,17 @@ def test_sentence_transformers_gives_the_same_embeddings(tokenizer, tmp_path, ov
     ours = model.contrastive.encode(SENTENCES, tokenizer=tokenizer)
     theirs = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES)  # no remote code
     np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+def test_a_truncated_weights_file_is_named_when_loading_to_train(tokenizer, tmp_path):
+    saved_checkpoint(tokenizer, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a save killed halfway
+    with pytest.raises(ValueError) as error:
+        load_pretraining_model(str(tmp_path), None, tokenizer)
+    message = str(error.value)
+    assert f"Cannot load the model in {tmp_path}: model.safetensors is truncated or corrupt" in message
+    assert "save or copy the model again" in message
 
 
 def test_poolers_sentence_transformers_cannot_express_ship_no_modules_file(tokenizer, tmp_path):

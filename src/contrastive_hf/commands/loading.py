@@ -13,6 +13,7 @@ from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspe
 from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
+from ..training.checkpoints import naming_damaged_files
 
 __all__ = [
     "load_pretraining_model",
@@ -40,9 +41,10 @@ def load_pretraining_model(
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
     """
     if model_name_or_path:
-        if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
-            return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
-        return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
+        with naming_damaged_files(model_name_or_path):
+            if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
+                return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
+            return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
     if not config_name:
         raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)

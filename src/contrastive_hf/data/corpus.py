@@ -20,6 +20,7 @@ of (line, offset) for packed blocks.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import logging
 import os
@@ -71,7 +72,9 @@ def load_corpus(
     """One split of a corpus: local text (one sentence or paragraph per line, optionally ``.gz``), csv or json
     files, or a Hub dataset; a `datasets.IterableDataset` read on the fly when ``streaming``.
 
-    Raises a `ValueError` naming the problem when neither or both sources are given, or a file is missing.
+    Empty (0-byte) files are skipped and named in the log. Raises a `ValueError` naming the problem and the file when
+    neither or both sources are given, a file is missing or not UTF-8 text (with the byte offset and line of the
+    first bytes that are not), and `EmptyCorpusError` when every file is empty.
     """
     if (train_files is None) == (dataset_name is None):
         raise ValueError("Give exactly one corpus: --train_file PATH (text/csv/json) or --dataset_name NAME.")
@@ -81,6 +84,15 @@ def load_corpus(
     missing = [str(path) for path in files if not os.path.isfile(path)]
     if missing:
         raise ValueError(f"Training file(s) not found: {', '.join(missing)}.")
+    empty = [path for path in files if os.path.getsize(path) == 0]
+    if len(empty) == len(files):
+        raise EmptyCorpusError(
+            f"The training file(s) {', '.join(map(str, empty))} are empty (0 bytes), often the sign of an "
+            "interrupted copy or download: write them again, or give other files with --train_file."
+        )
+    if empty:  # as empty lines are
+        logger.warning("Skipped %d empty (0-byte) training file(s): %s.", len(empty), ", ".join(map(str, empty)))
+        files = [path for path in files if path not in empty]
     extensions = {_extension(path) for path in files}
     unknown = extensions - set(_EXTENSION_BUILDERS)
     if unknown:
@@ -91,15 +103,69 @@ def load_corpus(
     builder = builders.pop()
     if streaming and builder == "text":
         return text_stream(files)
+    if builder == "json" and not streaming:  # Arrow's JSON reader keeps bytes that are not UTF-8 and fails later
+        for path in files:
+            _check_utf8(str(path))
     kwargs = {"delimiter": "\t"} if extensions == {"tsv"} else {}
-    corpus = load_dataset(
-        builder,
-        data_files={split: [str(path) for path in files]},
-        cache_dir=cache_dir,
-        streaming=streaming,
-        **kwargs,
-    )
+    try:
+        corpus = load_dataset(
+            builder,
+            data_files={split: [str(path) for path in files]},
+            cache_dir=cache_dir,
+            streaming=streaming,
+            **kwargs,
+        )
+    except Exception as error:
+        if _caused_by(error, UnicodeDecodeError):  # datasets' message names no file
+            for path in files:
+                _check_utf8(str(path), cause=error)
+        raise
     return corpus[split]
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
+
+
+def _check_utf8(path: str, cause: BaseException | None = None) -> None:
+    """Raise `_not_utf8_error` at the first bytes of ``path`` (decompressed, for ``.gz``) that are not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = lines = 0  # bytes and line breaks before this chunk
+    with _open_binary(path) as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            pending = decoder.getstate()[0]  # the start of a character cut by the previous chunk
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                data = pending + chunk
+                line = lines + data[: error.start].count(b"\n") + 1
+                position = offset - len(pending) + error.start
+                raise _not_utf8_error(path, position, data[error.start : error.end], line) from cause or error
+            if not chunk:
+                return
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+
+
+def _not_utf8_error(path: str, offset: int, undecodable: bytes, line: int | None = None) -> ValueError:
+    name = os.path.basename(path)
+    where = f"byte {offset}" + (f" (line {line})" if line is not None else "")
+    if path.lower().endswith(".gz"):
+        where += " of the decompressed text"
+    return ValueError(
+        f"{path} is not UTF-8 text: the bytes {undecodable!r} at {where} cannot be decoded. Convert the file to "
+        f"UTF-8 and give the converted file (e.g. `iconv -f latin1 -t utf-8 {name} > utf8-{name}` for Latin-1 "
+        "text)."
+    )
 
 
 def _extension(path) -> str:
@@ -158,7 +224,11 @@ def _read_text_shards(shards):
                 line = handle.readline()
                 if not line:
                     break
-                text = line.decode("utf-8").rstrip("\r\n")
+                try:
+                    text = line.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    bad = line[error.start : error.end]
+                    raise _not_utf8_error(path, position + error.start, bad) from error
                 total += 1
                 if text.strip():
                     yield {"text": text, EXAMPLE_INDEX_COLUMN: (file_number << _OFFSET_BITS) | position}

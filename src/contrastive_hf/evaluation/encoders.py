@@ -253,12 +253,16 @@ def load_encoder(
 
     from .. import ContrastiveModel
     from ..models.checkpoint_files import checkpoint_model_type
+    from ..training.checkpoints import naming_damaged_files
 
-    if backend == "contrastive":
-        if checkpoint_model_type(name_or_path) != "contrastive":
-            raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
-        model = ContrastiveModel.from_pretrained(name_or_path)
-    else:
-        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
+    with naming_damaged_files(name_or_path):
+        if backend == "contrastive":
+            if checkpoint_model_type(name_or_path) != "contrastive":
+                raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
+            model = ContrastiveModel.from_pretrained(name_or_path)
+        else:
+            model = ContrastiveModel.from_encoder_pretrained(
+                name_or_path, pooler_type=pooler_type, projection_type="none"
+            )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, name=name_or_path)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from contextlib import contextmanager
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.collators import CollatorEpochCallback
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
+from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
 from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
@@ -273,11 +276,46 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 "without --push_to_hub and upload the output directory later. Nothing has been trained or written yet."
             ) from error
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None):
+        """`Trainer.train`, resuming only from a complete checkpoint (`contrastive_hf.training.checkpoints`):
+        ``resume_from_checkpoint=True`` skips newer incomplete ones with a warning, a folder given by name that is
+        incomplete raises an error listing what is missing or cut short."""
+        resume_from_checkpoint = resolve_resume_checkpoint(
+            resume_from_checkpoint, self.args.output_dir, self.checkpoint_layout()
+        )
+        return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+
+    def checkpoint_layout(self) -> CheckpointLayout:
+        """What this trainer's checkpoints hold: the Trainer's files (the weights where the saved model puts its
+        encoders) and the pre-batch queue when there is one."""
+        extra_files = (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
+        saved = self.saved_model()
+        folders = (
+            [folder for folder, _, _ in saved.checkpoint_encoders().values()]
+            if isinstance(saved, EmbeddingCheckpointMixin)
+            else [""]
+        )
+        return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
+
     def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        if self.prebatch_queue is not None and self.args.should_save:  # the queue is part of an exact resume
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the
+        ``save_total_limit`` rotation come after, so that neither sees (nor keeps instead of a complete one) a
+        half-written checkpoint."""
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        layout = self.checkpoint_layout()
+        with saving_checkpoint(
+            folder, layout, is_saver=self.args.should_save, wait_for_everyone=self.accelerator.wait_for_everyone
+        ):
+            with _arguments_set(self.args, push_to_hub=False, save_total_limit=None):
+                super()._save_checkpoint(model, trial)
+            if self.prebatch_queue is not None and self.args.should_save:  # the queue is part of an exact resume
+                save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(folder)
+        if self.args.should_save:
+            keep = (folder, self.state.best_model_checkpoint)
+            rotate_checkpoints(run_dir, self.args.save_total_limit, keep, layout)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -313,6 +351,19 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return None if plugin is None else plugin.zero_stage
+
+
+@contextmanager
+def _arguments_set(args, **values):
+    """Training arguments set to ``values`` while the context lasts."""
+    saved = {name: getattr(args, name) for name in values}
+    for name, value in values.items():
+        setattr(args, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(args, name, value)
 
 
 class _ResetQueueEachEpoch(TrainerCallback):
