@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.recipes.sg_bert import SelfGuidedModel
 from contrastive_hf.training.grad_cache import DeepSpeedChunkBackward, grad_cache_step
+from contrastive_hf.training.prebatch_queue import PrebatchQueue
 
 from conftest import tiny_bert_config
 
@@ -69,6 +70,15 @@ def build(name: str):
     return model, inputs
 
 
+QUEUED_SIZES = ((5, 3), (1, 5))
+
+
+def queued_batch(sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys ``(M, 4)`` and sentence ids ``(M,)`` of a global batch of ``sum(sizes)`` rows."""
+    generator = torch.Generator().manual_seed(sum(sizes))
+    return torch.randn(sum(sizes), 4, generator=generator), torch.randint(0, 1000, (sum(sizes),), generator=generator)
+
+
 def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
@@ -110,6 +120,12 @@ def worker(rank: int, port: int, output: str) -> None:
         mean_loss = loss.detach().clone()  # what the Trainer logs: the mean over ranks
         dist.all_reduce(mean_loss)
         results[name] = {"loss": mean_loss / WORLD, "grads": grads}
+    queue = PrebatchQueue(num_batches=2)  # keys of 5 + 3 rows, then 1 + 5, in rank order
+    for sizes in QUEUED_SIZES:
+        keys, ids = queued_batch(sizes)
+        rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+        queue.push(keys[rows], ids[rows])
+    results["queue"] = {"keys": queue.negatives(0), "ids": queue.negative_ids(0)}
     checks = deepspeed_batch_checks(rank)
     gathered = [None] * WORLD
     dist.all_gather_object(gathered, checks)
@@ -135,7 +151,11 @@ def two_process_results(tmp_path_factory) -> dict:
 
 
 def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(two_process_results):
+    """Every case of CASES, and the pre-batch queue filled by processes holding different numbers of keys."""
     distributed = two_process_results
+    keys, ids = zip(*(queued_batch(sizes) for sizes in QUEUED_SIZES), strict=True)
+    torch.testing.assert_close(distributed["queue"]["keys"], torch.cat(keys))  # the whole batches, in rank order
+    assert torch.equal(distributed["queue"]["ids"], torch.cat(ids))
     for name in CASES:
         model, inputs = build(name)
         loss = model(**inputs).loss
