@@ -3,7 +3,6 @@ when the processes hold different numbers of sentences (a ragged last batch, une
 
 from __future__ import annotations
 
-import socket
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +15,7 @@ from contrastive_hf.recipes.sg_bert import SelfGuidedModel
 from contrastive_hf.training.grad_cache import DeepSpeedChunkBackward, grad_cache_step
 from contrastive_hf.training.prebatch_queue import PrebatchQueue
 
-from conftest import tiny_bert_config
+from conftest import free_port, tiny_bert_config
 
 WORLD = 2
 VOCAB = 60
@@ -134,12 +133,6 @@ def worker(rank: int, port: int, output: str) -> None:
     if rank == 0:
         torch.save(results, output)
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
