@@ -20,6 +20,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.data.corpus import (
+    SHARDS_PER_FILE,
     EmptyCorpusError,
     load_corpus,
     prepare_streaming,
@@ -374,6 +375,25 @@ def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     assert sorted(ranges[0] | ranges[1]) == [(s, e) for (_, _, s, e) in text_shards(str(path))]
     assert not set(seen[0]) & set(seen[1])
     assert sorted(seen[0] + seen[1]) == sorted(line for line in lines if line)
+
+
+def test_consecutive_blocks_of_shards_hold_about_as_many_bytes_whatever_the_file_sizes(tmp_path):
+    """accelerate gives each process a block of consecutive shards: the ranges are of one size across the files, so
+    that a small file beside a big one does not become one process's whole share (which it would read again and
+    again)."""
+    big = _write_text(tmp_path / "big.txt", [f"sentence {i} about contrastive learning" for i in range(50_000)])
+    small = _write_text(tmp_path / "small.txt", [f"line {i} of the small file" for i in range(10_000)])
+    assert big.stat().st_size > 7 * small.stat().st_size > 7 * SHARDS_PER_FILE * 4096  # 2.1 MB beside 280 KB
+    shards = text_shards([str(big), str(small)])
+    stream = text_stream([str(big), str(small)])
+    assert stream.n_shards == len(shards)
+    ranges = [end - start for _, _, start, end in shards]
+    assert max(ranges) < 2 * min(ranges)
+    for processes in (2, 3, 8):
+        counts = [stream.shard(num_shards=processes, index=index).n_shards for index in range(processes)]
+        starts = [sum(counts[:index]) for index in range(processes + 1)]
+        shares = [sum(ranges[starts[index] : starts[index + 1]]) for index in range(processes)]
+        assert max(shares) - min(shares) <= max(ranges), (processes, shares)
 
 
 def test_an_endless_text_stream_gives_each_pass_new_identities(tmp_path):

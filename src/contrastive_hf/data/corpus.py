@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,8 +54,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _EXTENSION_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
-# A streamed plain-text file is cut into this many byte ranges at most (enough shards for many processes times
-# dataloader workers), each at least _MIN_SHARD_BYTES long.
+# A streamed plain-text file is cut into about this many byte ranges (enough shards for many processes times
+# dataloader workers; `text_shards`), each at least _MIN_SHARD_BYTES long.
 SHARDS_PER_FILE = 64
 _MIN_SHARD_BYTES = 1 << 12
 _OFFSET_BITS = 44  # example_index of a streamed line: file number << 44 | byte offset (files up to 16 TiB)
@@ -200,7 +201,7 @@ def text_stream(
 ) -> IterableDataset:
     """A streamed text corpus (one example per non-empty line) with ``text`` and ``example_index`` columns.
 
-    Its shards are byte ranges of the files, up to ``shards_per_file`` per plain file and one per ``.gz`` file
+    Its shards are byte ranges of the files, about ``shards_per_file`` per plain file and one per ``.gz`` file
     (gzip cannot be read from the middle), so ``dataset.shard(num_shards, index)`` (what accelerate does for each
     process) and dataloader workers read disjoint parts of the corpus. A line belongs to the range holding its
     first byte. Empty lines are skipped and counted in the log, per shard.
@@ -220,16 +221,24 @@ def text_stream(
 
 
 def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> list[tuple[str, int, int, int]]:
-    """The shards of `text_stream`: ``(path, file number, first byte, end byte)``, end -1 for a whole ``.gz`` file."""
-    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    """The shards of `text_stream`: ``(path, file number, first byte, end byte)``, end -1 for a whole ``.gz`` file.
+
+    The plain files are cut into about ``shards_per_file`` byte ranges each, of one size across the files (a file
+    gets its share of the ranges by its size, at least one, each range at least 4 KB), so that a block of
+    consecutive shards (what accelerate gives each process) holds about as many bytes as any other block of as many
+    shards, whatever the sizes of the files.
+    """
+    files = [str(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    sizes = {path: os.path.getsize(path) for path in files if not path.lower().endswith(".gz")}
+    total = sum(sizes.values())
+    target = shards_per_file * len(sizes)  # ranges over all plain files
     shards = []
     for file_number, path in enumerate(files):
-        path = str(path)
-        if path.lower().endswith(".gz"):
+        if path not in sizes:
             shards.append((path, file_number, 0, -1))
             continue
-        size = os.path.getsize(path)
-        count = max(1, min(shards_per_file, size // _MIN_SHARD_BYTES))
+        size = sizes[path]
+        count = max(1, min(round(size * target / max(total, 1)), size // _MIN_SHARD_BYTES))
         bounds = np.linspace(0, size, count + 1).astype(np.int64)
         shards.extend(
             (path, file_number, int(start), int(end)) for start, end in zip(bounds[:-1], bounds[1:], strict=True)
@@ -353,15 +362,15 @@ def prepare_streaming(
 
 
 def _describe_files(files) -> str:
-    """`` (corpus.txt: 5,120 bytes in 1 shard)``: each file's size and shards, for errors; empty without files."""
+    """`` (corpus.txt: 5,120 bytes in 1 shard(s))``: each file's size and shards, for errors; empty without files."""
     if not files:
         return ""
-    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
-    parts = []
-    for path in files:
-        is_text = _EXTENSION_BUILDERS.get(_extension(path)) == "text"
-        shards = len(text_shards(path)) if is_text else 1
-        parts.append(f"{os.path.basename(str(path))}: {os.path.getsize(path):,} bytes in {shards} shard(s)")
+    files = [str(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    text = [path for path in files if _EXTENSION_BUILDERS.get(_extension(path)) == "text"]
+    shards = Counter(path for path, *_ in text_shards(text)) if text else Counter()
+    parts = [
+        f"{os.path.basename(path)}: {os.path.getsize(path):,} bytes in {shards[path] or 1} shard(s)" for path in files
+    ]
     return f" ({'; '.join(parts)})"
 
 
