@@ -152,6 +152,14 @@ def _long_lines(repo_root, count: int, length: int) -> list[str]:
     return lines
 
 
+def assert_loads_as_the_final_model(checkpoint, output_dir) -> None:
+    """The checkpoint of the last step loads, with the weights of the model saved at the end."""
+    saved = contrastive_hf.ContrastiveModel.from_pretrained(checkpoint).state_dict()
+    final = contrastive_hf.ContrastiveModel.from_pretrained(output_dir).state_dict()
+    assert saved.keys() == final.keys()
+    assert all(torch.equal(saved[name], final[name]) for name in final)
+
+
 def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(repo_root, tmp_path):
     """7 lines of 1,200 bytes cut into two byte ranges: process 0 reads 4 lines, process 1 reads 3. Each reads its own
     again and again, so both train every step, with full batches, to --max_steps and a checkpoint that loads."""
@@ -166,7 +174,7 @@ def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(repo_ro
     assert state["global_step"] == 5
     losses = [entry["cl_loss"] for entry in state["log_history"] if "cl_loss" in entry]
     assert len(losses) == 5 and all(loss > 0 for loss in losses)
-    assert isinstance(AutoModel.from_pretrained(output_dir / "checkpoint-5"), contrastive_hf.ContrastiveModel)
+    assert_loads_as_the_final_model(output_dir / "checkpoint-5", output_dir)
 
 
 def test_streaming_on_two_processes_stops_both_when_one_has_no_line(repo_root, tmp_path):
@@ -196,7 +204,7 @@ def test_two_processes_with_a_ragged_last_batch(repo_root, tmp_path):
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # 2 steps per epoch
     assert [entry["step"] for entry in state["log_history"] if "cl_loss" in entry] == [1, 2, 3]
-    assert isinstance(AutoModel.from_pretrained(output_dir / "checkpoint-3"), contrastive_hf.ContrastiveModel)
+    assert_loads_as_the_final_model(output_dir / "checkpoint-3", output_dir)
 
 
 def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_root, tmp_path):
