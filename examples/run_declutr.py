@@ -76,8 +76,6 @@ def main():
 
     if span_args.hard_negatives and model_args.contrastive_loss != "info_nce":
         raise ValueError("--hard_negatives gives three views per document: use --contrastive_loss info_nce.")
-    if data_args.streaming and training_args.max_steps <= 0:
-        raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
     tokenizer = load_tokenizer(encoder_args)
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model: ContrastiveForPreTraining = load_pretraining_model(
@@ -95,8 +93,10 @@ def main():
             data_args.dataset_config_name,
             cache_dir=encoder_args.cache_dir,
             streaming=data_args.streaming,
+            passes=None if data_args.streaming else 1,
         )
-        corpus = first_examples(corpus, data_args.max_train_samples)
+        if not data_args.streaming:  # a stream is cut by prepare_streaming, after the short documents are dropped
+            corpus = first_examples(corpus, data_args.max_train_samples)
         documents = tokenize_documents(
             corpus,
             tokenizer,
@@ -107,7 +107,7 @@ def main():
             num_proc=data_args.preprocessing_num_workers,
         )
     if data_args.streaming:
-        prepare_streaming(documents, training_args)
+        documents = prepare_streaming(documents, training_args, data_args.max_train_samples, data_args.train_file)
 
     positions = getattr(model.config.encoder, "max_position_embeddings", None) or data_args.max_seq_length
     collator = SpanViewCollator(

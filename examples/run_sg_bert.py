@@ -75,8 +75,6 @@ def main():
     setup_logging(training_args, logger, summary=True)
     if encoder_args.model_name_or_path is None:
         raise ValueError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
-    if data_args.streaming and training_args.max_steps <= 0:
-        raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
 
     tokenizer = load_tokenizer(encoder_args)
     model = SelfGuidedModel.from_encoder_pretrained(

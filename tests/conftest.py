@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,13 @@ def tiny_bert_config(vocab_size: int = 8192, **overrides) -> BertConfig:
     )
     values.update(overrides)
     return BertConfig(**values)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for a process group of its own (tests may run beside other launches)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

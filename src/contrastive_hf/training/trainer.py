@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import os
 from contextlib import contextmanager
@@ -10,11 +11,12 @@ from contextlib import contextmanager
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..data.collators import CollatorEpochCallback
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
+from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
 from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
@@ -71,6 +73,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         super().__init__(*args, **kwargs)
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_counts: dict[str, int] = {}
+        self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -188,13 +191,79 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 self._metric_counts[name] = self._metric_counts.get(name, 0) + 1
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._metric_sums:
-            for name in self.step_metrics:
-                if name in self._metric_sums:
-                    mean = self._metric_sums[name] / self._metric_counts[name]
-                    logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
-            self._metric_sums, self._metric_counts = {}, {}
+        if "loss" in logs:
+            logs.update(self._gathered_step_metrics())
         super().log(logs, start_time)
+
+    def _gathered_step_metrics(self) -> dict[str, float]:
+        """Each step metric's mean over the steps of every process since the last log, in one gather of the same
+        shape on every process: a process may lack a metric another has (uniformity needs two rows in a batch)."""
+        device = self.args.device
+        sums = [self._metric_sums.get(name, torch.zeros((), device=device)).float() for name in self.step_metrics]
+        counts = [float(self._metric_counts.get(name, 0)) for name in self.step_metrics]
+        local = torch.stack([torch.stack(sums), torch.tensor(counts, device=device)])  # (2, metrics)
+        totals = self.accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, metrics) -> (2, metrics)
+        self._metric_sums, self._metric_counts = {}, {}
+        return {
+            name: round(total / count, 4)
+            for name, total, count in zip(self.step_metrics, *totals, strict=True)
+            if count > 0
+        }
+
+    def get_train_dataloader(self):
+        """The Trainer's training dataloader, refused when the processes would get different numbers of batches per
+        epoch (``accelerator_config.even_batches=False`` with a batch count that does not divide by the number of
+        processes): one would then wait forever for the others in the gather of negatives or of gradients."""
+        dataloader = super().get_train_dataloader()
+        if self.args.world_size > 1 and has_length(dataloader):
+            counts = gather_sizes(len(dataloader), self.args.device)
+            if len(set(counts)) > 1:
+                raise ValueError(
+                    f"The processes would get {' / '.join(map(str, counts))} training batches per epoch (process 0 "
+                    f"first): accelerator_config even_batches=False leaves the last batches of an epoch to some "
+                    "processes only, and the others would wait for them forever. Keep even_batches true (the default: "
+                    "the last batches are completed with examples from the start of the data), or set "
+                    "--dataloader_drop_last true."
+                )
+        return dataloader
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        """The next ``num_batches`` training batches; from a stream (an iterable dataset) on several processes, the
+        same number on every process, the fewest any has.
+
+        A process that runs out of batches while the others still have some would otherwise leave them waiting
+        forever in the next gather: here every process stops the epoch together. A process with no batch at all at
+        the start of an epoch, while others have some (its shards of the stream hold no example), is an error
+        raised on every process at once.
+        """
+        if self.args.world_size == 1 or not isinstance(self.train_dataset, torch.utils.data.IterableDataset):
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches = list(itertools.islice(epoch_iterator, num_batches))
+        counts = gather_sizes(len(batches), device)  # one tiny collective per optimisation step
+        starting = epoch_iterator is not self._epoch_iterator
+        self._epoch_iterator = epoch_iterator
+        if starting and min(counts) == 0 < max(counts):
+            raise RuntimeError(self._no_batch_message(counts))
+        batches = batches[: min(counts)]
+        return super().get_batch_samples(iter(batches), len(batches), device)
+
+    def _no_batch_message(self, counts: list[int]) -> str:
+        """What went wrong when some processes have no training batch at all, naming them and their shards."""
+        world = len(counts)
+        empty = [index for index, count in enumerate(counts) if count == 0]
+        where = ""
+        shards = getattr(self.train_dataset, "n_shards", None)
+        if shards is not None and shards >= world:  # accelerate gives process r dataset.shard(world, r): a block
+            sizes = [self.train_dataset.shard(num_shards=world, index=index).n_shards for index in range(world)]
+            blocks = [f"process {i}: shards {sum(sizes[:i])}-{sum(sizes[: i + 1]) - 1}" for i in empty]
+            where = f" ({'; '.join(blocks)} of the stream's {shards})"
+        return (
+            f"No training example on process(es) {', '.join(map(str, empty))} of {world}{where}, while the others "
+            "have some: the shards of the stream each process reads hold none (the log names their files and byte "
+            "ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its first "
+            "byte, so a corpus of a few long lines can leave a process without any. Stopping every process: give a "
+            "corpus with more lines, train on fewer processes, or train without --streaming."
+        )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Score an eval set that scores itself (a `TrainingEvalSet`: `STSData`, `RetrievalData`); anything else

@@ -16,7 +16,7 @@ from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.distributed import gather_sizes, gather_with_grad, rank, world_size
+from ...models.distributed import gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
 from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
 from .losses import (
     LAYER_POOLINGS,
@@ -284,6 +284,7 @@ class SelfGuidedModel(nn.Module):
                     all_sentences = gather_with_grad(projected, sizes) if gather else None
                     loss_function = self_guided_base_loss if config.loss == "base" else self_guided_opt1_loss
                     cl_loss = loss_function(projected, views, config.temperature, all_sentences, all_views, offset)
+            cl_loss = share_of_global_mean(cl_loss, sizes)  # the average over processes: the global batch's loss
             output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
             if config.regularization_weight > 0:
                 output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)
