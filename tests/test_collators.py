@@ -17,6 +17,7 @@ from contrastive_hf.data.collators import (
     CollatorEpochCallback,
     ContrastiveDataCollator,
     PairCollator,
+    content_room,
     mask_tokens,
     pad_sequences,
 )
@@ -332,6 +333,47 @@ def test_num_views_must_be_positive(tokenizer):
 def test_del_word_without_del_token_raises(tokenizer):
     with pytest.raises(ValueError, match="add_del_token"):
         ContrastiveDataCollator(tokenizer, augmentation="del_word")
+
+
+@pytest.mark.parametrize("max_length", [0, 1, 2])
+def test_a_max_length_that_keeps_no_word_is_refused(tokenizer, max_length):
+    # [CLS] and [SEP] take 2 tokens: every example would be "[CLS] [SEP]" (issue 13: train_loss 0, exit 0)
+    message = rf"max_length={max_length} \(--max_seq_length\) leaves no room for words: .* 2 special tokens "
+    message += r"\(\[CLS\] \[SEP\]\).* Set it to at least 3"
+    with pytest.raises(ValueError, match=message):
+        ContrastiveDataCollator(tokenizer, augmentation="dropout", max_length=max_length)
+    with pytest.raises(ValueError, match=message):
+        PairCollator(tokenizer, max_length=max_length)
+    assert content_room(tokenizer, 3) == 1  # one word is little, but it can be learned from
+    ContrastiveDataCollator(tokenizer, augmentation="dropout", max_length=3)
+
+
+@pytest.mark.parametrize(
+    "augmentation,probability,max_length",
+    [
+        ("del_word", 1.0, None),
+        ("del_word", 1.0, 32),
+        ("subs+del_word", 1.0, 32),
+        ("del_word,reorder", 1.0, 32),  # half the views would be [DEL] alone
+        ("del_word", 0.99, 32),  # round(0.99 * n) = n for every n <= 30 content tokens
+    ],
+)
+def test_word_deletion_that_deletes_every_token_is_refused(del_tokenizer, augmentation, probability, max_length):
+    message = rf"del_word_probability={probability} deletes every token of every sentence.* \[DEL\].* CLEAR's 0.7"
+    with pytest.raises(ValueError, match=message):
+        ContrastiveDataCollator(
+            del_tokenizer,
+            augmentation=augmentation,
+            del_word_probability=probability,
+            max_length=max_length,
+            synonyms={"fox": ["wolf"]},
+        )
+
+
+def test_high_deletion_ratios_that_keep_a_word_of_long_sentences_are_allowed(del_tokenizer):
+    # 0.99 keeps a token of sentences over 50 tokens: refused only when max_length rules those out
+    ContrastiveDataCollator(del_tokenizer, del_word_probability=0.99, max_length=128, seed=0)
+    ContrastiveDataCollator(del_tokenizer, del_word_probability=0.9, max_length=32, seed=0)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -106,6 +106,10 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
         (["--pooler_type", "bogus"], "Unknown pooler_type 'bogus'"),
         (["--temperature", "0"], "temperature must be > 0"),
         (["--augmentations", "shuffle"], "Unknown augmentation 'shuffle'"),
+        # issue 13: each of these trained to nothing (or crashed mid-run) and exited 0
+        (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words"),
+        (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives"),
+        (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens"),
     ],
 )
 def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, flags, message):

@@ -94,6 +94,10 @@ class Augmentation:
         key = rng.integers(0, 2**64, size=1, dtype=np.uint64)
         return self.apply(batch, key).rows()[0]
 
+    def atoms(self) -> tuple[Augmentation, ...]:
+        """The single augmentations this one is made of (itself, or the parts of a composition or mixture)."""
+        return (self,)
+
     def __repr__(self) -> str:
         return self.name
 
@@ -183,6 +187,14 @@ class WordDeletion(Augmentation):
             raise ValueError(f"del_word probability must be in [0, 1], got {probability}.")
         self.del_token_id = del_token_id
         self.probability = probability
+
+    def deletes_every_token(self, max_content: int | None = None) -> bool:
+        """Whether every sentence of 1 to ``max_content`` non-special tokens (any length when None) loses all of
+        them, so that every view is the same ``[CLS] [DEL] [SEP]`` whatever the sentence."""
+        if max_content is None:
+            return self.probability >= 1.0
+        lengths = np.arange(1, max(max_content, 1) + 1)
+        return bool((_round(self.probability * lengths) >= lengths).all())
 
     def apply(self, batch, keys):
         content, n = _content(batch)
@@ -402,6 +414,9 @@ class Composition(Augmentation):
         self.name = "+".join(part.name for part in self.parts)
         self.needs_del_token = any(part.needs_del_token for part in self.parts)
 
+    def atoms(self) -> tuple[Augmentation, ...]:
+        return tuple(atom for part in self.parts for atom in part.atoms())
+
     def apply(self, batch, keys):
         for stage, part in enumerate(self.parts):
             batch = part.apply(batch, combine(keys, stage))
@@ -417,6 +432,9 @@ class Mixture(Augmentation):
         self.choices = tuple(choices)
         self.name = ",".join(choice.name for choice in self.choices)
         self.needs_del_token = any(choice.needs_del_token for choice in self.choices)
+
+    def atoms(self) -> tuple[Augmentation, ...]:
+        return tuple(atom for choice in self.choices for atom in choice.atoms())
 
     def pick(self, keys: np.ndarray) -> np.ndarray:
         """Which choice each row uses."""

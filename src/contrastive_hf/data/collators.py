@@ -25,7 +25,16 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from .augmentations import DEL_WORD_PROBABILITY, Augmentation, Mixture, SynonymSubstitution, build_augmentation
+from .augmentations import (
+    DEL_TOKEN,
+    DEL_WORD_PROBABILITY,
+    Augmentation,
+    Mixture,
+    SynonymSubstitution,
+    WordDeletion,
+    build_augmentation,
+)
+from .corpus import special_token_frame
 from .seeding import EXAMPLE_INDEX_COLUMN, example_keys, mix64, new_seed, random_bits, stream
 from .synonyms import TokenSynonyms, load_synonyms
 from .token_batch import TokenBatch, special_token_table
@@ -35,6 +44,7 @@ __all__ = [
     "PairCollator",
     "CollatorEpochCallback",
     "EXAMPLE_INDEX_COLUMN",
+    "content_room",
     "PAIR_COLUMN_NAMES",
     "content_hashes",
     "example_identities",
@@ -132,11 +142,27 @@ def mlm_copy(
 def _uses_subs(augmentation) -> bool:
     if isinstance(augmentation, str):
         return "subs" in {name.strip() for choice in augmentation.split(",") for name in choice.split("+")}
-    if isinstance(augmentation, SynonymSubstitution):
-        return True
     if isinstance(augmentation, Augmentation):
-        return any(_uses_subs(part) for part in getattr(augmentation, "parts", getattr(augmentation, "choices", ())))
+        return any(isinstance(atom, SynonymSubstitution) for atom in augmentation.atoms())
     return any(_uses_subs(choice) for choice in augmentation)
+
+
+def content_room(tokenizer, max_length: int | None) -> int | None:
+    """How many tokens of a sentence ``max_length`` keeps once the tokenizer's special tokens are in (None: no
+    limit). A ``max_length`` that keeps none is refused: every example would be the same ``[CLS] [SEP]``, which no
+    loss can learn from."""
+    if max_length is None:
+        return None
+    prefix, suffix = special_token_frame(tokenizer)
+    if max_length <= len(prefix) + len(suffix):
+        frame = " ".join(tokenizer.convert_ids_to_tokens([*prefix, *suffix]))
+        raise ValueError(
+            f"max_length={max_length} (--max_seq_length) leaves no room for words: {type(tokenizer).__name__} adds "
+            f"{len(prefix) + len(suffix)} special tokens ({frame}) to every sentence, so every example would be "
+            f"only those, the same for every sentence, and training would learn nothing (loss 0 or at chance). Set "
+            f"it to at least {len(prefix) + len(suffix) + 1}; SimCSE and CLEAR use 32 for sentences."
+        )
+    return max_length - len(prefix) - len(suffix)
 
 
 @dataclass
@@ -196,6 +222,7 @@ class ContrastiveDataCollator:
             # compile now (a model given as the source is not kept, nor copied into dataloader workers)
             self.synonyms = load_synonyms(self.synonyms, self.tokenizer) if _uses_subs(self.augmentation) else None
         self.augmentation = self._build(self.augmentation)
+        self._refuse_views_of_no_words(content_room(self.tokenizer, self.max_length))
         if self.seed is None:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)
@@ -206,6 +233,19 @@ class ContrastiveDataCollator:
         if isinstance(augmentation, str):
             return build_augmentation(augmentation, self.tokenizer, self.del_word_probability, self.synonyms)
         return Mixture([self._build(choice) for choice in augmentation])
+
+    def _refuse_views_of_no_words(self, max_content: int | None) -> None:
+        """Word deletion that deletes every token makes every view ``[CLS] [DEL] [SEP]``, whatever the sentence: the
+        contrastive loss then stays at chance and the embeddings collapse."""
+        for atom in self.augmentation.atoms():
+            if isinstance(atom, WordDeletion) and atom.deletes_every_token(max_content):
+                longest = "" if max_content is None else f" (of up to {max_content} tokens)"
+                raise ValueError(
+                    f"del_word_probability={atom.probability} deletes every token of every sentence{longest}: each "
+                    f"view would be the same {DEL_TOKEN} between the special tokens, whatever the sentence, so the "
+                    "contrastive loss stays at chance and the embeddings collapse. Use a ratio that keeps words: "
+                    f"CLEAR's {DEL_WORD_PROBABILITY} (the default) or lower (the demo uses 0.3)."
+                )
 
     def set_epoch(self, epoch: int) -> None:
         """Views are drawn anew each epoch; `CollatorEpochCallback` calls this at the start of every epoch."""
@@ -292,6 +332,7 @@ class PairCollator:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
         if self.mlm and self.tokenizer.mask_token is None:
             raise ValueError(f"MLM is on but {type(self.tokenizer).__name__} has no mask token; set mlm=False.")
+        content_room(self.tokenizer, self.max_length)  # refuses a max_length that keeps no word
         if self.seed is None:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)

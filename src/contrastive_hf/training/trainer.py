@@ -22,6 +22,7 @@ from ..models.losses import alignment, uniformity
 from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
 from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
+from .sanity import TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
@@ -99,6 +100,8 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                     f"GradCacheModel (ContrastiveForPreTraining, DualEncoderModel); {type(model).__name__} does not. "
                     "Unset grad_cache_chunk_size."
                 )
+        check_training_setup(self)  # refuse what can never learn; warn when a logged window shows it has stopped
+        self.add_callback(TrainingSanityCallback())
 
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was

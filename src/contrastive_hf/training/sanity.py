@@ -1,0 +1,188 @@
+"""Training that cannot silently learn nothing: what can never work is refused when the trainer is built, and a
+logged window showing that the contrastive loss has nothing to learn from is warned about, naming the likely cause
+and the fix.
+
+Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
+
+* no negatives: a contrastive batch of one sentence (``per_device_train_batch_size`` 1, on one process or without
+  gathering across processes) with no hard negatives and no pre-batch queue; the loss of a query whose only
+  candidate is its own positive is 0, whatever the model;
+* inputs longer than the encoder's position embeddings (a collator's ``max_length``, ``--max_seq_length``), which
+  would stop training with a tensor-size error at the first batch holding such a sentence.
+
+The collators refuse the rest of what can never work where they hold the information (`collators.content_room`:
+a ``max_length`` that leaves no token between the special tokens; a word deletion that deletes every token).
+
+Warned by `TrainingSanityCallback`, once per run and condition, from the metrics `ContrastiveTrainer.log` reports:
+
+* ``negatives_per_query`` below 1: the queries of that window had (nearly) no negatives;
+* ``uniformity`` above `COLLAPSED_UNIFORMITY`: the training embeddings have collapsed to nearly one vector.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from torch import nn
+from transformers import TrainerCallback
+
+__all__ = [
+    "COLLAPSED_UNIFORMITY",
+    "TrainingSanityCallback",
+    "check_training_setup",
+    "hard_negatives_in_batches",
+    "usable_positions",
+]
+
+logger = logging.getLogger(__name__)
+
+# Uniformity (Wang & Isola, t = 2) of the logged training embeddings above which they count as collapsed. Measured
+# on the shipped Wikipedia sample (examples/demo, batches of 64, projected embeddings as logged): a randomly
+# initialised 2-layer encoder gives -0.23 ([CLS] through BERT's pooler) to -0.42 (mean pooling) before training;
+# healthy runs stay below -0.5 (the demo's mean-pooled CLEAR run, SimCSE from all-MiniLM-L6-v2 at about -2.5); the
+# collapsed subs+del_span run of issue 13 fell to -0.005 within 20 steps, with alignment 0.002 and cl_loss at chance.
+# -0.02 is 10x below every healthy value measured and 4x above the collapsed one.
+COLLAPSED_UNIFORMITY = -0.02
+
+
+def check_training_setup(trainer) -> None:
+    """Refuse a `ContrastiveTrainer` whose training can never learn (see the module docstring), with an error that
+    names the value and what to set instead."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    _check_negatives(trainer, model)
+    _check_positions(model, trainer.data_collator)
+
+
+def _check_negatives(trainer, model) -> None:
+    if getattr(getattr(model, "config", None), "cl_weight", 1.0) == 0:
+        return  # no contrastive loss (MLM only)
+    per_device = trainer.args.per_device_train_batch_size
+    gathered = trainer.args.world_size > 1 and trainer._option("gather_negatives_across_devices")
+    sentences = per_device * (trainer.args.world_size if gathered else 1)
+    if sentences >= 2 or trainer._option("prebatch_size"):
+        return
+    if hard_negatives_in_batches(trainer.data_collator, trainer.train_dataset) is not False:
+        return  # hard negatives, or a collator whose batches we cannot tell: the logged window will say
+    where = f"per_device_train_batch_size={per_device} on {trainer.args.world_size} process(es)" + (
+        "" if gathered or trainer.args.world_size == 1 else " without gather_negatives_across_devices"
+    )
+    raise ValueError(
+        f"The contrastive loss has no negatives: each batch holds {sentences} sentence ({where}) and no hard "
+        "negatives or pre-batch queue, so a query's only candidate is its own positive, the loss is 0 whatever the "
+        "model, and nothing is learned. Set --per_device_train_batch_size to 2 or more (SimCSE and CLEAR use 64 or "
+        "more; GradCache, --grad_cache_chunk_size, keeps the memory of a small batch), or add negatives "
+        "(--prebatch_size with --contrastive_loss info_nce, or a hard-negative column)."
+    )
+
+
+def hard_negatives_in_batches(collator, dataset) -> bool | None:
+    """Whether ``collator``'s batches give each query hard negatives (views of other sentences than its own);
+    None when it cannot be told without reading the data (a streamed dataset, or a collator not of this package)."""
+    from ..data.collators import ContrastiveDataCollator, PairCollator
+    from ..recipes.declutr import SpanViewCollator
+    from ..recipes.dpr import QueryPassageCollator
+
+    if isinstance(collator, ContrastiveDataCollator):
+        return False  # every view is of the same sentence
+    if isinstance(collator, SpanViewCollator):
+        return collator.hard_negatives
+    if isinstance(collator, PairCollator) and collator.columns is not None:
+        return len(collator.columns) == 3
+    first = _first_example(dataset)
+    if isinstance(collator, PairCollator) and first is not None:
+        return len(collator.resolve_columns(first)) == 3
+    if isinstance(collator, QueryPassageCollator):
+        if len(collator.columns) < 3:
+            return False
+        return None if first is None else first.get(collator.columns[2]) is not None
+    return None
+
+
+def _first_example(dataset) -> dict | None:
+    """The first example of a map-style dataset; None for a stream (read only by the dataloader) or no dataset."""
+    try:
+        return dataset[0] if dataset is not None and len(dataset) > 0 else None
+    except (TypeError, NotImplementedError):
+        return None
+
+
+def usable_positions(model: nn.Module) -> int | None:
+    """The most tokens ``model``'s encoders take: the smallest learned position table (an embedding named
+    ``position_embeddings``) of any of them. RoBERTa-style tables, whose positions start after the padding index,
+    lose ``padding_idx + 1`` rows (514 rows: 512 tokens). None when there is no learned table (rotary or relative
+    positions)."""
+    limits = [
+        module.num_embeddings - (0 if module.padding_idx is None else module.padding_idx + 1)
+        for name, module in model.named_modules()
+        if name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(module, nn.Embedding)
+    ]
+    return min(limits, default=None)
+
+
+# The collators' truncation lengths, by the name of the attribute holding each.
+_MAX_LENGTH_ATTRIBUTES = ("max_length", "max_query_length", "max_passage_length")
+
+
+def _check_positions(model: nn.Module, collator) -> None:
+    limit = usable_positions(model)
+    if limit is None:
+        return
+    for name in _MAX_LENGTH_ATTRIBUTES:
+        length = getattr(collator, name, None)
+        if length is not None and length > limit:
+            flag = "--max_seq_length" if name == "max_length" else f"--{name}"
+            raise ValueError(
+                f"{type(collator).__name__}'s {name}={length} ({flag}) is longer than the encoder's position "
+                f"embeddings, which take at most {limit} tokens: the first batch with a longer sentence would stop "
+                f"training with a tensor-size error. Set {flag} to {limit} or less, or use an encoder with more "
+                "positions (max_position_embeddings in its config)."
+            )
+
+
+class TrainingSanityCallback(TrainerCallback):
+    """Warns, once per run and condition, when a logged training window shows that the contrastive loss cannot
+    learn: no negatives (``negatives_per_query`` below 1) or collapsed embeddings (``uniformity`` above
+    `COLLAPSED_UNIFORMITY`), with the likely causes and their fixes. `ContrastiveTrainer` adds it by itself."""
+
+    def __init__(self):
+        self.warned: set[str] = set()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.warned = set()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs or not state.is_world_process_zero:
+            return  # evaluation logs, or another process (the logged metrics are already averaged over all)
+        negatives = logs.get("negatives_per_query")
+        if negatives is not None and negatives < 1:
+            self._warn_once(
+                "negatives",
+                f"No negatives at step {state.global_step}: negatives_per_query={negatives} over the last "
+                f"{args.logging_steps} step(s), so cl_loss ({logs.get('cl_loss')}) teaches nothing. Identical "
+                "sentences are never each other's negatives: a batch whose sentences are all the same (a corpus of "
+                "repeated lines, or a dataset not shuffled and sorted by text) leaves none. Deduplicate or shuffle "
+                "the corpus, and give each batch at least two different sentences (--per_device_train_batch_size).",
+            )
+        uniformity, alignment = logs.get("uniformity"), logs.get("alignment")
+        if negatives is not None and negatives < 1:
+            return  # a batch of one sentence repeated is one point: that uniformity says nothing more
+        if uniformity is not None and uniformity > COLLAPSED_UNIFORMITY:
+            chance = ""
+            if negatives and logs.get("cl_loss") is not None:
+                chance = f", cl_loss {logs['cl_loss']} (chance: ln(1 + negatives) = {math.log1p(negatives):.4g})"
+            self._warn_once(
+                "collapse",
+                f"Collapsed embeddings at step {state.global_step}: uniformity {uniformity} (0 when every embedding "
+                f"is the same vector; healthy training stays below -0.5), alignment {alignment}{chance}. The "
+                "encoder maps every sentence to nearly one point and the contrastive loss can no longer tell them "
+                "apart. Likely causes: a learning rate too high for the model, above all from scratch (lower "
+                "--learning_rate, add --warmup_steps); views that are all alike (a del_word_probability near 1, or a "
+                "--max_seq_length that leaves few words); [CLS] pooling of an encoder trained from scratch "
+                "(--pooler_type mean); a corpus of near-identical lines.",
+            )
+
+    def _warn_once(self, condition: str, message: str) -> None:
+        if condition not in self.warned:
+            self.warned.add(condition)
+            logger.warning(message)
