@@ -28,17 +28,13 @@ def make_trainer(tokenizer, tmp_path, dataset, collator=None, batch_size=8, cont
     model = ContrastiveForPreTraining(
         ContrastiveConfig(encoder=encoder, pooler_type="mean", contrastive_loss=contrastive_loss)
     )
+    settings = dict(max_steps=4, logging_steps=2, learning_rate=1e-3, report_to="none", save_strategy="no")
     args = ContrastiveTrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=batch_size,
-        max_steps=4,
-        logging_steps=2,
-        learning_rate=1e-3,
-        report_to="none",
-        save_strategy="no",
         disable_tqdm=True,
         use_cpu=True,
-        **extra,
+        **{**settings, **extra},
     )
     collator = collator or ContrastiveDataCollator(tokenizer, augmentation="del_word", max_length=32, seed=0)
     return ContrastiveTrainer(
@@ -120,12 +116,16 @@ def test_a_batch_of_identical_sentences_warns_once_that_there_are_no_negatives(t
     assert "Deduplicate or shuffle the corpus" in warnings[0]
 
 
-def test_views_that_are_all_alike_warn_that_the_embeddings_collapsed(tokenizer, tmp_path, caplog):
-    # Different sentences (different sentence ids: they are negatives) whose views keep one word, the same one:
-    # max_length 3 cuts every view to "[CLS] the [SEP]", so (dropout off) every embedding is the same vector.
+def alike_views_trainer(tokenizer, tmp_path, **extra):
+    """Different sentences (different sentence ids: they are negatives) whose views keep one word, the same one:
+    max_length 3 cuts every view to "[CLS] the [SEP]", so (dropout off) every embedding is the same vector."""
     features = [tokenizer(f"the {text}", truncation=True, max_length=64)["input_ids"] for text in WIKI]
     collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=3, seed=0)
-    trainer = make_trainer(tokenizer, tmp_path, Dataset.from_dict({"input_ids": features}), collator)
+    return make_trainer(tokenizer, tmp_path, Dataset.from_dict({"input_ids": features}), collator, **extra)
+
+
+def test_views_that_are_all_alike_warn_that_the_embeddings_collapsed(tokenizer, tmp_path, caplog):
+    trainer = alike_views_trainer(tokenizer, tmp_path)
     with caplog.at_level(logging.WARNING, logger=SANITY_LOGGER):
         trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -135,6 +135,17 @@ def test_views_that_are_all_alike_warn_that_the_embeddings_collapsed(tokenizer, 
     assert "Collapsed embeddings at step 2: uniformity 0.0" in warnings[0]
     assert "cl_loss" in warnings[0] and "chance: ln(1 + negatives) = 2.708" in warnings[0]
     assert "--max_seq_length" in warnings[0] and "--learning_rate" in warnings[0]
+
+
+def test_a_run_shorter_than_logging_steps_logs_its_steps_as_one_window_and_is_checked(tokenizer, tmp_path, caplog):
+    # the README's 50-step examples run under the default logging_steps of 500: without a window at the end they
+    # logged no cl_loss, alignment or uniformity at all
+    trainer = alike_views_trainer(tokenizer, tmp_path, max_steps=3, logging_steps=10)
+    with caplog.at_level(logging.WARNING, logger=SANITY_LOGGER):
+        trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry["step"] for entry in logged] == [3] and logged[0]["uniformity"] == 0.0
+    assert any("Collapsed embeddings at step 3" in message for message in sanity_warnings(caplog))
 
 
 def test_the_collapse_of_issue_13_is_named_from_its_logged_window(caplog):
