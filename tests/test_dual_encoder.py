@@ -344,9 +344,9 @@ def test_collator_pads_queries_and_passages_separately_and_hashes_texts(tokenize
 def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
     arguments = {"learning_rate": 1e-3, "save_strategy": "no", **arguments}
     model = make_model(vocab_size=len(tokenizer))
-    dataset = tokenize_query_passage_pairs(
-        Dataset.from_list(snli_triples(count)), tokenizer, ("query", "positive", "hard_negative")
-    )
+    columns = ("query", "positive", "hard_negative")
+    lengths = {"max_query_length": 64, "max_passage_length": 64}  # the tiny encoders' 64 positions
+    dataset = tokenize_query_passage_pairs(Dataset.from_list(snli_triples(count)), tokenizer, columns, **lengths)
     args = ContrastiveTrainingArguments(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
@@ -361,7 +361,7 @@ def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
         args=args,
         train_dataset=dataset,
         eval_dataset=eval_dataset,
-        data_collator=QueryPassageCollator(tokenizer),
+        data_collator=QueryPassageCollator(tokenizer, **lengths),
         processing_class=tokenizer,
     )
 
