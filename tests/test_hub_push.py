@@ -87,7 +87,7 @@ def script_commands(tmp_path) -> dict[str, tuple[str, list[str]]]:
         "dpr": (
             "run_dpr.py",
             [*scratch, "--train_file", str(DEMO_DATA / "nli_sample.csv"), "--eval_size", "16"]
-            + ["--max_train_samples", "32"],
+            + ["--max_train_samples", "32", "--max_query_length", "64", "--max_passage_length", "64"],  # 64 positions
         ),
     }
 

@@ -16,7 +16,11 @@ a ``max_length`` that leaves no token between the special tokens; a word deletio
 Warned by `TrainingSanityCallback`, once per run and condition, from the metrics `ContrastiveTrainer.log` reports:
 
 * ``negatives_per_query`` below 1: the queries of that window had (nearly) no negatives;
-* ``uniformity`` above `COLLAPSED_UNIFORMITY`: the training embeddings have collapsed to nearly one vector.
+* ``uniformity`` above `COLLAPSED_UNIFORMITY` while ``cl_loss`` is at chance: the training embeddings have collapsed
+  to nearly one vector (as [CLS] pooling of an encoder trained from scratch does, issue 13).
+
+So that a run shorter than ``logging_steps`` is checked too, the steps since the last log are logged as a window of
+their own at the end of training.
 """
 
 from __future__ import annotations
