@@ -99,7 +99,11 @@ class DataArguments:
     )
     hard_negative_column: str | None = field(
         default=None,
-        metadata={"help": "The hard negative column (default: hard_negative, negative_passage, negative, hard_neg)."},
+        metadata={
+            "help": "The hard negative column, or several comma-separated (k negatives per question; default: "
+            "hard_negative, negative_passage, negative or hard_neg, else negative_1..negative_k as "
+            "`contrastive-hf mine` writes them). A column may also hold a list of negatives per row."
+        },
     )
     no_hard_negatives: bool = field(default=False, metadata={"help": "Ignore any hard negative column."})
     max_query_length: int = field(default=64, metadata={"help": "Most tokens per question."})
@@ -199,7 +203,12 @@ def main():
             data_args.hard_negative_column,
             use_hard_negatives=not data_args.no_hard_negatives,
         )
-        logger.info("Questions from %r, positive passages from %r, hard negatives from %r.", *columns)
+        logger.info(
+            "Questions from %r, positive passages from %r, hard negatives from %s.",
+            columns[0],
+            columns[1],
+            ", ".join(map(repr, columns[2:])) or "no column",
+        )
         pairs = drop_incomplete_rows(pairs, columns, data_args.preprocessing_num_workers)
         if data_args.eval_size >= len(pairs):
             raise ValueError(
@@ -221,8 +230,11 @@ def main():
 
     retrieval = None
     if data_args.eval_size:
-        query_column, positive_column, negative_column = columns
-        distractors = held_out[negative_column] if negative_column and data_args.eval_hard_negatives else ()
+        query_column, positive_column, *negative_columns = columns
+        distractors = []
+        for column in negative_columns if data_args.eval_hard_negatives else ():
+            for value in held_out[column]:
+                distractors.extend(value if isinstance(value, list) else [value])
         retrieval = build_retrieval_data(
             held_out[query_column], held_out[positive_column], distractors, name="held_out"
         )

@@ -93,8 +93,9 @@ class DataArguments(CorpusArguments):
     pair_columns: str | None = field(
         default=None,
         metadata={
-            "help": "sup: anchor,positive[,hard_negative] column names (default: sent0,sent1,hard_neg or "
-            "anchor,positive,hard_negative, whichever the data has)."
+            "help": "sup: anchor,positive[,hard_negative_1,...,hard_negative_k] column names, k >= 0 hard negatives "
+            "per anchor (default: sent0,sent1,hard_neg, anchor,positive,hard_negative or query,positive, "
+            "whichever the data has, with negative_1..negative_k as `contrastive-hf mine` writes them)."
         },
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked with --do_mlm."})
@@ -140,7 +141,8 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
         data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir
     )
     pairs = simcse.prepare_pairs(corpus, collator, data_args.preprocessing_num_workers)
-    kinds = "(anchor, positive, hard negative) triplets" if len(collator.columns) == 3 else "(anchor, positive) pairs"
+    negatives = len(collator.columns) - 2
+    kinds = f"(anchor, positive, {negatives} hard negative(s)) rows" if negatives else "(anchor, positive) pairs"
     logger.info("Training on %d %s from columns %s.", len(pairs), kinds, ", ".join(collator.columns))
     return pairs
 

@@ -84,7 +84,7 @@ class ModelCardInfo:
     negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
     adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
     repo_id: str | None = None
-    hard_negatives: bool = False  # a third view per example was each anchor's hard negative
+    hard_negatives: int = 0  # hard negatives per anchor (views 2.. of each example); True counts as one
     prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
     objective: str | None = None  # the objective in words, for methods not described by mlm_weight / cl_weight
     datasets: list[str] = field(default_factory=list)  # Hub ids of the training data, when it came from the Hub
@@ -134,7 +134,7 @@ def card_info_from_trainer(
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics},
-        hard_negatives=bool(described.get("hard_negatives", False)),
+        hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
 
@@ -279,7 +279,8 @@ def _describe_negatives(info: ModelCardInfo) -> str:
     else:
         parts = ["in-batch, each process's own batch"]
     if info.hard_negatives:
-        parts.append("a hard negative per anchor")
+        count = int(info.hard_negatives)
+        parts.append("a hard negative per anchor" if count == 1 else f"{count} hard negatives per anchor")
     if info.prebatch_size:
         parts.append(f"pre-batch negatives (the keys of the previous {info.prebatch_size} batch(es))")
     return "; ".join(parts)

@@ -168,4 +168,6 @@ def describe_views(mode: str, columns) -> str:
     if mode == "unsup":
         return "dropout"
     views = f"NLI: {columns[0]} -> {columns[1]} (entailment)"
-    return views + (f", hard negative {columns[2]} (contradiction)" if len(columns) == 3 else "")
+    if len(columns) == 3:
+        return views + f", hard negative {columns[2]} (contradiction)"
+    return views + (f", hard negatives {', '.join(columns[2:])}" if len(columns) > 3 else "")
