@@ -366,7 +366,7 @@ class PairCollator:
     def __post_init__(self):
         if self.columns is not None and (isinstance(self.columns, str) or len(self.columns) < 2):
             raise ValueError(
-                f"columns must name an anchor and a positive column, then any hard-negative columns, got {self.columns}."
+                f"columns must name an anchor and a positive column, then any hard negatives, got {self.columns}."
             )
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
