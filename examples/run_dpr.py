@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 from contrastive_hf.commands.scripts import (
     log_before_after,
     parse_arguments,
+    parse_number_list,
     publish,
     save_trained_model,
     setup_logging,
@@ -82,6 +83,17 @@ class ModelArguments:
     projection_dim: int | None = field(
         default=None, metadata={"help": "A linear layer to this size on each tower's vector (none when unset)."}
     )
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka: DPR's loss on the first m dimensions for each m, summed (e.g. 384,256,128,64); "
+            "retrieval is then also scored at each size."
+        },
+    )
+    matryoshka_weights: str | None = field(default=None, metadata={"help": "One weight per --matryoshka_dims size."})
+    truncate_dim: int | None = field(
+        default=None, metadata={"help": "The size the saved model's embeddings are truncated to by default."}
+    )
 
 
 @dataclass
@@ -116,6 +128,14 @@ class DataArguments:
             "searched among all their passages. 0: no evaluation."
         },
     )
+    eval_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A .csv or .json(l) file of (question, positive[, hard negatives]) pairs to score retrieval on, "
+            "instead of holding out --eval_size pairs of the training data (which is then all trained on): the same "
+            "evaluation for runs on different training files, e.g. with and without mined negatives."
+        },
+    )
     eval_hard_negatives: bool = field(
         default=True, metadata={"help": "Add the held-out pairs' hard negatives to the searched collection."}
     )
@@ -130,9 +150,16 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
     """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config."""
     loss_overrides = {
         name: value
-        for name, value in (("similarity", model_args.similarity), ("temperature", model_args.temperature))
+        for name, value in (
+            ("similarity", model_args.similarity),
+            ("temperature", model_args.temperature),
+            ("truncate_dim", model_args.truncate_dim),
+        )
         if value is not None
     }
+    for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
+        if getattr(model_args, name) is not None:
+            loss_overrides[name] = parse_number_list(getattr(model_args, name), kind, f"--{name}")
     if model_args.model_name_or_path:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
@@ -210,13 +237,24 @@ def main():
             ", ".join(map(repr, columns[2:])) or "no column",
         )
         pairs = drop_incomplete_rows(pairs, columns, data_args.preprocessing_num_workers)
-        if data_args.eval_size >= len(pairs):
-            raise ValueError(
-                f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
-            )
         pairs = pairs.shuffle(seed=training_args.seed)
-        held_out = pairs.select(range(data_args.eval_size))
-        train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
+        if data_args.eval_file:
+            held_out = load_corpus(data_args.eval_file)
+            eval_columns = resolve_query_passage_columns(
+                held_out.column_names,
+                data_args.query_column,
+                data_args.positive_column,
+                use_hard_negatives=data_args.eval_hard_negatives,
+            )
+            held_out, train_pairs = drop_incomplete_rows(held_out, eval_columns), pairs
+        else:
+            if data_args.eval_size >= len(pairs):
+                raise ValueError(
+                    f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
+                )
+            eval_columns = columns
+            held_out = pairs.select(range(data_args.eval_size))
+            train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
         if data_args.max_train_samples is not None:
             train_pairs = train_pairs.select(range(min(data_args.max_train_samples, len(train_pairs))))
         train_dataset = tokenize_query_passage_pairs(
@@ -229,8 +267,8 @@ def main():
         )
 
     retrieval = None
-    if data_args.eval_size:
-        query_column, positive_column, *negative_columns = columns
+    if data_args.eval_size or data_args.eval_file:
+        query_column, positive_column, *negative_columns = eval_columns
         distractors = []
         for column in negative_columns if data_args.eval_hard_negatives else ():
             for value in held_out[column]:
@@ -239,9 +277,10 @@ def main():
             held_out[query_column], held_out[positive_column], distractors, name="held_out"
         )
         logger.info(
-            "Retrieval evaluation: %d held-out questions against %d passages.",
+            "Retrieval evaluation: %d held-out questions against %d passages%s.",
             len(retrieval.queries),
             len(retrieval.passages),
+            f" from {data_args.eval_file}" if data_args.eval_file else "",
         )
 
     def score() -> dict[str, float]:
@@ -253,6 +292,7 @@ def main():
             batch_size=training_args.per_device_eval_batch_size,
             query_max_length=data_args.max_query_length,
             passage_max_length=data_args.max_passage_length,
+            truncate_dims=model.config.matryoshka_dims or (),
         )
 
     trainer = ContrastiveTrainer(

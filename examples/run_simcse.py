@@ -142,7 +142,9 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
     )
     pairs = simcse.prepare_pairs(corpus, collator, data_args.preprocessing_num_workers)
     negatives = len(collator.columns) - 2
-    kinds = f"(anchor, positive, {negatives} hard negative(s)) rows" if negatives else "(anchor, positive) pairs"
+    kinds = {0: "(anchor, positive) pairs", 1: "(anchor, positive, hard negative) triplets"}.get(
+        negatives, f"(anchor, positive, {negatives} hard negatives) rows"
+    )
     logger.info("Training on %d %s from columns %s.", len(pairs), kinds, ", ".join(collator.columns))
     return pairs
 

@@ -19,6 +19,7 @@ __all__ = [
     "EncoderArguments",
     "ContrastiveModelArguments",
     "CorpusArguments",
+    "parse_number_list",
     "parse_arguments",
     "setup_logging",
     "load_tokenizer",
@@ -102,11 +103,45 @@ class ContrastiveModelArguments:
             f"({_config_default('sub_batch_size')})."
         },
     )
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka representation learning: the contrastive loss on the first m dimensions for each m, "
+            "summed, e.g. 384,256,128,64 (list the full size to keep training it); STS-B dev is then scored at each "
+            "size. Needs the projection kept at inference or none."
+        },
+    )
+    matryoshka_weights: str | None = field(
+        default=None, metadata={"help": "One weight per --matryoshka_dims size, e.g. 1,1,1,1 (default: 1 each)."}
+    )
+    truncate_dim: int | None = field(
+        default=None,
+        metadata={
+            "help": "Truncate the saved model's embeddings to this size by default (encode and sentence-transformers' "
+            "truncate_dim, in config_sentence_transformers.json); default: no truncation."
+        },
+    )
 
     def config_overrides(self) -> dict:
         """The fields that were given, as `ContrastiveConfig` keyword arguments."""
         names = [item.name for item in dataclasses.fields(ContrastiveModelArguments)]  # also in a subclass
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        overrides = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
+            if name in overrides:
+                overrides[name] = parse_number_list(overrides[name], kind, f"--{name}")
+        return overrides
+
+
+def parse_number_list(value, kind: type = int, flag: str = "the value") -> list:
+    """``"384,256,128"`` (a flag) or ``[384, 256, 128]`` (a JSON settings file) as a list of ``kind``."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        numbers = [kind(str(part).strip()) for part in parts if str(part).strip()]
+    except ValueError as error:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.") from error
+    if not numbers:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.")
+    return numbers
 
 
 @dataclass
@@ -272,6 +307,15 @@ def publish(trainer, card_info=None) -> None:
         sys.exit(1)
 
 
+def matryoshka_sts(model, stsb, tokenizer) -> dict[int, dict]:
+    """STS-B of the first m dimensions for each Matryoshka size m the model was trained with (its config's
+    ``matryoshka_dims``); {} without them."""
+    from ..evaluation import evaluate_sts_per_dimension
+
+    dims = getattr(getattr(model, "config", None), "matryoshka_dims", None)
+    return evaluate_sts_per_dimension(model, stsb, dims, tokenizer=tokenizer) if dims else {}
+
+
 def finish_sentence_encoder_run(
     trainer,
     train_result,
@@ -302,9 +346,14 @@ def finish_sentence_encoder_run(
         before = None
         if sts_before is not None:
             before = {"stsb_spearman": sts_before["spearman"], "stsb_pearson": sts_before["pearson"]}
+        per_dimension = matryoshka_sts(model, stsb, tokenizer)
+        after.update({f"stsb_spearman_dim{dim}": result["spearman"] for dim, result in per_dimension.items()})
         log_before_after(trainer, after, before)
         if card_info is not None:
             card_info.eval_results = {"stsb_dev": {"spearman": scores["spearman"]}}
+            card_info.eval_results.update(
+                {f"stsb_dev_dim{dim}": {"spearman": result["spearman"]} for dim, result in per_dimension.items()}
+            )
         sentences = stsb.sentences1[:32]
     trained = model.contrastive.encode(sentences, tokenizer=tokenizer)  # to check the saved checkpoint against
     publish(trainer, card_info)

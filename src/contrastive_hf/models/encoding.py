@@ -119,7 +119,8 @@ class SentenceEmbeddingMixin:
             convert_to_tensor: one tensor (on the encoding device); wins over ``convert_to_numpy``.
             device: where to encode (default: the model's device); the model is moved there.
             normalize_embeddings: L2-normalise the embeddings (then dot product = cosine similarity).
-            truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings).
+            truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings); default: the config's
+                ``truncate_dim`` (none when unset).
             task: for models with several towers, ``"query"`` or ``"document"``; see `encode_query` and
                 `encode_document`.
             tokenizer: the tokenizer (default: ``self.tokenizer``, then the one saved with the checkpoint).
@@ -177,6 +178,7 @@ class SentenceEmbeddingMixin:
         width = getattr(self.config, "embedding_size", 0)
         embeddings = torch.cat(parts) if parts else torch.empty(0, width, device=device)
         embeddings = embeddings[torch.argsort(torch.tensor(order, device=device))] if parts else embeddings
+        truncate_dim = truncate_dim or getattr(self.config, "truncate_dim", None)
         if truncate_dim is not None:
             embeddings = embeddings[:, :truncate_dim]
         if normalize_embeddings:

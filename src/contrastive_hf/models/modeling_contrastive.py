@@ -639,6 +639,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             extra_negatives=extra_negatives,
             extra_negative_ids=extra_negative_ids,
             gather_across_devices=gather_across_devices,
+            matryoshka_dims=self.config.matryoshka_dims,
+            matryoshka_weights=self.config.matryoshka_weights,
         )
 
     def compute_mlm_loss(

@@ -260,6 +260,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             extra_negatives=extra_negatives,
             extra_negative_ids=extra_negative_ids,
             gather_across_devices=gather_across_devices,
+            matryoshka_dims=self.config.matryoshka_dims,
+            matryoshka_weights=self.config.matryoshka_weights,
         )
 
     def forward(
