@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
+    PromptArguments,
     log_before_after,
     parse_arguments,
     parse_number_list,
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(PromptArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={
@@ -160,6 +161,7 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
     for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
         if getattr(model_args, name) is not None:
             loss_overrides[name] = parse_number_list(getattr(model_args, name), kind, f"--{name}")
+    loss_overrides.update(model_args.prompt_overrides())
     if model_args.model_name_or_path:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
@@ -257,14 +259,19 @@ def main():
             train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
         if data_args.max_train_samples is not None:
             train_pairs = train_pairs.select(range(min(data_args.max_train_samples, len(train_pairs))))
-        train_dataset = tokenize_query_passage_pairs(
-            train_pairs,
-            tokenizer,
-            columns,
-            max_query_length=data_args.max_query_length,
-            max_passage_length=data_args.max_passage_length,
-            num_proc=data_args.preprocessing_num_workers,
-        )
+        if model.config.prompts:  # prompts are prepended to texts: the collator tokenizes each batch
+            train_dataset = train_pairs.select_columns(list(columns))
+            train_columns = columns
+        else:
+            train_dataset = tokenize_query_passage_pairs(
+                train_pairs,
+                tokenizer,
+                columns,
+                max_query_length=data_args.max_query_length,
+                max_passage_length=data_args.max_passage_length,
+                num_proc=data_args.preprocessing_num_workers,
+            )
+            train_columns = None  # the tokenized columns
 
     retrieval = None
     if data_args.eval_size or data_args.eval_file:
@@ -301,8 +308,11 @@ def main():
         train_dataset=train_dataset,
         data_collator=QueryPassageCollator(
             tokenizer,
+            columns=train_columns,
             max_query_length=data_args.max_query_length,
             max_passage_length=data_args.max_passage_length,
+            prompts=model.config.prompts,
+            include_prompt=model.config.include_prompt,
         ),
         processing_class=tokenizer,
     )

@@ -39,6 +39,7 @@ from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
+    PromptArguments,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
@@ -75,7 +76,7 @@ LOGGED_SETTINGS = (
 
 
 @dataclass
-class ModelArguments(EncoderArguments, ContrastiveModelArguments):
+class ModelArguments(EncoderArguments, ContrastiveModelArguments, PromptArguments):
     do_mlm: bool = field(default=False, metadata={"help": "Add SimCSE's auxiliary MLM objective (--mlm_weight)."})
 
 
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None):
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
 
     tokenizer = load_tokenizer(model_args)
-    overrides = ContrastiveModelArguments.config_overrides(model_args)
+    overrides = {**ContrastiveModelArguments.config_overrides(model_args), **model_args.prompt_overrides()}
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model: ContrastiveForPreTraining = load_pretraining_model(
             model_args.model_name_or_path,
@@ -173,6 +174,8 @@ def main(argv: list[str] | None = None):
         do_mlm=model_args.do_mlm,
         mlm_probability=data_args.mlm_probability,
         seed=training_args.seed,
+        prompts=overrides.get("prompts") if data_args.mode == "unsup" else model.config.prompts,
+        include_prompt=model.config.include_prompt,
     )
     if data_args.mode == "unsup":
         train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)

@@ -18,6 +18,7 @@ from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES,
 __all__ = [
     "EncoderArguments",
     "ContrastiveModelArguments",
+    "PromptArguments",
     "CorpusArguments",
     "parse_number_list",
     "parse_arguments",
@@ -129,6 +130,51 @@ class ContrastiveModelArguments:
         for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
             if name in overrides:
                 overrides[name] = parse_number_list(overrides[name], kind, f"--{name}")
+        return overrides
+
+
+@dataclass
+class PromptArguments:
+    """Training-time prompts (E5, BGE) of the scripts that train on pairs: config-backed (the model config's
+    ``prompts``, ``include_prompt`` and ``default_prompt_name``), applied by the collators in training and by
+    ``encode`` at inference."""
+
+    query_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the anchors (queries) in training and saved as the model's 'query' prompt "
+            "(E5: 'query: '), which encode(prompt_name='query') applies; see --document_prompt."
+        },
+    )
+    document_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the positives and hard negatives (passages) in training, saved as the "
+            "'document' prompt (E5: 'passage: ')."
+        },
+    )
+    include_prompt: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Pool the prompt's tokens with the sentence's; false leaves them out of the pooling, in training "
+            "as at inference (default: the checkpoint's, else true)."
+        },
+    )
+    default_prompt_name: str | None = field(
+        default=None,
+        metadata={"help": "The prompt encode (and the STS evaluation) applies when none is named, e.g. query."},
+    )
+
+    def prompt_overrides(self) -> dict:
+        """The model config fields these flags set: ``prompts`` from ``--query_prompt`` and ``--document_prompt``
+        (they replace a continued checkpoint's), ``include_prompt`` and ``default_prompt_name``."""
+        overrides = {}
+        prompts = {role: getattr(self, f"{role}_prompt") for role in ("query", "document")}
+        if any(text is not None for text in prompts.values()):
+            overrides["prompts"] = {role: text for role, text in prompts.items() if text is not None}
+        for name in ("include_prompt", "default_prompt_name"):
+            if getattr(self, name) is not None:
+                overrides[name] = getattr(self, name)
         return overrides
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
+from ..models.encoding import prompt_token_count, role_prompt
 from .augmentations import DEL_WORD_PROBABILITY, Augmentation, Mixture, SynonymSubstitution, build_augmentation
 from .seeding import EXAMPLE_INDEX_COLUMN, example_keys, mix64, new_seed, random_bits, stream
 from .synonyms import TokenSynonyms, load_synonyms
@@ -39,6 +40,7 @@ __all__ = [
     "NEGATIVE_COLUMN_NAMES",
     "negative_columns",
     "column_views",
+    "RolePrompts",
     "content_hashes",
     "example_identities",
     "sentence_ids",
@@ -72,6 +74,39 @@ def negative_columns(names: Sequence[str], candidates: Sequence[str] = NEGATIVE_
         if numbered:
             return tuple(numbered)
     return ()
+
+
+class RolePrompts:
+    """Training-time prompts, as `encode` applies them at inference: the model config's ``prompts`` (e.g. E5's
+    ``{"query": "query: ", "document": "passage: "}``) by role, the query (anchor) column taking the ``query`` prompt
+    and every other column (positives, negatives, passages) the ``document`` one (or ``passage``, ``corpus``:
+    `encoding.role_prompt`). With ``include_prompt=False`` a batch also carries ``prompt_lengths`` ``(B, S)``, how
+    many leading tokens of each view are its prompt ([CLS] included, as sentence-transformers counts them), which
+    the models leave out of the pooling exactly as `encode` does."""
+
+    def __init__(self, tokenizer, prompts: dict[str, str] | None = None, include_prompt: bool = True):
+        self.texts = {role: (prompts or {}).get(role_prompt(prompts, role)) for role in ("query", "document")}
+        self.include_prompt = include_prompt
+        self.lengths = {role: prompt_token_count(tokenizer, text) if text else 0 for role, text in self.texts.items()}
+
+    def __bool__(self) -> bool:
+        return any(self.texts.values())
+
+    def of_column(self, index: int) -> str | None:
+        """The prompt of a batch's column ``index``: the query's for column 0, the document's for the others."""
+        return self.texts["query" if index == 0 else "document"]
+
+    def lengths_tensor(self, size: int, columns_views: Sequence[int]) -> torch.Tensor | None:
+        """``prompt_lengths`` ``(size, views)`` for columns of ``columns_views`` views each; None when the prompts
+        are pooled (``include_prompt``) or there is none."""
+        if self.include_prompt or not self:
+            return None
+        per_view = [
+            self.lengths["query" if index == 0 else "document"]
+            for index, count in enumerate(columns_views)
+            for _ in range(count)
+        ]
+        return torch.tensor(per_view, dtype=torch.long).expand(size, -1).clone()
 
 
 def _is_token_ids(value) -> bool:
@@ -352,6 +387,10 @@ class PairCollator:
         pad_to_multiple_of: pad lengths to a multiple of this.
         mlm, mlm_probability: the MLM copy of the anchors.
         seed: the seed the MLM draws derive from; None draws one.
+        prompts, include_prompt: the model config's ``prompts`` and ``include_prompt``: the anchors are prefixed
+            with the ``query`` prompt and the other columns with the ``document`` one, and with
+            ``include_prompt=False`` the batch carries ``prompt_lengths`` so that the prompt is left out of the
+            pooling in training as at inference (`RolePrompts`). Prompts need text features.
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -362,6 +401,8 @@ class PairCollator:
     mlm_probability: float = 0.15
     seed: int | None = None
     epoch: int = 0
+    prompts: dict[str, str] | None = None
+    include_prompt: bool = True
 
     def __post_init__(self):
         if self.columns is not None and (isinstance(self.columns, str) or len(self.columns) < 2):
@@ -375,6 +416,7 @@ class PairCollator:
         if self.seed is None:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)
+        self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -405,9 +447,11 @@ class PairCollator:
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolve_columns(features[0])
-        views = [
-            view for column in columns for view in column_views(features, column, self.tokenizer, self.max_length)
+        per_column = [
+            column_views(features, column, self.tokenizer, self.max_length, self._prompts.of_column(index))
+            for index, column in enumerate(columns)
         ]
+        views = [view for column in per_column for view in column]
         size, num_views = len(features), len(views)
         sequences = [views[view][row] for row in range(size) for view in range(num_views)]  # row-major
         sentences = TokenBatch.from_sequences(sequences, self._special, self.tokenizer.pad_token_id)
@@ -419,6 +463,9 @@ class PairCollator:
                 *(sentences.take(np.arange(view, len(sequences), num_views)) for view in range(num_views))
             ),
         }
+        prompt_lengths = self._prompts.lengths_tensor(size, [len(column) for column in per_column])
+        if prompt_lengths is not None:
+            batch["prompt_lengths"] = prompt_lengths  # (B, 2 + k)
         if self.mlm:
             anchors = sentences.take(np.arange(0, len(sequences), num_views))
             keys = example_keys(self.seed, self.epoch, example_identities(features, anchors), MLM_VIEW)

@@ -27,7 +27,32 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SentenceEmbeddingMixin", "encode_with", "mask_prompt_tokens"]
+__all__ = [
+    "SentenceEmbeddingMixin",
+    "encode_with",
+    "mask_prompt_tokens",
+    "prompt_token_count",
+    "role_prompt",
+    "QUERY_PROMPT_NAMES",
+    "DOCUMENT_PROMPT_NAMES",
+]
+
+# The prompt names of each role, tried in order: a query (an anchor), and a document (a positive, a negative, a
+# passage), as sentence-transformers' encode_query / encode_document look them up.
+QUERY_PROMPT_NAMES = ("query",)
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+
+
+def role_prompt(prompts: dict[str, str] | None, role: str) -> str | None:
+    """The name of the prompt of ``role`` (``"query"`` or ``"document"``) among ``prompts``, or None."""
+    names = QUERY_PROMPT_NAMES if role == "query" else DOCUMENT_PROMPT_NAMES
+    return next((name for name in names if name in (prompts or {})), None)
+
+
+def prompt_token_count(tokenizer, prompt: str) -> int:
+    """How many leading tokens a prompt takes: the leading special token and the prompt's tokens, as
+    sentence-transformers counts them for ``include_prompt=False`` (what `mask_prompt_tokens` leaves out)."""
+    return len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
 
 
 def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
@@ -216,8 +241,7 @@ class SentenceEmbeddingMixin:
             return "", None
         if getattr(self.config, "include_prompt", True):
             return prompt, None
-        # the leading special token and the prompt's tokens, as sentence-transformers counts them
-        return prompt, len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
+        return prompt, prompt_token_count(tokenizer, prompt)
 
     def _max_length(self, tokenizer) -> int:
         """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""

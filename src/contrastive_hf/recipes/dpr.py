@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..data.collators import column_views, negative_columns, sentence_ids
+from ..data.collators import RolePrompts, column_views, negative_columns, sentence_ids
 from ..data.corpus import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 
@@ -173,6 +173,10 @@ class QueryPassageCollator:
             ``hard_negative_1..k``), when the features have them.
         max_query_length, max_passage_length: truncation of texts tokenized here (DPR: 256 for passages).
         pad_to_multiple_of: pad lengths to a multiple of this.
+        prompts, include_prompt: the model config's: queries are prefixed with the ``query`` prompt and passages
+            with the ``document`` one (as `encode_query` / `encode_document` prefix them), and with
+            ``include_prompt=False`` the batch carries ``prompt_lengths`` ``(B, 2 + k)`` so that the prompts are left
+            out of the pooling in training as at inference (`collators.RolePrompts`). Prompts need text features.
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -180,6 +184,8 @@ class QueryPassageCollator:
     max_query_length: int | None = 64
     max_passage_length: int | None = 256
     pad_to_multiple_of: int | None = None
+    prompts: dict[str, str] | None = None
+    include_prompt: bool = True
 
     def __post_init__(self):
         if self.columns is not None and (isinstance(self.columns, str) or len(self.columns) < 2):
@@ -187,6 +193,7 @@ class QueryPassageCollator:
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
         self._special = special_token_table(self.tokenizer)
+        self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
         self.resolved_columns: tuple[str, ...] | None = None
 
     def resolve_columns(self, feature: dict[str, Any]) -> tuple[str, ...]:
@@ -209,11 +216,12 @@ class QueryPassageCollator:
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolved_columns = self.resolve_columns(features[0])
-        (queries,) = column_views(features, columns[0], self.tokenizer, self.max_query_length)
+        prompt = self._prompts.of_column
+        (queries,) = column_views(features, columns[0], self.tokenizer, self.max_query_length, prompt(0))
         passage_views = [
             view
             for column in columns[1:]
-            for view in column_views(features, column, self.tokenizer, self.max_passage_length)
+            for view in column_views(features, column, self.tokenizer, self.max_passage_length, prompt(1))
         ]
         size, per_query = len(features), len(passage_views)
         passages = [passage_views[view][row] for row in range(size) for view in range(per_query)]  # row-major
@@ -221,7 +229,7 @@ class QueryPassageCollator:
         passages = TokenBatch.from_sequences(passages, self._special, self.tokenizer.pad_token_id)
         query_input_ids, query_attention_mask = queries.to_tensors(self.pad_to_multiple_of)
         passage_input_ids, passage_attention_mask = passages.to_tensors(self.pad_to_multiple_of)
-        return {
+        batch = {
             "query_input_ids": query_input_ids,  # (B, Lq)
             "query_attention_mask": query_attention_mask,
             "passage_input_ids": passage_input_ids.view(size, per_query, -1),  # (B, 1 + k, Lp)
@@ -230,3 +238,7 @@ class QueryPassageCollator:
                 queries, *(passages.take(np.arange(view, size * per_query, per_query)) for view in range(per_query))
             ),
         }
+        prompt_lengths = self._prompts.lengths_tensor(size, [1, per_query])
+        if prompt_lengths is not None:
+            batch["prompt_lengths"] = prompt_lengths  # (B, 1 + P)
+        return batch

@@ -123,12 +123,21 @@ def build_collator(
     do_mlm: bool = False,
     mlm_probability: float = 0.15,
     seed: int | None = None,
+    prompts: dict[str, str] | None = None,
+    include_prompt: bool = True,
 ):
     """SimCSE's batches: two copies of each sentence (``unsup``; the encoder's dropout makes the views differ) or
-    (anchor, positive[, hard negative]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``."""
+    (anchor, positive[, hard negatives]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``; ``sup``
+    prefixes the anchors with the ``query`` prompt and the other columns with the ``document`` one (the model
+    config's ``prompts`` and ``include_prompt``)."""
     from ..data.collators import ContrastiveDataCollator, PairCollator
 
     if mode == "unsup":
+        if prompts:
+            raise ValueError(
+                f"Prompts {prompts} are applied to supervised pairs (--mode sup), whose columns have roles; the "
+                "dropout views of --mode unsup take none. Drop --query_prompt / --document_prompt."
+            )
         return ContrastiveDataCollator(
             tokenizer,
             augmentation="dropout",
@@ -144,6 +153,8 @@ def build_collator(
         mlm=do_mlm,
         mlm_probability=mlm_probability,
         seed=seed,
+        prompts=prompts,
+        include_prompt=include_prompt,
     )
 
 
