@@ -49,6 +49,7 @@ from contrastive_hf.commands.scripts import (
 )
 from contrastive_hf.data.collators import PairCollator
 from contrastive_hf.data.corpus import first_examples, load_corpus
+from contrastive_hf.data.mixture import parse_named_files
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import simcse
 from contrastive_hf.training.trainer import ContrastiveTrainer
@@ -100,6 +101,23 @@ class DataArguments(CorpusArguments):
         },
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked with --do_mlm."})
+    train_files: str | None = field(
+        default=None,
+        metadata={
+            "help": "Several named datasets in one run instead of --train_file, e.g. nli=nli.csv,wiki=wiki.txt: "
+            "each batch is drawn from one of them (in-batch negatives stay within a dataset) and each one's loss is "
+            "logged as cl_loss_<name>. A text file gives dropout views of its sentences, a csv/json file pairs or "
+            "triplets with its own columns."
+        },
+    )
+    dataset_schedule: str = field(
+        default="proportional",
+        metadata={
+            "help": "With --train_files: proportional (batches of every dataset in a random order, each dataset's "
+            "share of the steps its share of the examples) or round_robin (one batch of each in turn).",
+            "choices": ["proportional", "round_robin"],
+        },
+    )
 
 
 def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
@@ -166,24 +184,47 @@ def main(argv: list[str] | None = None):
             **simcse.model_config(data_args.mode, do_mlm=model_args.do_mlm, **overrides),
         )
 
-    collator = simcse.build_collator(
-        data_args.mode,
-        tokenizer,
-        max_length=data_args.max_seq_length,
-        pair_columns=[name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None,
+    collator_options = dict(
         do_mlm=model_args.do_mlm,
         mlm_probability=data_args.mlm_probability,
         seed=training_args.seed,
         prompts=overrides.get("prompts") if data_args.mode == "unsup" else model.config.prompts,
         include_prompt=model.config.include_prompt,
     )
-    if data_args.mode == "unsup":
-        train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
-    else:
+    if data_args.train_files:
+        if data_args.train_file or data_args.dataset_name:
+            raise ValueError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
         with training_args.main_process_first(desc="training data"):
-            train_dataset = first_examples(
-                load_pairs(data_args, collator, model_args.cache_dir), data_args.max_train_samples
+            train_dataset, collator = simcse.build_mixture(
+                parse_named_files(data_args.train_files),
+                tokenizer,
+                schedule=data_args.dataset_schedule,
+                max_length=data_args.max_seq_length,
+                max_train_samples=data_args.max_train_samples,
+                num_proc=data_args.preprocessing_num_workers,
+                cache_dir=model_args.cache_dir,
+                **collator_options,
             )
+        for name, size in zip(train_dataset.names, train_dataset.sizes, strict=True):
+            logger.info(
+                "Dataset %r: %d examples, %s.", name, size, collator.collator_of(name).card_description()["views"]
+            )
+    else:
+        pair_columns = [name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None
+        collator = simcse.build_collator(
+            data_args.mode,
+            tokenizer,
+            max_length=data_args.max_seq_length,
+            pair_columns=pair_columns,
+            **collator_options,
+        )
+        if data_args.mode == "unsup":
+            train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
+        else:
+            with training_args.main_process_first(desc="training data"):
+                train_dataset = first_examples(
+                    load_pairs(data_args, collator, model_args.cache_dir), data_args.max_train_samples
+                )
 
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
 
@@ -197,6 +238,10 @@ def main(argv: list[str] | None = None):
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
 
+    if data_args.train_files:  # the mixture's collator describes each dataset's views
+        views = collator.card_description()["views"]
+    else:
+        views = simcse.describe_views(data_args.mode, getattr(collator, "columns", None))
     card_info = card_info_from_trainer(
         trainer,
         hyperparameters={
@@ -204,7 +249,7 @@ def main(argv: list[str] | None = None):
             **({"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}),
         },
         method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",  # also with SimCSE's auxiliary MLM
-        augmentation=simcse.describe_views(data_args.mode, getattr(collator, "columns", None)),
+        augmentation=views,
         training_data=training_data_name(data_args),
     )
     finish_sentence_encoder_run(

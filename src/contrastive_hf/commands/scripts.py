@@ -219,7 +219,14 @@ class CorpusArguments:
 
 
 def training_data_name(data_args: CorpusArguments) -> str:
-    """How a model card names the training data: the Hub dataset, else the file's name (never its local path)."""
+    """How a model card names the training data: the Hub dataset, else the file's name (never its local path); for
+    several datasets (``--train_files``), each name with its file's name, and the schedule."""
+    if getattr(data_args, "train_files", None):
+        from ..data.mixture import parse_named_files
+
+        files = parse_named_files(data_args.train_files).items()
+        named = ", ".join(f"{name} ({os.path.basename(path)})" for name, path in files)
+        return f"{named}; {getattr(data_args, 'dataset_schedule', 'proportional')} schedule"
     if data_args.dataset_name:
         return data_args.dataset_name
     return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"

@@ -28,6 +28,7 @@ __all__ = [
     "model_config",
     "build_collator",
     "prepare_pairs",
+    "build_mixture",
     "describe_views",
 ]
 
@@ -172,6 +173,37 @@ def prepare_pairs(corpus, collator, num_proc: int | None = None):
         lambda batch, indices: {EXAMPLE_INDEX_COLUMN: indices}, batched=True, with_indices=True, desc="Numbering"
     )
     return corpus
+
+
+def build_mixture(
+    files: dict[str, str],
+    tokenizer,
+    schedule: str = "proportional",
+    max_length: int = 32,
+    max_train_samples: int | None = None,
+    num_proc: int | None = None,
+    cache_dir: str | None = None,
+    **collator_options,
+):
+    """Several training files in one run, one dataset per batch (`data.mixture`): ``(DatasetMixture,
+    MixtureCollator)``. A text file (one sentence per line) gives unsupervised SimCSE's dropout views of its
+    sentences; a csv or json file, (anchor, positive, hard negatives) rows with its own columns (`prepare_pairs`).
+    ``collator_options`` go to `build_collator` (``do_mlm``, ``mlm_probability``, ``seed``, ``prompts``...); each
+    dataset is cut to its first ``max_train_samples`` examples."""
+    from ..data.corpus import first_examples, load_corpus, tokenize_corpus
+    from ..data.mixture import DatasetMixture, MixtureCollator
+
+    datasets, collators = {}, {}
+    for name, path in files.items():
+        corpus = load_corpus(path, cache_dir=cache_dir)
+        if corpus.column_names == ["text"]:  # sentences: dropout views
+            collators[name] = build_collator("unsup", tokenizer, max_length=max_length, **collator_options)
+            dataset = tokenize_corpus(corpus, tokenizer, max_seq_length=max_length, num_proc=num_proc)
+        else:
+            collators[name] = build_collator("sup", tokenizer, max_length=max_length, **collator_options)
+            dataset = prepare_pairs(corpus, collators[name], num_proc)
+        datasets[name] = first_examples(dataset, max_train_samples)
+    return DatasetMixture(datasets, schedule=schedule), MixtureCollator(collators)
 
 
 def describe_views(mode: str, columns) -> str:

@@ -13,6 +13,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..data.collators import CollatorEpochCallback
+from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.encoding import SentenceEmbeddingMixin
@@ -31,7 +32,8 @@ PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 # Logged beside `loss`, each averaged over the steps since the last log and over processes: the parts of the
 # objective (unweighted; `loss` is their weighted sum), the alignment and uniformity of the training embeddings
 # (Wang & Isola, 2020: query vs positive views, and the queries), the negatives each query was contrasted with, and
-# how full the pre-batch queue is.
+# how full the pre-batch queue is; training on a `DatasetMixture`, also ``cl_loss_<name>``, each dataset's
+# contrastive loss over its steps since the last log.
 LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
@@ -104,6 +106,11 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             return getattr(self.args, name)
         return next(field.default for field in dataclasses.fields(ContrastiveTrainingArguments) if field.name == name)
 
+    def get_train_dataloader(self):
+        if isinstance(self.train_dataset, DatasetMixture):  # one dataset per batch, the same on every process
+            return mixture_dataloader(self)
+        return super().get_train_dataloader()
+
     def _negatives_kwargs(self, model) -> dict:
         """What the model's loss needs beyond the batch: cross-device gathering and the pre-batch queue."""
         kwargs = {}
@@ -125,6 +132,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
+        self._batch_dataset = inputs.pop(DATASET_KEY, None)  # a `DatasetMixture`'s batch names its dataset
         chunk_size = self._option("grad_cache_chunk_size")
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
@@ -182,6 +190,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             if embeddings is not None:  # this batch's keys are the next batches' negatives
                 ids = inputs.get("sentence_ids")
                 self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
+        dataset = getattr(self, "_batch_dataset", None)
+        if dataset is not None and getattr(outputs, "cl_loss", None) is not None:
+            metrics[f"cl_loss_{dataset}"] = outputs.cl_loss  # every process draws the same dataset at a step
         for name, value in metrics.items():
             if value is not None:  # accumulated on the device: no host sync per step
                 self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
@@ -189,7 +200,8 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs and self._metric_sums:
-            for name in self.step_metrics:
+            per_dataset = [name for name in self._metric_sums if name.startswith("cl_loss_")]
+            for name in (*self.step_metrics, *per_dataset):
                 if name in self._metric_sums:
                     mean = self._metric_sums[name] / self._metric_counts[name]
                     logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
