@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
+    MatryoshkaArguments,
     PromptArguments,
     log_before_after,
     parse_arguments,
-    parse_number_list,
     publish,
     save_trained_model,
     setup_logging,
@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(PromptArguments):
+class ModelArguments(PromptArguments, MatryoshkaArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={
@@ -83,17 +83,6 @@ class ModelArguments(PromptArguments):
     )
     projection_dim: int | None = field(
         default=None, metadata={"help": "A linear layer to this size on each tower's vector (none when unset)."}
-    )
-    matryoshka_dims: str | None = field(
-        default=None,
-        metadata={
-            "help": "Matryoshka: DPR's loss on the first m dimensions for each m, summed (e.g. 384,256,128,64); "
-            "retrieval is then also scored at each size."
-        },
-    )
-    matryoshka_weights: str | None = field(default=None, metadata={"help": "One weight per --matryoshka_dims size."})
-    truncate_dim: int | None = field(
-        default=None, metadata={"help": "The size the saved model's embeddings are truncated to by default."}
     )
 
 
@@ -154,14 +143,10 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
         for name, value in (
             ("similarity", model_args.similarity),
             ("temperature", model_args.temperature),
-            ("truncate_dim", model_args.truncate_dim),
         )
         if value is not None
     }
-    for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
-        if getattr(model_args, name) is not None:
-            loss_overrides[name] = parse_number_list(getattr(model_args, name), kind, f"--{name}")
-    loss_overrides.update(model_args.prompt_overrides())
+    loss_overrides.update(model_args.matryoshka_overrides(), **model_args.prompt_overrides())
     if model_args.model_name_or_path:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:

@@ -19,9 +19,8 @@ from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.losses import duplicate_mask, info_nce, nt_xent
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.recipes.sg_bert import SelfGuidedModel
-from contrastive_hf.training.grad_cache import grad_cache_step
 
-from conftest import tiny_bert_config
+from conftest import assert_grad_cache_matches_one_pass, tiny_bert_config
 
 DIMS, WEIGHTS = [32, 16, 8], [1.0, 0.5, 2.0]
 
@@ -107,14 +106,7 @@ def test_grad_cache_gives_the_full_batch_gradients_of_the_matryoshka_loss():
         "input_ids": torch.randint(5, 8000, (10, 3, 7), generator=generator),
         "attention_mask": torch.ones(10, 3, 7, dtype=torch.long),
     }
-    model.zero_grad()
-    model(**inputs).loss.backward()
-    full = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    grad_cache_step(model, model, inputs, chunk_size=4)
-    for name, parameter in model.named_parameters():
-        if name in full:
-            torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert_grad_cache_matches_one_pass(model, inputs, chunk_size=4)
 
 
 def test_configuration_errors_name_the_fix():

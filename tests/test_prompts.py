@@ -17,9 +17,8 @@ from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.encoding import prompt_token_count
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.recipes.dpr import QueryPassageCollator
-from contrastive_hf.training.grad_cache import grad_cache_step
 
-from conftest import DEMO_DATA, tiny_bert_config
+from conftest import DEMO_DATA, assert_grad_cache_matches_one_pass, tiny_bert_config
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
 
@@ -116,14 +115,7 @@ def test_a_dual_encoder_trains_on_what_encode_query_and_encode_document_return(t
 def test_grad_cache_slices_the_prompt_lengths_with_the_views(tokenizer):
     model = pretraining_model(tokenizer, include_prompt=False).train()
     batch = PairCollator(tokenizer, max_length=64, prompts=PROMPTS, include_prompt=False)(snli(10))
-    model.zero_grad()
-    model(**batch).loss.backward()
-    full = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    model.zero_grad()
-    grad_cache_step(model, model, batch, chunk_size=4)
-    for name, parameter in model.named_parameters():
-        if name in full:
-            torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert_grad_cache_matches_one_pass(model, batch, chunk_size=4)
 
 
 def test_run_dpr_trains_with_prompts_and_saves_them_for_sentence_transformers(repo_root, tmp_path, tokenizer):

@@ -132,7 +132,8 @@ def mine_command(args: argparse.Namespace) -> int:
     )
     write_mined(mined.rows, args.output)
     print(mined.summary())
-    print(f"Wrote {args.output} (columns query, positive, negative_1..negative_{args.num_negatives}).")
+    negatives = ", ".join(f"negative_{index}" for index in range(1, args.num_negatives + 1))
+    print(f"Wrote {args.output} (columns query, positive, {negatives}).")
     return 0
 
 

@@ -18,6 +18,7 @@ from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES,
 __all__ = [
     "EncoderArguments",
     "ContrastiveModelArguments",
+    "MatryoshkaArguments",
     "PromptArguments",
     "CorpusArguments",
     "parse_number_list",
@@ -61,7 +62,40 @@ def _config_default(name: str) -> str:
 
 
 @dataclass
-class ContrastiveModelArguments:
+class MatryoshkaArguments:
+    """Matryoshka training and default truncation (config-backed: the model config's ``matryoshka_dims``,
+    ``matryoshka_weights`` and ``truncate_dim``), for every script that trains an embedding."""
+
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka representation learning: the contrastive loss on the first m dimensions for each m, "
+            "summed, e.g. 384,256,128,64 (list the full size to keep training it); the end-of-run evaluation (STS-B, "
+            "retrieval) is then scored at each size. Needs the projection kept at inference or none."
+        },
+    )
+    matryoshka_weights: str | None = field(
+        default=None, metadata={"help": "One weight per --matryoshka_dims size, e.g. 1,1,1,1 (default: 1 each)."}
+    )
+    truncate_dim: int | None = field(
+        default=None,
+        metadata={
+            "help": "Truncate the saved model's embeddings to this size by default (encode and sentence-transformers' "
+            "truncate_dim, in config_sentence_transformers.json); default: no truncation."
+        },
+    )
+
+    def matryoshka_overrides(self) -> dict:
+        """The model config fields these flags set, the sizes and weights as lists."""
+        overrides = {"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}
+        for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
+            if getattr(self, name) is not None:
+                overrides[name] = parse_number_list(getattr(self, name), kind, f"--{name}")
+        return overrides
+
+
+@dataclass
+class ContrastiveModelArguments(MatryoshkaArguments):
     """`ContrastiveConfig` fields a script may set. Unset (None) keeps the value of the checkpoint continued from, or
     the config's default (a recipe's script may set its paper's defaults instead): the config is the one source of
     truth for these values."""
@@ -104,33 +138,12 @@ class ContrastiveModelArguments:
             f"({_config_default('sub_batch_size')})."
         },
     )
-    matryoshka_dims: str | None = field(
-        default=None,
-        metadata={
-            "help": "Matryoshka representation learning: the contrastive loss on the first m dimensions for each m, "
-            "summed, e.g. 384,256,128,64 (list the full size to keep training it); STS-B dev is then scored at each "
-            "size. Needs the projection kept at inference or none."
-        },
-    )
-    matryoshka_weights: str | None = field(
-        default=None, metadata={"help": "One weight per --matryoshka_dims size, e.g. 1,1,1,1 (default: 1 each)."}
-    )
-    truncate_dim: int | None = field(
-        default=None,
-        metadata={
-            "help": "Truncate the saved model's embeddings to this size by default (encode and sentence-transformers' "
-            "truncate_dim, in config_sentence_transformers.json); default: no truncation."
-        },
-    )
 
     def config_overrides(self) -> dict:
         """The fields that were given, as `ContrastiveConfig` keyword arguments."""
         names = [item.name for item in dataclasses.fields(ContrastiveModelArguments)]  # also in a subclass
         overrides = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
-        for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
-            if name in overrides:
-                overrides[name] = parse_number_list(overrides[name], kind, f"--{name}")
-        return overrides
+        return {**overrides, **MatryoshkaArguments.matryoshka_overrides(self)}
 
 
 @dataclass
