@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
+    MatryoshkaArguments,
+    PromptArguments,
     log_before_after,
     parse_arguments,
     publish,
@@ -52,7 +54,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(PromptArguments, MatryoshkaArguments):
     model_name_or_path: str | None = field(
         default=None,
         metadata={
@@ -99,7 +101,11 @@ class DataArguments:
     )
     hard_negative_column: str | None = field(
         default=None,
-        metadata={"help": "The hard negative column (default: hard_negative, negative_passage, negative, hard_neg)."},
+        metadata={
+            "help": "The hard negative column, or several comma-separated (k negatives per question; default: "
+            "hard_negative, negative_passage, negative or hard_neg, else negative_1..negative_k as "
+            "`contrastive-hf mine` writes them). A column may also hold a list of negatives per row."
+        },
     )
     no_hard_negatives: bool = field(default=False, metadata={"help": "Ignore any hard negative column."})
     max_query_length: int = field(default=64, metadata={"help": "Most tokens per question."})
@@ -110,6 +116,14 @@ class DataArguments:
         metadata={
             "help": "Pairs held out (after a seeded shuffle) for the retrieval evaluation: their questions are "
             "searched among all their passages. 0: no evaluation."
+        },
+    )
+    eval_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A .csv or .json(l) file of (question, positive[, hard negatives]) pairs to score retrieval on, "
+            "instead of holding out --eval_size pairs of the training data (which is then all trained on): the same "
+            "evaluation for runs on different training files, e.g. with and without mined negatives."
         },
     )
     eval_hard_negatives: bool = field(
@@ -126,9 +140,13 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
     """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config."""
     loss_overrides = {
         name: value
-        for name, value in (("similarity", model_args.similarity), ("temperature", model_args.temperature))
+        for name, value in (
+            ("similarity", model_args.similarity),
+            ("temperature", model_args.temperature),
+        )
         if value is not None
     }
+    loss_overrides.update(model_args.matryoshka_overrides(), **model_args.prompt_overrides())
     if model_args.model_name_or_path:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
@@ -199,37 +217,62 @@ def main():
             data_args.hard_negative_column,
             use_hard_negatives=not data_args.no_hard_negatives,
         )
-        logger.info("Questions from %r, positive passages from %r, hard negatives from %r.", *columns)
+        logger.info(
+            "Questions from %r, positive passages from %r, hard negatives from %s.",
+            columns[0],
+            columns[1],
+            ", ".join(map(repr, columns[2:])) or "no column",
+        )
         pairs = drop_incomplete_rows(pairs, columns, data_args.preprocessing_num_workers)
-        if data_args.eval_size >= len(pairs):
-            raise ValueError(
-                f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
-            )
         pairs = pairs.shuffle(seed=training_args.seed)
-        held_out = pairs.select(range(data_args.eval_size))
-        train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
+        if data_args.eval_file:
+            held_out = load_corpus(data_args.eval_file)
+            eval_columns = resolve_query_passage_columns(
+                held_out.column_names,
+                data_args.query_column,
+                data_args.positive_column,
+                use_hard_negatives=data_args.eval_hard_negatives,
+            )
+            held_out, train_pairs = drop_incomplete_rows(held_out, eval_columns), pairs
+        else:
+            if data_args.eval_size >= len(pairs):
+                raise ValueError(
+                    f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
+                )
+            eval_columns = columns
+            held_out = pairs.select(range(data_args.eval_size))
+            train_pairs = pairs.select(range(data_args.eval_size, len(pairs)))
         if data_args.max_train_samples is not None:
             train_pairs = train_pairs.select(range(min(data_args.max_train_samples, len(train_pairs))))
-        train_dataset = tokenize_query_passage_pairs(
-            train_pairs,
-            tokenizer,
-            columns,
-            max_query_length=data_args.max_query_length,
-            max_passage_length=data_args.max_passage_length,
-            num_proc=data_args.preprocessing_num_workers,
-        )
+        if model.config.prompts:  # prompts are prepended to texts: the collator tokenizes each batch
+            train_dataset = train_pairs.select_columns(list(columns))
+            train_columns = columns
+        else:
+            train_dataset = tokenize_query_passage_pairs(
+                train_pairs,
+                tokenizer,
+                columns,
+                max_query_length=data_args.max_query_length,
+                max_passage_length=data_args.max_passage_length,
+                num_proc=data_args.preprocessing_num_workers,
+            )
+            train_columns = None  # the tokenized columns
 
     retrieval = None
-    if data_args.eval_size:
-        query_column, positive_column, negative_column = columns
-        distractors = held_out[negative_column] if negative_column and data_args.eval_hard_negatives else ()
+    if data_args.eval_size or data_args.eval_file:
+        query_column, positive_column, *negative_columns = eval_columns
+        distractors = []
+        for column in negative_columns if data_args.eval_hard_negatives else ():
+            for value in held_out[column]:
+                distractors.extend(value if isinstance(value, list) else [value])
         retrieval = build_retrieval_data(
             held_out[query_column], held_out[positive_column], distractors, name="held_out"
         )
         logger.info(
-            "Retrieval evaluation: %d held-out questions against %d passages.",
+            "Retrieval evaluation: %d held-out questions against %d passages%s.",
             len(retrieval.queries),
             len(retrieval.passages),
+            f" from {data_args.eval_file}" if data_args.eval_file else "",
         )
 
     def score() -> dict[str, float]:
@@ -241,6 +284,7 @@ def main():
             batch_size=training_args.per_device_eval_batch_size,
             query_max_length=data_args.max_query_length,
             passage_max_length=data_args.max_passage_length,
+            truncate_dims=model.config.matryoshka_dims or (),
         )
 
     trainer = ContrastiveTrainer(
@@ -249,8 +293,11 @@ def main():
         train_dataset=train_dataset,
         data_collator=QueryPassageCollator(
             tokenizer,
+            columns=train_columns,
             max_query_length=data_args.max_query_length,
             max_passage_length=data_args.max_passage_length,
+            prompts=model.config.prompts,
+            include_prompt=model.config.include_prompt,
         ),
         processing_class=tokenizer,
     )

@@ -39,6 +39,7 @@ from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
+    PromptArguments,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
@@ -48,6 +49,7 @@ from contrastive_hf.commands.scripts import (
 )
 from contrastive_hf.data.collators import PairCollator
 from contrastive_hf.data.corpus import first_examples, load_corpus
+from contrastive_hf.data.mixture import parse_named_files
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import simcse
 from contrastive_hf.training.trainer import ContrastiveTrainer
@@ -75,7 +77,7 @@ LOGGED_SETTINGS = (
 
 
 @dataclass
-class ModelArguments(EncoderArguments, ContrastiveModelArguments):
+class ModelArguments(EncoderArguments, ContrastiveModelArguments, PromptArguments):
     do_mlm: bool = field(default=False, metadata={"help": "Add SimCSE's auxiliary MLM objective (--mlm_weight)."})
 
 
@@ -93,11 +95,29 @@ class DataArguments(CorpusArguments):
     pair_columns: str | None = field(
         default=None,
         metadata={
-            "help": "sup: anchor,positive[,hard_negative] column names (default: sent0,sent1,hard_neg or "
-            "anchor,positive,hard_negative, whichever the data has)."
+            "help": "sup: anchor,positive[,hard_negative_1,...,hard_negative_k] column names, k >= 0 hard negatives "
+            "per anchor (default: sent0,sent1,hard_neg, anchor,positive,hard_negative or query,positive, "
+            "whichever the data has, with negative_1..negative_k as `contrastive-hf mine` writes them)."
         },
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked with --do_mlm."})
+    train_files: str | None = field(
+        default=None,
+        metadata={
+            "help": "Several named datasets in one run instead of --train_file, e.g. nli=nli.csv,wiki=wiki.txt: "
+            "each batch is drawn from one of them (in-batch negatives stay within a dataset) and each one's loss is "
+            "logged as cl_loss_<name>. A text file gives dropout views of its sentences, a csv/json file pairs or "
+            "triplets with its own columns."
+        },
+    )
+    dataset_schedule: str = field(
+        default="proportional",
+        metadata={
+            "help": "With --train_files: proportional (batches of every dataset in a random order, each dataset's "
+            "share of the steps its share of the examples) or round_robin (one batch of each in turn).",
+            "choices": ["proportional", "round_robin"],
+        },
+    )
 
 
 def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
@@ -140,7 +160,10 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
         data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir
     )
     pairs = simcse.prepare_pairs(corpus, collator, data_args.preprocessing_num_workers)
-    kinds = "(anchor, positive, hard negative) triplets" if len(collator.columns) == 3 else "(anchor, positive) pairs"
+    negatives = len(collator.columns) - 2
+    kinds = {0: "(anchor, positive) pairs", 1: "(anchor, positive, hard negative) triplets"}.get(
+        negatives, f"(anchor, positive, {negatives} hard negatives) rows"
+    )
     logger.info("Training on %d %s from columns %s.", len(pairs), kinds, ", ".join(collator.columns))
     return pairs
 
@@ -151,7 +174,7 @@ def main(argv: list[str] | None = None):
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
 
     tokenizer = load_tokenizer(model_args)
-    overrides = ContrastiveModelArguments.config_overrides(model_args)
+    overrides = {**ContrastiveModelArguments.config_overrides(model_args), **model_args.prompt_overrides()}
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model: ContrastiveForPreTraining = load_pretraining_model(
             model_args.model_name_or_path,
@@ -161,22 +184,47 @@ def main(argv: list[str] | None = None):
             **simcse.model_config(data_args.mode, do_mlm=model_args.do_mlm, **overrides),
         )
 
-    collator = simcse.build_collator(
-        data_args.mode,
-        tokenizer,
-        max_length=data_args.max_seq_length,
-        pair_columns=[name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None,
+    collator_options = dict(
         do_mlm=model_args.do_mlm,
         mlm_probability=data_args.mlm_probability,
         seed=training_args.seed,
+        prompts=overrides.get("prompts") if data_args.mode == "unsup" else model.config.prompts,
+        include_prompt=model.config.include_prompt,
     )
-    if data_args.mode == "unsup":
-        train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
-    else:
+    if data_args.train_files:
+        if data_args.train_file or data_args.dataset_name:
+            raise ValueError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
         with training_args.main_process_first(desc="training data"):
-            train_dataset = first_examples(
-                load_pairs(data_args, collator, model_args.cache_dir), data_args.max_train_samples
+            train_dataset, collator = simcse.build_mixture(
+                parse_named_files(data_args.train_files),
+                tokenizer,
+                schedule=data_args.dataset_schedule,
+                max_length=data_args.max_seq_length,
+                max_train_samples=data_args.max_train_samples,
+                num_proc=data_args.preprocessing_num_workers,
+                cache_dir=model_args.cache_dir,
+                **collator_options,
             )
+        for name, size in zip(train_dataset.names, train_dataset.sizes, strict=True):
+            logger.info(
+                "Dataset %r: %d examples, %s.", name, size, collator.collator_of(name).card_description()["views"]
+            )
+    else:
+        pair_columns = [name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None
+        collator = simcse.build_collator(
+            data_args.mode,
+            tokenizer,
+            max_length=data_args.max_seq_length,
+            pair_columns=pair_columns,
+            **collator_options,
+        )
+        if data_args.mode == "unsup":
+            train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
+        else:
+            with training_args.main_process_first(desc="training data"):
+                train_dataset = first_examples(
+                    load_pairs(data_args, collator, model_args.cache_dir), data_args.max_train_samples
+                )
 
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
 
@@ -190,6 +238,10 @@ def main(argv: list[str] | None = None):
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
 
+    if data_args.train_files:  # the mixture's collator describes each dataset's views
+        views = collator.card_description()["views"]
+    else:
+        views = simcse.describe_views(data_args.mode, getattr(collator, "columns", None))
     card_info = card_info_from_trainer(
         trainer,
         hyperparameters={
@@ -197,7 +249,7 @@ def main(argv: list[str] | None = None):
             **({"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}),
         },
         method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",  # also with SimCSE's auxiliary MLM
-        augmentation=simcse.describe_views(data_args.mode, getattr(collator, "columns", None)),
+        augmentation=views,
         training_data=training_data_name(data_args),
     )
     finish_sentence_encoder_run(

@@ -59,3 +59,17 @@ def _seed_and_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4) -> None:
+    """GradCache's chunked step leaves the gradients of one forward and backward pass over the whole batch."""
+    from contrastive_hf.training.grad_cache import grad_cache_step
+
+    model.zero_grad()
+    model(**inputs).loss.backward()
+    full = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    grad_cache_step(model, model, inputs, chunk_size=chunk_size)
+    for name, parameter in model.named_parameters():
+        if name in full:
+            torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)

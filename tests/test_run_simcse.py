@@ -200,3 +200,29 @@ def test_sup_end_to_end_with_hard_negatives_and_prebatch_queue(tmp_path):
     assert "hard negative hard_neg (contradiction)" in card and "pre-batch queue 1" in card
     assert "Supervised SimCSE trains on natural language inference pairs" in card
     assert "a hard negative per anchor; pre-batch negatives (the keys of the previous 1 batch(es))" in card
+
+
+def test_sup_with_three_hard_negatives_and_matryoshka_dims_end_to_end(tmp_path):
+    rows = list(csv.DictReader(open(SNLI_TRIPLES, newline="", encoding="utf-8")))[:40]
+    train_file = tmp_path / "mined.csv"
+    with open(train_file, "w", newline="", encoding="utf-8") as handle:  # the columns `contrastive-hf mine` writes
+        writer = csv.writer(handle)
+        writer.writerow(["query", "positive", "negative_1", "negative_2", "negative_3"])
+        for i, row in enumerate(rows[:32]):
+            writer.writerow(
+                [row["sent0"], row["sent1"], row["hard_neg"], rows[i + 1]["hard_neg"], rows[i + 2]["sent1"]]
+            )
+    log, output_dir = run(
+        tmp_path, "sup", "--train_file", str(train_file), "--matryoshka_dims", "32,16,8", "--matryoshka_weights",
+        "1,1,0.5", "--num_train_epochs", "1",
+    )  # fmt: skip
+    assert "Training on 32 (anchor, positive, 3 hard negatives) rows from columns query, positive, negative_1" in log
+    config, _, history = saved_settings(output_dir)
+    assert config["matryoshka_dims"] == [32, 16, 8] and config["matryoshka_weights"] == [1.0, 1.0, 0.5]
+    # batch 16 with three hard negatives each: up to 16 x 4 - 1 negatives per query
+    assert all(40 < entry["negatives_per_query"] <= 63 for entry in history if "negatives_per_query" in entry)
+    results = json.loads((output_dir / "eval_results.json").read_text())
+    assert all(-100 <= results[f"eval_stsb_spearman_dim{dim}"] <= 100 for dim in (32, 16, 8))
+    card = (output_dir / "README.md").read_text()
+    assert "| Matryoshka dimensions | loss summed over the first 32 (weight 1), 16 (weight 1), 8 (weight 0.5)" in card
+    assert "3 hard negatives per anchor" in card and "type: sts-dev-8" in card

@@ -1,7 +1,8 @@
-"""The ``contrastive-hf`` command line: ``evaluate`` a model, ``plot`` a run.
+"""The ``contrastive-hf`` command line: ``evaluate`` a model, ``plot`` a run, ``mine`` hard negatives.
 
 contrastive-hf evaluate MODEL --tasks sts,transfer,align --data-dir DIR [--output eval_results.json]
 contrastive-hf plot RUN_DIR [RESULTS.json ...] [--output-dir DIR]
+contrastive-hf mine PAIRS --model MODEL --output MINED.csv [--num-negatives 3 --margin 0.05 ...]
 """
 
 from __future__ import annotations
@@ -11,21 +12,14 @@ import json
 import os
 import sys
 
+from .._atomic import write_atomically
+
 __all__ = ["main", "build_parser"]
 
 
 def _write_json(path: str, payload: dict) -> None:
     """Write through a temporary file, so that a failure never leaves a half-written results file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    write_atomically(path, lambda handle: json.dump(payload, handle, indent=2))
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
@@ -99,6 +93,50 @@ def plot_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def mine_command(args: argparse.Namespace) -> int:
+    from ..data.corpus import drop_incomplete_rows, load_corpus
+    from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
+    from ..recipes.dpr import resolve_query_passage_columns
+
+    pairs = load_corpus(args.pairs)
+    columns = resolve_query_passage_columns(pairs.column_names, args.query_column, args.positive_column)
+    pairs = drop_incomplete_rows(pairs, columns)
+    corpus = [
+        text
+        for column in columns[2:]
+        for value in pairs[column]
+        for text in (value if isinstance(value, list) else [value])
+    ]
+    for path in args.corpus or ():
+        extra = load_corpus(path)
+        text_column = args.corpus_column or ("text" if "text" in extra.column_names else extra.column_names[0])
+        corpus += [text for text in extra[text_column] if isinstance(text, str) and text.strip()]
+    encode_queries, encode_documents, similarity = load_mining_encoder(
+        args.model, batch_size=args.batch_size, max_length=args.max_length, device=args.device
+    )
+    mined = mine_hard_negatives(
+        pairs[columns[0]],
+        pairs[columns[1]],
+        encode_queries,
+        encode_documents,
+        corpus=corpus,
+        num_negatives=args.num_negatives,
+        similarity=similarity,
+        skip_top=args.skip_top,
+        max_candidates=args.max_candidates,
+        margin=args.margin,
+        max_score=args.max_score,
+        duplicate_threshold=args.duplicate_threshold,
+        sampling=args.sampling,
+        seed=args.seed,
+    )
+    write_mined(mined.rows, args.output)
+    print(mined.summary())
+    negatives = ", ".join(f"negative_{index}" for index in range(1, args.num_negatives + 1))
+    print(f"Wrote {args.output} (columns query, positive, {negatives}).")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrastive-hf", description="Contrastive sentence encoders on HF.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -169,6 +207,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plot.add_argument("--output-dir", default=".", help="Where the PNG files go (default: the current directory).")
     plot.set_defaults(handler=plot_command)
+
+    mine = commands.add_parser(
+        "mine",
+        help="Mine hard negatives for (query, positive) pairs with a trained model.",
+        description="Scores every query against a corpus (the pairs' positives and existing negatives, plus --corpus) "
+        "by exact search on the CPU and writes query, positive, negative_1..negative_k rows, which run_simcse.py "
+        "(--mode sup) and run_dpr.py read as they are. A pair's positives, its query and texts identical to a "
+        "positive are never its negatives.",
+    )
+    mine.add_argument("pairs", help="A .csv or .json(l) file of (query, positive[, negatives]) pairs.")
+    mine.add_argument(
+        "--model",
+        required=True,
+        help="The model that scores: a contrastive_hf checkpoint (a dual encoder uses its two towers), a "
+        "sentence-transformers folder, or a transformers encoder (mean pooling).",
+    )
+    mine.add_argument("--output", required=True, help="Where the rows go: .csv, .tsv, .json or .jsonl.")
+    mine.add_argument("--query-column", default=None, help="Default: query, question, anchor or sent0.")
+    mine.add_argument("--positive-column", default=None, help="Default: positive, passage, answer, sent1, ...")
+    mine.add_argument("--corpus", action="append", help="More passages to draw negatives from (a file; repeatable).")
+    mine.add_argument("--corpus-column", default=None, help="The text column of --corpus files (default: text).")
+    mine.add_argument("--num-negatives", type=int, default=3, help="Negatives per pair (default 3).")
+    mine.add_argument(
+        "--skip-top", type=int, default=0, help="Skip the first N candidates of each ranking (likely false negatives)."
+    )
+    mine.add_argument(
+        "--max-candidates", type=int, default=100, help="Consider the N best candidates after the skipped ones."
+    )
+    mine.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="A negative must score below the positive's score minus this (e.g. 0.05 for cosine).",
+    )
+    mine.add_argument("--max-score", type=float, default=None, help="A negative must score at most this.")
+    mine.add_argument(
+        "--duplicate-threshold",
+        type=float,
+        default=None,
+        help="Passages this similar (cosine) to the positive are near-duplicates of it, never negatives (e.g. 0.95).",
+    )
+    mine.add_argument("--sampling", default="top", choices=("top", "random"), help="The best, or at random.")
+    mine.add_argument("--seed", type=int, default=0, help="Seed of --sampling random.")
+    mine.add_argument("--batch-size", type=int, default=64)
+    mine.add_argument("--max-length", type=int, default=None, help="Truncation in tokens (default: the model's).")
+    mine.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when available).")
+    mine.set_defaults(handler=mine_command)
     return parser
 
 

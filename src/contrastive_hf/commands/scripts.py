@@ -18,7 +18,10 @@ from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES,
 __all__ = [
     "EncoderArguments",
     "ContrastiveModelArguments",
+    "MatryoshkaArguments",
+    "PromptArguments",
     "CorpusArguments",
+    "parse_number_list",
     "parse_arguments",
     "setup_logging",
     "load_tokenizer",
@@ -59,7 +62,40 @@ def _config_default(name: str) -> str:
 
 
 @dataclass
-class ContrastiveModelArguments:
+class MatryoshkaArguments:
+    """Matryoshka training and default truncation (config-backed: the model config's ``matryoshka_dims``,
+    ``matryoshka_weights`` and ``truncate_dim``), for every script that trains an embedding."""
+
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka representation learning: the contrastive loss on the first m dimensions for each m, "
+            "summed, e.g. 384,256,128,64 (list the full size to keep training it); the end-of-run evaluation (STS-B, "
+            "retrieval) is then scored at each size. Needs the projection kept at inference or none."
+        },
+    )
+    matryoshka_weights: str | None = field(
+        default=None, metadata={"help": "One weight per --matryoshka_dims size, e.g. 1,1,1,1 (default: 1 each)."}
+    )
+    truncate_dim: int | None = field(
+        default=None,
+        metadata={
+            "help": "Truncate the saved model's embeddings to this size by default (encode and sentence-transformers' "
+            "truncate_dim, in config_sentence_transformers.json); default: no truncation."
+        },
+    )
+
+    def matryoshka_overrides(self) -> dict:
+        """The model config fields these flags set, the sizes and weights as lists."""
+        overrides = {"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}
+        for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
+            if getattr(self, name) is not None:
+                overrides[name] = parse_number_list(getattr(self, name), kind, f"--{name}")
+        return overrides
+
+
+@dataclass
+class ContrastiveModelArguments(MatryoshkaArguments):
     """`ContrastiveConfig` fields a script may set. Unset (None) keeps the value of the checkpoint continued from, or
     the config's default (a recipe's script may set its paper's defaults instead): the config is the one source of
     truth for these values."""
@@ -106,7 +142,65 @@ class ContrastiveModelArguments:
     def config_overrides(self) -> dict:
         """The fields that were given, as `ContrastiveConfig` keyword arguments."""
         names = [item.name for item in dataclasses.fields(ContrastiveModelArguments)]  # also in a subclass
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        overrides = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {**overrides, **MatryoshkaArguments.matryoshka_overrides(self)}
+
+
+@dataclass
+class PromptArguments:
+    """Training-time prompts (E5, BGE) of the scripts that train on pairs: config-backed (the model config's
+    ``prompts``, ``include_prompt`` and ``default_prompt_name``), applied by the collators in training and by
+    ``encode`` at inference."""
+
+    query_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the anchors (queries) in training and saved as the model's 'query' prompt "
+            "(E5: 'query: '), which encode(prompt_name='query') applies; see --document_prompt."
+        },
+    )
+    document_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the positives and hard negatives (passages) in training, saved as the "
+            "'document' prompt (E5: 'passage: ')."
+        },
+    )
+    include_prompt: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Pool the prompt's tokens with the sentence's; false leaves them out of the pooling, in training "
+            "as at inference (default: the checkpoint's, else true)."
+        },
+    )
+    default_prompt_name: str | None = field(
+        default=None,
+        metadata={"help": "The prompt encode (and the STS evaluation) applies when none is named, e.g. query."},
+    )
+
+    def prompt_overrides(self) -> dict:
+        """The model config fields these flags set: ``prompts`` from ``--query_prompt`` and ``--document_prompt``
+        (they replace a continued checkpoint's), ``include_prompt`` and ``default_prompt_name``."""
+        overrides = {}
+        prompts = {role: getattr(self, f"{role}_prompt") for role in ("query", "document")}
+        if any(text is not None for text in prompts.values()):
+            overrides["prompts"] = {role: text for role, text in prompts.items() if text is not None}
+        for name in ("include_prompt", "default_prompt_name"):
+            if getattr(self, name) is not None:
+                overrides[name] = getattr(self, name)
+        return overrides
+
+
+def parse_number_list(value, kind: type = int, flag: str = "the value") -> list:
+    """``"384,256,128"`` (a flag) or ``[384, 256, 128]`` (a JSON settings file) as a list of ``kind``."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        numbers = [kind(str(part).strip()) for part in parts if str(part).strip()]
+    except ValueError as error:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.") from error
+    if not numbers:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.")
+    return numbers
 
 
 @dataclass
@@ -140,7 +234,14 @@ class CorpusArguments:
 
 
 def training_data_name(data_args: CorpusArguments) -> str:
-    """How a model card names the training data: the Hub dataset, else the file's name (never its local path)."""
+    """How a model card names the training data: the Hub dataset, else the file's name (never its local path); for
+    several datasets (``--train_files``), each name with its file's name, and the schedule."""
+    if getattr(data_args, "train_files", None):
+        from ..data.mixture import parse_named_files
+
+        files = parse_named_files(data_args.train_files).items()
+        named = ", ".join(f"{name} ({os.path.basename(path)})" for name, path in files)
+        return f"{named}; {getattr(data_args, 'dataset_schedule', 'proportional')} schedule"
     if data_args.dataset_name:
         return data_args.dataset_name
     return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
@@ -276,6 +377,15 @@ def publish(trainer, card_info=None) -> None:
         sys.exit(1)
 
 
+def matryoshka_sts(model, stsb, tokenizer) -> dict[int, dict]:
+    """STS-B of the first m dimensions for each Matryoshka size m the model was trained with (its config's
+    ``matryoshka_dims``); {} without them."""
+    from ..evaluation import evaluate_sts_per_dimension
+
+    dims = getattr(getattr(model, "config", None), "matryoshka_dims", None)
+    return evaluate_sts_per_dimension(model, stsb, dims, tokenizer=tokenizer) if dims else {}
+
+
 def finish_sentence_encoder_run(
     trainer,
     train_result,
@@ -306,9 +416,14 @@ def finish_sentence_encoder_run(
         before = None
         if sts_before is not None:
             before = {"stsb_spearman": sts_before["spearman"], "stsb_pearson": sts_before["pearson"]}
+        per_dimension = matryoshka_sts(model, stsb, tokenizer)
+        after.update({f"stsb_spearman_dim{dim}": result["spearman"] for dim, result in per_dimension.items()})
         log_before_after(trainer, after, before)
         if card_info is not None:
             card_info.eval_results = {"stsb_dev": {"spearman": scores["spearman"]}}
+            card_info.eval_results.update(
+                {f"stsb_dev_dim{dim}": {"spearman": result["spearman"]} for dim, result in per_dimension.items()}
+            )
         sentences = stsb.sentences1[:32]
     trained = model.contrastive.encode(sentences, tokenizer=tokenizer)  # to check the saved checkpoint against
     publish(trainer, card_info)

@@ -2,8 +2,8 @@
 
 * `ContrastiveDataCollator`: ``num_views`` augmented views of each sentence (CLEAR, unsupervised SimCSE) and an
   MLM-masked copy of the original.
-* `PairCollator`: supervised (anchor, positive) pairs or (anchor, positive, hard negative) triplets, e.g. SimCSE's
-  NLI format ``sent0,sent1,hard_neg``.
+* `PairCollator`: supervised (anchor, positive) pairs, or (anchor, positive, k hard negatives) rows, e.g. SimCSE's
+  NLI format ``sent0,sent1,hard_neg`` or sentence-transformers' ``anchor,positive,negative_1,...,negative_k``.
 * `CollatorEpochCallback`: tells a collator the epoch, so that each epoch sees new views (`ContrastiveTrainer`
   adds it by itself).
 
@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
+from ..models.encoding import prompt_token_count, role_prompt
 from .augmentations import (
     DEL_TOKEN,
     DEL_WORD_PROBABILITY,
@@ -46,6 +47,10 @@ __all__ = [
     "EXAMPLE_INDEX_COLUMN",
     "content_room",
     "PAIR_COLUMN_NAMES",
+    "NEGATIVE_COLUMN_NAMES",
+    "negative_columns",
+    "column_views",
+    "RolePrompts",
     "content_hashes",
     "example_identities",
     "sentence_ids",
@@ -58,7 +63,112 @@ logger = logging.getLogger(__name__)
 # The view number the MLM copy's draws are keyed with (views are 0, 1, 2...).
 MLM_VIEW = 2**32
 # Column names of supervised pairs/triplets, tried in this order when not given: (anchor, positive, hard negative).
-PAIR_COLUMN_NAMES = (("anchor", "positive", "hard_negative"), ("sent0", "sent1", "hard_neg"))
+PAIR_COLUMN_NAMES = (("anchor", "positive", "hard_negative"), ("sent0", "sent1", "hard_neg"), ("query", "positive"))
+# Hard-negative column names, tried in this order when none is given (see `negative_columns`).
+NEGATIVE_COLUMN_NAMES = ("hard_negative", "hard_neg", "negative", "negatives")
+
+
+def negative_columns(names: Sequence[str], candidates: Sequence[str] = NEGATIVE_COLUMN_NAMES) -> tuple[str, ...]:
+    """The hard-negative columns among the column ``names``: the first of ``candidates`` that is a column (which may
+    hold one negative per row, or a list of them), else the numbered columns ``<candidate>_1``, ``<candidate>_2``...
+    of the first candidate that has a ``_1`` (sentence-transformers' ``negative_1..negative_k``, what
+    ``contrastive-hf mine`` writes), in number order; () when there is none."""
+    present = set(names)
+    for candidate in candidates:
+        if candidate in present:
+            return (candidate,)
+    for candidate in candidates:
+        numbered = []
+        while f"{candidate}_{len(numbered) + 1}" in present:
+            numbered.append(f"{candidate}_{len(numbered) + 1}")
+        if numbered:
+            return tuple(numbered)
+    return ()
+
+
+class RolePrompts:
+    """Training-time prompts, as `encode` applies them at inference: the model config's ``prompts`` (e.g. E5's
+    ``{"query": "query: ", "document": "passage: "}``) by role, the query (anchor) column taking the ``query`` prompt
+    and every other column (positives, negatives, passages) the ``document`` one (or ``passage``, ``corpus``:
+    `encoding.role_prompt`). With ``include_prompt=False`` a batch also carries ``prompt_lengths`` ``(B, S)``, how
+    many leading tokens of each view are its prompt ([CLS] included, as sentence-transformers counts them), which
+    the models leave out of the pooling exactly as `encode` does."""
+
+    def __init__(self, tokenizer, prompts: dict[str, str] | None = None, include_prompt: bool = True):
+        self.texts = {role: (prompts or {}).get(role_prompt(prompts, role)) for role in ("query", "document")}
+        self.include_prompt = include_prompt
+        self.lengths = {role: prompt_token_count(tokenizer, text) if text else 0 for role, text in self.texts.items()}
+
+    def __bool__(self) -> bool:
+        return any(self.texts.values())
+
+    def of_column(self, index: int) -> str | None:
+        """The prompt of a batch's column ``index``: the query's for column 0, the document's for the others."""
+        return self.texts["query" if index == 0 else "document"]
+
+    def lengths_tensor(self, size: int, columns_views: Sequence[int]) -> torch.Tensor | None:
+        """``prompt_lengths`` ``(size, views)`` for columns of ``columns_views`` views each; None when the prompts
+        are pooled (``include_prompt``) or there is none."""
+        if self.include_prompt or not self:
+            return None
+        per_view = [
+            self.lengths["query" if index == 0 else "document"]
+            for index, count in enumerate(columns_views)
+            for _ in range(count)
+        ]
+        return torch.tensor(per_view, dtype=torch.long).expand(size, -1).clone()
+
+
+def _is_token_ids(value) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) > 0 and isinstance(value[0], (int, np.integer))
+
+
+def column_views(
+    features: Sequence[dict[str, Any]],
+    column: str,
+    tokenizer,
+    max_length: int | None,
+    prompt: str | None = None,
+) -> list[list[list[int]]]:
+    """The token ids of one column of a batch, as views: ``views[v][row]``.
+
+    A cell holds one sentence (a text, or a list of token ids) or several (a list of texts or of token-id lists,
+    e.g. FlagEmbedding's list of negatives), which become that many views; every row of the batch must hold the same
+    number. Texts are tokenized here, ``prompt`` first (as ``encode(prompt_name=...)`` prepends it), truncated at
+    ``max_length``; token ids are taken as they are, so a prompt needs texts.
+    """
+    cells = []
+    for row, feature in enumerate(features):
+        value = feature.get(column)
+        many = isinstance(value, (list, tuple)) and not _is_token_ids(value)
+        sentences = list(value) if many else [value]
+        if not sentences or any(
+            sentence is None or len(sentence) == 0 or (isinstance(sentence, str) and not sentence.strip())
+            for sentence in sentences
+        ):
+            raise ValueError(f"Example {row} of the batch has no {column!r}; drop incomplete rows first.")
+        cells.append(sentences)
+    counts = {len(sentences) for sentences in cells}
+    if len(counts) > 1:
+        raise ValueError(
+            f"The rows of the batch hold {sorted(counts)} sentences in {column!r}: every row needs the same number of "
+            "negatives (give each row k of them, e.g. as `contrastive-hf mine --num_negatives k` writes them)."
+        )
+    flat = [sentence for sentences in cells for sentence in sentences]  # row-major
+    texts = [index for index, sentence in enumerate(flat) if isinstance(sentence, str)]
+    if prompt and len(texts) < len(flat):
+        raise ValueError(
+            f"Column {column!r} holds token ids, but a prompt ({prompt!r}) is prepended to texts before tokenization "
+            "(as encode does): give the collator the column's texts."
+        )
+    if texts:
+        encoded = tokenizer(
+            [(prompt or "") + flat[index] for index in texts], truncation=max_length is not None, max_length=max_length
+        )["input_ids"]
+        for index, ids in zip(texts, encoded, strict=True):
+            flat[index] = ids
+    per_row = counts.pop()
+    return [flat[view::per_row] for view in range(per_row)]
 
 
 def pad_sequences(
@@ -298,22 +408,29 @@ class ContrastiveDataCollator:
 
 @dataclass
 class PairCollator:
-    """Supervised positives: (anchor, positive) pairs or (anchor, positive, hard negative) triplets.
+    """Supervised positives: (anchor, positive) pairs, or (anchor, positive, k hard negatives) rows.
 
     Each feature holds the sentences as text (tokenized here) or token-id lists. Columns default to
-    ``anchor, positive[, hard_negative]`` or SimCSE's NLI names ``sent0, sent1[, hard_neg]``, whichever the
-    features have; the hard negative is used when its column is there. Returns ``input_ids`` and
-    ``attention_mask`` of shape ``(batch, 2 or 3, length)`` for `ContrastiveForPreTraining`, whose
-    ``contrastive_loss="info_nce"`` takes the third view as each anchor's hard negative; with ``mlm``, also an
-    MLM copy of the anchors (SimCSE's auxiliary MLM objective).
+    ``anchor, positive``, SimCSE's NLI names ``sent0, sent1`` or ``query, positive``, whichever the features have,
+    followed by the hard-negative columns found by `negative_columns` (``hard_negative``, ``hard_neg``, ...; or
+    ``negative_1, ..., negative_k``). A hard-negative column may also hold a list of k negatives per row
+    (FlagEmbedding's ``neg``; FlagEmbedding's ``train_group_size`` is 1 + k). Returns ``input_ids`` and
+    ``attention_mask`` of shape ``(batch, 2 + k, length)`` and ``sentence_ids`` ``(batch, 2 + k)`` for
+    `ContrastiveForPreTraining`, whose ``contrastive_loss="info_nce"`` takes views 2.. as each anchor's hard
+    negatives (``hard_negative_weight`` added to each); with ``mlm``, also an MLM copy of the anchors (SimCSE's
+    auxiliary MLM objective).
 
     Args:
         tokenizer: the model's tokenizer.
-        columns: the (anchor, positive[, hard negative]) column names; detected when None.
+        columns: the (anchor, positive, hard negatives...) column names; detected when None.
         max_length: truncation length in tokens (SimCSE uses 32 for NLI).
         pad_to_multiple_of: pad lengths to a multiple of this.
         mlm, mlm_probability: the MLM copy of the anchors.
         seed: the seed the MLM draws derive from; None draws one.
+        prompts, include_prompt: the model config's ``prompts`` and ``include_prompt``: the anchors are prefixed
+            with the ``query`` prompt and the other columns with the ``document`` one, and with
+            ``include_prompt=False`` the batch carries ``prompt_lengths`` so that the prompt is left out of the
+            pooling in training as at inference (`RolePrompts`). Prompts need text features.
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -324,10 +441,14 @@ class PairCollator:
     mlm_probability: float = 0.15
     seed: int | None = None
     epoch: int = 0
+    prompts: dict[str, str] | None = None
+    include_prompt: bool = True
 
     def __post_init__(self):
-        if self.columns is not None and len(self.columns) not in (2, 3):
-            raise ValueError(f"columns must name 2 (anchor, positive) or 3 (+ hard negative), got {self.columns}.")
+        if self.columns is not None and (isinstance(self.columns, str) or len(self.columns) < 2):
+            raise ValueError(
+                f"columns must name an anchor and a positive column, then any hard negatives, got {self.columns}."
+            )
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
         if self.mlm and self.tokenizer.mask_token is None:
@@ -336,6 +457,7 @@ class PairCollator:
         if self.seed is None:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)
+        self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -347,48 +469,46 @@ class PairCollator:
             if missing:
                 raise ValueError(f"PairCollator columns {missing} are not in the features (keys {sorted(feature)}).")
             return tuple(self.columns)
-        for anchor, positive, negative in PAIR_COLUMN_NAMES:
+        for anchor, positive, *negative in PAIR_COLUMN_NAMES:
             if anchor in feature and positive in feature:
-                has_negative = feature.get(negative) not in (None, "")
-                return (anchor, positive, negative) if has_negative else (anchor, positive)
+                negatives = negative_columns(list(feature), [*negative, *NEGATIVE_COLUMN_NAMES])
+                return (anchor, positive, *(name for name in negatives if feature.get(name) not in (None, "")))
         names = " or ".join(",".join(names) for names in PAIR_COLUMN_NAMES)
         raise ValueError(f"PairCollator needs columns {names} (or columns=...); the features have {sorted(feature)}.")
 
     def card_description(self) -> dict:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         columns = list(self.columns or ("anchor", "positive"))
-        views = f"pairs: {columns[0]} -> {columns[1]}" + (f", hard negative {columns[2]}" if len(columns) == 3 else "")
-        return {"method": "Supervised SimCSE", "views": views, "hard_negatives": len(columns) == 3}
+        negatives = f", hard negatives {', '.join(columns[2:])}" if len(columns) > 2 else ""
+        return {
+            "method": "Supervised SimCSE",
+            "views": f"pairs: {columns[0]} -> {columns[1]}{negatives}",
+            "hard_negatives": len(columns) - 2,
+        }
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolve_columns(features[0])
-        sequences: list = [None] * (len(features) * len(columns))  # row-major: example, then column
-        for slot, column in enumerate(columns):
-            values = [feature.get(column) for feature in features]
-            for row, value in enumerate(values):
-                if value is None or (isinstance(value, str) and not value.strip()) or len(value) == 0:
-                    raise ValueError(f"Example {row} of the batch has no {column!r}; drop incomplete rows first.")
-            texts = [row for row, value in enumerate(values) if isinstance(value, str)]
-            if texts:
-                encoded = self.tokenizer(
-                    [values[row] for row in texts], truncation=self.max_length is not None, max_length=self.max_length
-                )["input_ids"]
-                for row, ids in zip(texts, encoded, strict=True):
-                    values[row] = ids
-            for row, value in enumerate(values):
-                sequences[row * len(columns) + slot] = value
+        per_column = [
+            column_views(features, column, self.tokenizer, self.max_length, self._prompts.of_column(index))
+            for index, column in enumerate(columns)
+        ]
+        views = [view for column in per_column for view in column]
+        size, num_views = len(features), len(views)
+        sequences = [views[view][row] for row in range(size) for view in range(num_views)]  # row-major
         sentences = TokenBatch.from_sequences(sequences, self._special, self.tokenizer.pad_token_id)
         input_ids, attention_mask = sentences.to_tensors(self.pad_to_multiple_of)
-        size = len(features)
         batch = {
-            "input_ids": input_ids.view(size, len(columns), -1),  # (B, 2 or 3, L)
-            "attention_mask": attention_mask.view(size, len(columns), -1),
+            "input_ids": input_ids.view(size, num_views, -1),  # (B, 2 + k, L)
+            "attention_mask": attention_mask.view(size, num_views, -1),
             "sentence_ids": sentence_ids(
-                *(sentences.take(np.arange(slot, len(sequences), len(columns))) for slot in range(len(columns)))
+                *(sentences.take(np.arange(view, len(sequences), num_views)) for view in range(num_views))
             ),
         }
+        prompt_lengths = self._prompts.lengths_tensor(size, [len(column) for column in per_column])
+        if prompt_lengths is not None:
+            batch["prompt_lengths"] = prompt_lengths  # (B, 2 + k)
         if self.mlm:
-            anchors = sentences.take(np.arange(0, len(sequences), len(columns)))
+            anchors = sentences.take(np.arange(0, len(sequences), num_views))
             keys = example_keys(self.seed, self.epoch, example_identities(features, anchors), MLM_VIEW)
             batch.update(mlm_copy(anchors, keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
         return batch

@@ -504,6 +504,9 @@ def tokenize_corpus(
 
 
 def _has_text(value) -> bool:
+    """Text, or a non-empty list of texts (a row's several hard negatives)."""
+    if isinstance(value, list):
+        return bool(value) and all(_has_text(item) for item in value)
     return isinstance(value, str) and bool(value.strip())
 
 

@@ -189,17 +189,22 @@ def evaluate_retrieval(
     query_max_length: int | None = 64,
     passage_max_length: int | None = 256,
     similarity: str | None = None,
+    truncate_dims: Sequence[int] = (),
 ) -> dict[str, float]:
     """Encode ``data``'s queries and collection and score them: ``recall@k`` (for each k below the collection's
     size), ``mrr``, and the counts ``queries`` and ``passages``.
 
     ``model`` is a `DualEncoderModel` (its query and passage encoders, its similarity), or any single sentence
     encoder `evaluation.encoders.as_encoder` takes (a `ContrastiveModel`, a sentence-transformers model...), scored
-    with cosine similarity; ``similarity`` overrides either.
+    with cosine similarity; ``similarity`` overrides either. ``truncate_dims`` (Matryoshka sizes) also scores the
+    first m dimensions of the vectors for each m, as ``recall@k_dim{m}`` and ``mrr_dim{m}``, from the same encoding.
     """
     queries, passages, native = _encode(model, data, tokenizer, batch_size, query_max_length, passage_max_length)
-    ranks = passage_ranks(queries, passages, data.relevant, similarity or native)
-    metrics = retrieval_metrics(ranks, [k for k in k_values if k < len(data.passages)])
+    k_values = [k for k in k_values if k < len(data.passages)]
+    metrics = retrieval_metrics(passage_ranks(queries, passages, data.relevant, similarity or native), k_values)
+    for dim in truncate_dims:
+        ranks = passage_ranks(queries[:, :dim], passages[:, :dim], data.relevant, similarity or native)
+        metrics.update({f"{name}_dim{dim}": value for name, value in retrieval_metrics(ranks, k_values).items()})
     metrics.update(queries=len(data.queries), passages=len(data.passages))
     return metrics
 

@@ -33,6 +33,7 @@ __all__ = [
     "cosine_similarities",
     "sts_correlations",
     "evaluate_sts",
+    "evaluate_sts_per_dimension",
     "evaluate_sts_suite",
 ]
 
@@ -323,6 +324,29 @@ def evaluate_sts(
     embeddings = encoder.encode(sentences, batch_size=batch_size, show_progress=show_progress)
     vectors = dict(zip(sentences, embeddings, strict=True))
     return _score_subsets({"data": data}, vectors, "all")
+
+
+def evaluate_sts_per_dimension(
+    model,
+    data: STSData,
+    dims: Sequence[int],
+    tokenizer=None,
+    batch_size: int = 64,
+    max_length: int | None = None,
+) -> dict[int, dict]:
+    """`evaluate_sts` of the first m dimensions of the embeddings, for each m of ``dims`` (Matryoshka embeddings):
+    ``{m: {"spearman", "pearson", "pairs"}}``, x 100. Each sentence is encoded once and its vector truncated, as
+    ``encode(..., truncate_dim=m)`` truncates it; the cosine similarity renormalises the truncated vectors."""
+    encoder = as_encoder(model, tokenizer=tokenizer, max_length=max_length)
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
+    embeddings = encoder.encode(sentences, batch_size=batch_size)
+    too_large = [dim for dim in dims if not 0 < dim <= embeddings.shape[1]]
+    if too_large:
+        raise ValueError(f"Cannot truncate {embeddings.shape[1]}-dimensional embeddings to {too_large} dimensions.")
+    return {
+        int(dim): _score_subsets({"data": data}, dict(zip(sentences, embeddings[:, :dim], strict=True)), "all")
+        for dim in dims
+    }
 
 
 def evaluate_sts_suite(

@@ -84,7 +84,7 @@ class ModelCardInfo:
     negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
     adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
     repo_id: str | None = None
-    hard_negatives: bool = False  # a third view per example was each anchor's hard negative
+    hard_negatives: int = 0  # hard negatives per anchor (views 2.. of each example); True counts as one
     prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
     objective: str | None = None  # the objective in words, for methods not described by mlm_weight / cl_weight
     datasets: list[str] = field(default_factory=list)  # Hub ids of the training data, when it came from the Hub
@@ -134,7 +134,7 @@ def card_info_from_trainer(
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics},
-        hard_negatives=bool(described.get("hard_negatives", False)),
+        hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
 
@@ -211,7 +211,7 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
             eval_results.append(
                 EvalResult(
                     task_type="sentence-similarity" if similarity else "text-classification",
-                    dataset_type=_RESULT_TYPES.get(task, task),
+                    dataset_type=_result_type(task),
                     dataset_name=_DATASET_NAMES.get(task, _DATASET_NAMES.get(task.split("_")[0], task)),
                     dataset_split="validation" if "dev" in task else "test",
                     metric_type=f"{metric}_cosine" if similarity else "accuracy",
@@ -263,12 +263,33 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         repo_id=info.repo_id or info.model_name,
         embedding_size=config.embedding_size,
         adapter=info.adapter,
+        matryoshka_description=_describe_matryoshka(config),
         base_model=info.base_model or "BASE_MODEL",
         base_model_arguments=_base_model_arguments(config),
         limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
         "of its training text and is not meant for languages it was not trained on.",
         **{key: value for key, value in described.items() if key != "objective_description"},
     )
+
+
+def _result_type(task: str) -> str:
+    """A task's name in the card's metadata: sentence-transformers' ``sts-dev``, and ``sts-dev-256`` for the first 256
+    dimensions of a Matryoshka model (``stsb_dev_dim256``), as its Matryoshka cards name them."""
+    base, _, dim = task.partition("_dim")
+    return f"{_RESULT_TYPES.get(base, base)}-{dim}" if dim else _RESULT_TYPES.get(task, task)
+
+
+def _describe_matryoshka(config) -> str | None:
+    """The card's line on Matryoshka training, or None: the dimensions and weights, and the default truncation."""
+    dims = getattr(config, "matryoshka_dims", None)
+    if not dims:
+        return None
+    weights = getattr(config, "matryoshka_weights", None) or [1.0] * len(dims)
+    sizes = ", ".join(f"{dim} (weight {weight:g})" for dim, weight in zip(dims, weights, strict=True))
+    text = f"loss summed over the first {sizes} dimensions: `encode(..., truncate_dim=m)` for any of these m"
+    if getattr(config, "truncate_dim", None):
+        text += f"; embeddings are truncated to {config.truncate_dim} by default"
+    return text
 
 
 def _describe_negatives(info: ModelCardInfo) -> str:
@@ -279,7 +300,8 @@ def _describe_negatives(info: ModelCardInfo) -> str:
     else:
         parts = ["in-batch, each process's own batch"]
     if info.hard_negatives:
-        parts.append("a hard negative per anchor")
+        count = int(info.hard_negatives)
+        parts.append("a hard negative per anchor" if count == 1 else f"{count} hard negatives per anchor")
     if info.prebatch_size:
         parts.append(f"pre-batch negatives (the keys of the previous {info.prebatch_size} batch(es))")
     return "; ".join(parts)

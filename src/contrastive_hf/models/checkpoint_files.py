@@ -252,6 +252,7 @@ class EmbeddingCheckpointMixin:
             similarity=self.similarity_fn_name,
             prompts=getattr(self.config, "prompts", None),
             default_prompt_name=getattr(self.config, "default_prompt_name", None),
+            truncate_dim=getattr(self.config, "truncate_dim", None),
             tower_folders={
                 "query" if name.startswith("query") else "document": folder
                 for name, (folder, _, _) in encoders.items()

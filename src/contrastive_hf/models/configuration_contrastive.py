@@ -74,7 +74,19 @@ class ContrastiveConfig(PreTrainedConfig):
             The prompt ``encode`` applies when none is named (a key of ``prompts``).
         include_prompt (`bool`, defaults to `True`):
             Pool the prompt's tokens with the sentence's; False leaves them out of mean and max pooling
-            (sentence-transformers' ``include_prompt``).
+            (sentence-transformers' ``include_prompt``), in training too (the collators give each view's prompt
+            length).
+        matryoshka_dims (`list[int]`, *optional*):
+            Matryoshka representation learning (Kusupati et al., 2022): the contrastive loss is computed on the first
+            m dimensions of the embeddings for each m here and summed, weighted by ``matryoshka_weights``, so that
+            ``encode(..., truncate_dim=m)`` gives a usable smaller embedding (e.g. ``[384, 256, 128, 64]``; list the
+            full size to keep training it). The loss compares the embedding the model returns at inference, so a
+            projection head must be kept at inference (``projection_at_inference=True``) or absent.
+        matryoshka_weights (`list[float]`, *optional*):
+            One weight per Matryoshka dimension; 1 each when unset.
+        truncate_dim (`int`, *optional*):
+            Truncate the embeddings ``encode`` returns to this many dimensions by default (sentence-transformers'
+            ``truncate_dim``, written to ``config_sentence_transformers.json`` only when set).
     """
 
     model_type = "contrastive"
@@ -101,6 +113,9 @@ class ContrastiveConfig(PreTrainedConfig):
     prompts: dict | None = None
     default_prompt_name: str | None = None
     include_prompt: bool = True
+    matryoshka_dims: list[int] | None = None
+    matryoshka_weights: list[float] | None = None
+    truncate_dim: int | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -151,6 +166,13 @@ class ContrastiveConfig(PreTrainedConfig):
             )
         if self.mlm_weight == 0 and self.cl_weight == 0:
             raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
+        if self.matryoshka_dims and self.projection_type != "none" and not self.projection_at_inference:
+            raise ValueError(
+                f"matryoshka_dims {self.matryoshka_dims} with a training-only projection head: the loss compares the "
+                "projected vectors but encode returns the pooled ones, whose first dimensions would not be trained. "
+                "Set projection_at_inference=True (truncate the projected embedding) or projection_type='none'."
+            )
+        validate_embedding_dims(self, self.embedding_size)  # the compared embedding is the returned one (above)
 
     def to_dict(self) -> dict:
         return without_sub_config_paths(super().to_dict())
@@ -170,6 +192,33 @@ class ContrastiveConfig(PreTrainedConfig):
         if self.projection_type != "none" and self.projection_at_inference:
             return self.projection_dim or self.encoder.hidden_size
         return self.encoder.hidden_size
+
+
+def validate_embedding_dims(config, embedding_size: int) -> None:
+    """Check (and normalise to lists) a config's ``matryoshka_dims``, ``matryoshka_weights`` and ``truncate_dim``
+    against the size of the embeddings its loss compares; shared by every model config."""
+    dims, weights = config.matryoshka_dims, config.matryoshka_weights
+    if dims is not None:
+        if isinstance(dims, int) or not len(dims):
+            raise ValueError(f"matryoshka_dims must be a list of sizes such as [384, 256, 128, 64], got {dims!r}.")
+        dims = [int(dim) for dim in dims]
+        bad = [dim for dim in dims if not 0 < dim <= embedding_size]
+        if bad or len(set(dims)) != len(dims):
+            raise ValueError(
+                f"matryoshka_dims {dims}: each must be a distinct size in 1..{embedding_size} (the size of the "
+                "embeddings the loss compares)."
+            )
+        config.matryoshka_dims = dims
+    if weights is not None:
+        if dims is None or len(weights) != len(dims):
+            raise ValueError(
+                f"matryoshka_weights {list(weights)} needs one weight per Matryoshka dimension ({dims or 'none set'})."
+            )
+        if any(weight < 0 for weight in weights):
+            raise ValueError(f"matryoshka_weights must be >= 0, got {list(weights)}.")
+        config.matryoshka_weights = [float(weight) for weight in weights]
+    if config.truncate_dim is not None and not 0 < config.truncate_dim:
+        raise ValueError(f"truncate_dim must be a positive size or None, got {config.truncate_dim}.")
 
 
 # The fields a checkpoint's contrastive_config.json holds: every model option except the encoder (saved as the
@@ -192,6 +241,9 @@ CONFIG_FIELDS = (
     "prompts",
     "default_prompt_name",
     "include_prompt",
+    "matryoshka_dims",
+    "matryoshka_weights",
+    "truncate_dim",
 )
 
 __all__ = [
@@ -201,4 +253,5 @@ __all__ = [
     "POOLER_TYPES",
     "PROJECTION_TYPES",
     "CONTRASTIVE_LOSSES",
+    "validate_embedding_dims",
 ]

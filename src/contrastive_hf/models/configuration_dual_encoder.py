@@ -6,7 +6,7 @@ import copy
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .configuration_contrastive import POOLER_TYPES, without_sub_config_paths
+from .configuration_contrastive import POOLER_TYPES, validate_embedding_dims, without_sub_config_paths
 from .transformers_compat import SubConfigSpec, build_sub_config
 
 SIMILARITIES = ("dot", "cosine")
@@ -42,6 +42,10 @@ class DualEncoderConfig(PreTrainedConfig):
         prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
             As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
             `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
+        matryoshka_dims (`list[int]`, *optional*), matryoshka_weights (`list[float]`, *optional*),
+        truncate_dim (`int`, *optional*):
+            As [`ContrastiveConfig`]'s: DPR's loss summed over the first m dimensions of the query and passage
+            vectors for each m (weighted), and the size `encode` truncates to by default.
     """
 
     model_type = "dual_encoder"
@@ -63,6 +67,9 @@ class DualEncoderConfig(PreTrainedConfig):
     prompts: dict | None = None
     default_prompt_name: str | None = None
     include_prompt: bool = True
+    matryoshka_dims: list[int] | None = None
+    matryoshka_weights: list[float] | None = None
+    truncate_dim: int | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -97,6 +104,7 @@ class DualEncoderConfig(PreTrainedConfig):
                 f"encoder's ({self.passage_config.hidden_size}): their vectors cannot be compared. Set projection_dim "
                 "to project both to one size."
             )
+        validate_embedding_dims(self, self.embedding_size)
 
     @property
     def passage_config(self) -> PreTrainedConfig:
@@ -141,6 +149,9 @@ DUAL_ENCODER_FIELDS = (
     "prompts",
     "default_prompt_name",
     "include_prompt",
+    "matryoshka_dims",
+    "matryoshka_weights",
+    "truncate_dim",
 )
 
 __all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "SIMILARITIES", "DEFAULT_TEMPERATURES"]

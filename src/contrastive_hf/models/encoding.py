@@ -27,7 +27,32 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SentenceEmbeddingMixin", "encode_with", "mask_prompt_tokens"]
+__all__ = [
+    "SentenceEmbeddingMixin",
+    "encode_with",
+    "mask_prompt_tokens",
+    "prompt_token_count",
+    "role_prompt",
+    "QUERY_PROMPT_NAMES",
+    "DOCUMENT_PROMPT_NAMES",
+]
+
+# The prompt names of each role, tried in order: a query (an anchor), and a document (a positive, a negative, a
+# passage), as sentence-transformers' encode_query / encode_document look them up.
+QUERY_PROMPT_NAMES = ("query",)
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+
+
+def role_prompt(prompts: dict[str, str] | None, role: str) -> str | None:
+    """The name of the prompt of ``role`` (``"query"`` or ``"document"``) among ``prompts``, or None."""
+    names = QUERY_PROMPT_NAMES if role == "query" else DOCUMENT_PROMPT_NAMES
+    return next((name for name in names if name in (prompts or {})), None)
+
+
+def prompt_token_count(tokenizer, prompt: str) -> int:
+    """How many leading tokens a prompt takes: the leading special token and the prompt's tokens, as
+    sentence-transformers counts them for ``include_prompt=False`` (what `mask_prompt_tokens` leaves out)."""
+    return len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
 
 
 def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
@@ -119,7 +144,8 @@ class SentenceEmbeddingMixin:
             convert_to_tensor: one tensor (on the encoding device); wins over ``convert_to_numpy``.
             device: where to encode (default: the model's device); the model is moved there.
             normalize_embeddings: L2-normalise the embeddings (then dot product = cosine similarity).
-            truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings).
+            truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings); default: the config's
+                ``truncate_dim`` (none when unset).
             task: for models with several towers, ``"query"`` or ``"document"``; see `encode_query` and
                 `encode_document`.
             tokenizer: the tokenizer (default: ``self.tokenizer``, then the one saved with the checkpoint).
@@ -177,6 +203,7 @@ class SentenceEmbeddingMixin:
         width = getattr(self.config, "embedding_size", 0)
         embeddings = torch.cat(parts) if parts else torch.empty(0, width, device=device)
         embeddings = embeddings[torch.argsort(torch.tensor(order, device=device))] if parts else embeddings
+        truncate_dim = truncate_dim or getattr(self.config, "truncate_dim", None)
         if truncate_dim is not None:
             embeddings = embeddings[:, :truncate_dim]
         if normalize_embeddings:
@@ -214,8 +241,7 @@ class SentenceEmbeddingMixin:
             return "", None
         if getattr(self.config, "include_prompt", True):
             return prompt, None
-        # the leading special token and the prompt's tokens, as sentence-transformers counts them
-        return prompt, len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
+        return prompt, prompt_token_count(tokenizer, prompt)
 
     def _max_length(self, tokenizer) -> int:
         """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""

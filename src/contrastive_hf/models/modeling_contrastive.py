@@ -595,19 +595,35 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return True
 
     # The batch entries `embed_views` takes, each with the batch in dim 0 (GradCache slices them into chunks).
-    view_input_names = ("input_ids", "attention_mask", "token_type_ids")
+    view_input_names = ("input_ids", "attention_mask", "token_type_ids", "prompt_lengths")
 
     def embed_views(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, in `config.sub_batch_size` groups."""
+        """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, in `config.sub_batch_size` groups.
+
+        ``prompt_lengths`` ``(B, S)``: how many leading tokens of each view are its prompt, left out of the pooling
+        (``include_prompt=False``, as `encode` leaves them out); the views then take one padded pass.
+        """
         if input_ids is None or input_ids.dim() != 3:
             raise ValueError(
                 "ContrastiveForPreTraining needs input_ids of shape (batch, num_views, length); build batches with "
                 "contrastive_hf.ContrastiveDataCollator."
+            )
+        if prompt_lengths is not None:
+            model = self.contrastive
+            return encode_with(
+                model.encoder,
+                model.pooler,
+                model.projection,
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                prompt_lengths,
             )
         return self.contrastive.sentence_embeddings(
             input_ids, attention_mask, token_type_ids, project=True, sub_batch_size=self.config.sub_batch_size
@@ -639,6 +655,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             extra_negatives=extra_negatives,
             extra_negative_ids=extra_negative_ids,
             gather_across_devices=gather_across_devices,
+            matryoshka_dims=self.config.matryoshka_dims,
+            matryoshka_weights=self.config.matryoshka_weights,
         )
 
     def compute_mlm_loss(
@@ -663,6 +681,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_input_ids: torch.Tensor | None = None,
         mlm_attention_mask: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
         sentence_ids: torch.Tensor | None = None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
@@ -674,9 +693,12 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     ) -> ContrastivePreTrainingOutput | tuple:
         r"""
         input_ids (`torch.LongTensor` of shape `(batch_size, num_views, sequence_length)`):
-            The views of each sentence: 2 (positive pairs) or 3 (anchor, positive, hard negative).
+            The views of each sentence: 2 (positive pairs) or 2 + k (anchor, positive, k hard negatives).
         mlm_input_ids, mlm_attention_mask, mlm_labels (`torch.LongTensor` of shape `(batch_size, mlm_length)`):
             The masked copy of the batch and its labels (-100 where nothing is predicted), for L_MLM.
+        prompt_lengths (`torch.LongTensor` of shape `(batch_size, num_views)`, *optional*):
+            How many leading tokens of each view are its prompt, left out of the pooling
+            (``config.include_prompt=False``, as at inference; `PairCollator` gives them).
         sentence_ids (`torch.LongTensor` of shape `(batch_size, num_views)`, *optional*):
             An id of each view's sentence (the collators give content hashes): views of identical sentences are
             never made each other's negatives.
@@ -694,7 +716,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             gradient is this chunk's share of the full batch's; ``mlm_loss_share`` is the chunk's fraction of the
             batch's masked tokens.
         """
-        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids)
+        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths)
         cl_loss = mlm_loss = loss = negatives_per_query = None
         if return_loss:
             loss = 0.0

@@ -36,7 +36,7 @@ from .checkpoint_files import (
     write_json,
 )
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
-from .encoding import SentenceEmbeddingMixin, encode_with
+from .encoding import SentenceEmbeddingMixin, encode_with, role_prompt
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
@@ -116,6 +116,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         "passage_input_ids",
         "passage_attention_mask",
         "passage_token_type_ids",
+        "prompt_lengths",
     )
 
     def __init__(self, config: DualEncoderConfig):
@@ -172,10 +173,18 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        prompt_length: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients."""
+        """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients; the first
+        ``prompt_length`` (``(...)``) tokens of each are left out of the pooling when given."""
         return encode_with(
-            self.query_encoder, self.pooler, self.query_projection, input_ids, attention_mask, token_type_ids
+            self.query_encoder,
+            self.pooler,
+            self.query_projection,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            prompt_length,
         )
 
     def embed_passages(
@@ -183,11 +192,13 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        prompt_length: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients."""
+        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (``prompt_length``:
+        as `embed_queries`)."""
         encoder = self.query_encoder if self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if self.config.share_encoders else self.passage_projection
-        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids)
+        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length)
 
     def embed_views(
         self,
@@ -197,11 +208,14 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         passage_input_ids: torch.Tensor | None = None,
         passage_attention_mask: torch.Tensor | None = None,
         passage_token_type_ids: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The ``(B, 1 + P, d)`` embeddings of a batch: its queries, then each query's P passages (positive first).
 
         ``passage_*`` tensors are ``(B, P, Lp)``, or ``(B, Lp)`` for one passage per query. Queries and passages are
-        encoded in separate passes, each padded to its own length.
+        encoded in separate passes, each padded to its own length. ``prompt_lengths`` ``(B, 1 + P)``: how many
+        leading tokens of each text are its prompt, left out of the pooling (``include_prompt=False``; the
+        collator gives them).
         """
         if passage_input_ids is None:
             raise ValueError(
@@ -219,8 +233,13 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
                 f"passage_input_ids must be (batch, passages per query, length) with the queries' batch size "
                 f"{query_input_ids.shape[0]}, got shape {tuple(passage_input_ids.shape)}."
             )
-        queries = self.embed_queries(query_input_ids, query_attention_mask, query_token_type_ids)  # (B, d)
-        passages = self.embed_passages(passage_input_ids, passage_attention_mask, passage_token_type_ids)  # (B, P, d)
+        query_prompts = passage_prompts = None
+        if prompt_lengths is not None:
+            query_prompts, passage_prompts = prompt_lengths[:, 0], prompt_lengths[:, 1:]
+        queries = self.embed_queries(query_input_ids, query_attention_mask, query_token_type_ids, query_prompts)
+        passages = self.embed_passages(
+            passage_input_ids, passage_attention_mask, passage_token_type_ids, passage_prompts
+        )  # (B, P, d)
         return torch.cat([queries.unsqueeze(1), passages], dim=1)  # (B, 1 + P, d)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -260,6 +279,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             extra_negatives=extra_negatives,
             extra_negative_ids=extra_negative_ids,
             gather_across_devices=gather_across_devices,
+            matryoshka_dims=self.config.matryoshka_dims,
+            matryoshka_weights=self.config.matryoshka_weights,
         )
 
     def forward(
@@ -270,6 +291,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         passage_input_ids: torch.Tensor | None = None,
         passage_attention_mask: torch.Tensor | None = None,
         passage_token_type_ids: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
         sentence_ids: torch.Tensor | None = None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
@@ -283,8 +305,11 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             The questions.
         passage_input_ids (`torch.LongTensor` of shape `(batch_size, 1 or 2, passage_length)`):
             Each question's positive passage, then optionally its hard negative.
-        sentence_ids (`torch.LongTensor` of shape `(batch_size, 2 or 3)`, *optional*):
-            Ids of the texts in the same columns (query, positive, hard negative), for duplicate masking.
+        prompt_lengths (`torch.LongTensor` of shape `(batch_size, 1 + passages)`, *optional*):
+            How many leading tokens of the query and of each passage are its prompt, left out of the pooling
+            (``config.include_prompt=False``, as at inference).
+        sentence_ids (`torch.LongTensor` of shape `(batch_size, 2 + k)`, *optional*):
+            Ids of the texts in the same columns (query, positive, hard negatives), for duplicate masking.
         return_loss (`bool`, defaults to `True`):
             Compute the loss; otherwise only the embeddings are returned.
         gather_across_devices (`bool`, defaults to `False`):
@@ -310,6 +335,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             passage_input_ids,
             passage_attention_mask,
             passage_token_type_ids,
+            prompt_lengths,
         )
         loss = cl_loss = negatives_per_query = None
         if return_loss and cached_embedding_gradients is not None:
@@ -346,15 +372,15 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     def encode_query(self, sentences, **kwargs):
         """`encode` with the query encoder (and the ``query`` prompt when the config has one), as
         `SentenceTransformer.encode_query`."""
-        if "query" in (self.config.prompts or {}) and "prompt" not in kwargs:
-            kwargs.setdefault("prompt_name", "query")
+        name = role_prompt(self.config.prompts, "query")
+        if name is not None and "prompt" not in kwargs:
+            kwargs.setdefault("prompt_name", name)
         return self.encode(sentences, task="query", **kwargs)
 
     def encode_document(self, sentences, **kwargs):
         """`encode` with the passage encoder (and the ``document`` or ``passage`` prompt when the config has one),
         as `SentenceTransformer.encode_document`."""
-        prompts = self.config.prompts or {}
-        name = next((name for name in ("document", "passage", "corpus") if name in prompts), None)
+        name = role_prompt(self.config.prompts, "document")
         if name is not None and "prompt" not in kwargs:
             kwargs.setdefault("prompt_name", name)
         return self.encode(sentences, task="document", **kwargs)

@@ -9,7 +9,9 @@ function itself:
    this process's rows sit in the global batch (its offset);
 2. leave copies of a sentence out of its own softmax (`losses.duplicate_mask` on the collators' ``sentence_ids``);
 3. score this process's queries against the global batch with `losses.info_nce` (SimCSE, DPR) or `losses.nt_xent`
-   (SimCLR, CLEAR), under cosine or dot-product similarity.
+   (SimCLR, CLEAR), under cosine or dot-product similarity;
+4. with Matryoshka dimensions (Kusupati et al., 2022), do 3. on the first m dimensions of every vector for each m and
+   return the weighted sum (`matryoshka_loss`), gathering and masking once.
 
 The mean over processes of the returned loss is the global batch's loss (each process's mean weighted by its share
 of the rows when the sizes differ, `distributed.share_of_global_mean`), and DDP's (or DeepSpeed's) gradient
@@ -19,12 +21,14 @@ siblings only: it travels inside saved checkpoints.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 
 from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
 from .losses import SIMILARITIES, duplicate_mask, info_nce, nt_xent
 
-__all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "cached_gradient_surrogate"]
+__all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "matryoshka_loss", "cached_gradient_surrogate"]
 
 IN_BATCH_LOSSES = ("info_nce", "nt_xent")
 # The id of a queued key whose sentence is unknown (a queue filled without sentence ids): never left out.
@@ -41,6 +45,8 @@ def in_batch_loss(
     extra_negatives: torch.Tensor | None = None,
     extra_negative_ids: torch.Tensor | None = None,
     gather_across_devices: bool = False,
+    matryoshka_dims: Sequence[int] | None = None,
+    matryoshka_weights: Sequence[float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The contrastive loss of a batch of views, and the mean number of negatives each query was contrasted with.
 
@@ -57,6 +63,10 @@ def in_batch_loss(
         extra_negative_ids: optional ``(K,)`` their sentence ids (`UNKNOWN_SENTENCE_ID` for unknown ones).
         gather_across_devices: with several processes, contrast this process's queries with the views of every
             process (the global batch), which may hold a different number of sentences each.
+        matryoshka_dims: Matryoshka representation learning: the loss is ``sum_m w_m * loss(first m dimensions)``
+            over these sizes (every vector, queued ones too, truncated; cosine similarities renormalise the
+            truncated vectors); None: the loss on whole vectors.
+        matryoshka_weights: ``w_m``, one per dimension (default 1 each).
 
     Returns:
         ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32; scaled by the process's
@@ -102,17 +112,22 @@ def in_batch_loss(
             mask = duplicate_mask(rows, columns, torch.cat([local + total, local]) + offset)
             own = torch.cat([local, local + total]) + offset
             mask[torch.arange(2 * batch_size, device=mask.device), own] = False  # nt_xent leaves a view's own out
-        value = nt_xent(
-            embeddings[:, 0],
-            embeddings[:, 1],
-            temperature,
-            everyone[:, 0],
-            everyone[:, 1],
-            offset,
-            negatives_mask=mask,
-            similarity=similarity,
-        )
+
+        def loss_at(width: int | None) -> torch.Tensor:
+            mine, all_views = embeddings[..., :width], everyone[..., :width]
+            return nt_xent(
+                mine[:, 0],
+                mine[:, 1],
+                temperature,
+                all_views[:, 0],
+                all_views[:, 1],
+                offset,
+                negatives_mask=mask,
+                similarity=similarity,
+            )
+
         left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (2B,)
+        value = matryoshka_loss(loss_at, matryoshka_dims, matryoshka_weights)
         return share_of_global_mean(value, sizes), _mean_count(2 * total - 2 - left_out, embeddings.device)
 
     if num_views < 2:
@@ -131,19 +146,43 @@ def in_batch_loss(
         if num_extra:
             unknown = column_ids[-1] == UNKNOWN_SENTENCE_ID  # (K,) never left out
             mask[:, columns - num_extra :] &= ~unknown
-    value = info_nce(
-        embeddings[:, 0],
-        everyone[:, 1],
-        temperature,
-        hard_negatives=everyone[:, 2:] if num_hard else None,
-        hard_negative_weight=hard_negative_weight,
-        extra_negatives=extra_negatives if num_extra else None,
-        negatives_mask=mask,
-        positive_offset=offset,
-        similarity=similarity,
-    )
+
+    def loss_at(width: int | None) -> torch.Tensor:
+        return info_nce(
+            embeddings[:, 0, :width],
+            everyone[:, 1, :width],
+            temperature,
+            hard_negatives=everyone[:, 2:, :width] if num_hard else None,
+            hard_negative_weight=hard_negative_weight,
+            extra_negatives=extra_negatives[:, :width] if num_extra else None,
+            negatives_mask=mask,
+            positive_offset=offset,
+            similarity=similarity,
+        )
+
     left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (B,)
+    value = matryoshka_loss(loss_at, matryoshka_dims, matryoshka_weights)
     return share_of_global_mean(value, sizes), _mean_count(columns - 1 - left_out, embeddings.device)
+
+
+def matryoshka_loss(
+    loss_at: Callable[[int | None], torch.Tensor],
+    dims: Sequence[int] | None = None,
+    weights: Sequence[float] | None = None,
+) -> torch.Tensor:
+    """Matryoshka representation learning (Kusupati et al., 2022; sentence-transformers' ``MatryoshkaLoss``):
+    ``sum_m weights[m] * loss_at(m)`` over the sizes ``dims``, ``loss_at(m)`` being the loss computed on the first m
+    dimensions of every embedding; ``loss_at(None)`` (the whole vectors) without ``dims``. The weights default to 1.
+
+    Trained this way, the first m dimensions of an embedding are an embedding of their own (``encode(...,
+    truncate_dim=m)``), for any m of ``dims``.
+    """
+    if not dims:
+        return loss_at(None)
+    weights = [1.0] * len(dims) if weights is None else list(weights)
+    if len(weights) != len(dims):
+        raise ValueError(f"{len(dims)} Matryoshka dimensions {list(dims)} but {len(weights)} weights {weights}.")
+    return sum(weight * loss_at(int(dim)) for dim, weight in zip(dims, weights, strict=True))
 
 
 def _mean_count(counts, device: torch.device) -> torch.Tensor:

@@ -103,6 +103,7 @@ def write_sentence_transformers_files(
     prompts: dict[str, str] | None = None,
     default_prompt_name: str | None = None,
     tower_folders: dict[str, str] | None = None,
+    truncate_dim: int | None = None,
 ) -> bool:
     """Write modules.json and the module folders of a checkpoint whose encoder(s) are saved already.
 
@@ -113,6 +114,7 @@ def write_sentence_transformers_files(
             for a model that is not a sentence encoder (nothing is written).
         similarity: ``cosine`` or ``dot``, sentence-transformers' ``similarity_fn_name``.
         prompts, default_prompt_name: sentence-transformers' prompts (e.g. ``{"query": "query: "}``).
+        truncate_dim: the size sentence-transformers truncates embeddings to by default; written only when set.
 
     Returns False, writing no modules.json, when the embedding cannot be expressed (see the module docstring).
     """
@@ -125,7 +127,7 @@ def write_sentence_transformers_files(
             shutil.rmtree(os.path.join(save_directory, entry))
     if not stacks:
         return False
-    _write_config(save_directory, similarity, prompts, default_prompt_name)
+    _write_config(save_directory, similarity, prompts, default_prompt_name, truncate_dim)
     if any(stack.unsupported_reason() for stack in stacks.values()):
         return False
     if list(stacks) == [""]:
@@ -195,7 +197,13 @@ def _write_json_module_config(folder: str, stack: SentenceTransformersStack) -> 
     )
 
 
-def _write_config(save_directory: str, similarity: str, prompts: dict | None, default_prompt_name: str | None):
+def _write_config(
+    save_directory: str,
+    similarity: str,
+    prompts: dict | None,
+    default_prompt_name: str | None,
+    truncate_dim: int | None = None,
+):
     versions = {}
     for package, key in (("sentence-transformers", "sentence_transformers"), ("transformers", "transformers")):
         try:
@@ -203,16 +211,16 @@ def _write_config(save_directory: str, similarity: str, prompts: dict | None, de
         except PackageNotFoundError:
             pass
     versions["pytorch"] = torch.__version__
-    write_json(
-        os.path.join(save_directory, "config_sentence_transformers.json"),
-        {
-            "__version__": versions,
-            "model_type": "SentenceTransformer",
-            "prompts": dict(prompts or {}),
-            "default_prompt_name": default_prompt_name,
-            "similarity_fn_name": similarity,
-        },
-    )
+    config = {
+        "__version__": versions,
+        "model_type": "SentenceTransformer",
+        "prompts": dict(prompts or {}),
+        "default_prompt_name": default_prompt_name,
+        "similarity_fn_name": similarity,
+    }
+    if truncate_dim is not None:
+        config["truncate_dim"] = truncate_dim
+    write_json(os.path.join(save_directory, "config_sentence_transformers.json"), config)
 
 
 def _module_type(kind: str) -> str:

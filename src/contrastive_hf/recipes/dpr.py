@@ -1,7 +1,8 @@
 """Question-passage data for dual encoders (DPR): column names, tokenization with `datasets`, and the collator.
 
-A training example is a question, its positive passage and optionally a hard negative passage (DPR §3.2 takes a
-BM25 passage that does not contain the answer; NLI triples give a contradiction). Queries and passages are tokenized
+A training example is a question, its positive passage and optionally k hard negative passages (DPR §3.2 takes a
+BM25 passage that does not contain the answer; NLI triples give a contradiction; `contrastive-hf mine` finds them
+with a trained model). Queries and passages are tokenized
 with their own length limits and padded separately, so a short question is never padded to a passage's length.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..data.collators import sentence_ids
+from ..data.collators import RolePrompts, column_views, negative_columns, sentence_ids
 from ..data.corpus import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 
@@ -28,6 +29,7 @@ __all__ = [
     "QueryPassageCollator",
     "drop_incomplete_rows",
     "resolve_query_passage_columns",
+    "tokenized_columns",
     "tokenize_query_passage_pairs",
 ]
 
@@ -49,76 +51,101 @@ MODEL_CARD = {
 QUERY_COLUMN_CANDIDATES = ("query", "question", "anchor", "sent0")
 POSITIVE_COLUMN_CANDIDATES = ("positive", "positive_passage", "passage", "answer", "sent1")
 HARD_NEGATIVE_COLUMN_CANDIDATES = ("hard_negative", "negative_passage", "negative", "hard_neg")
-# The columns `tokenize_query_passage_pairs` writes and `QueryPassageCollator` reads by default.
+# The columns `tokenize_query_passage_pairs` writes and `QueryPassageCollator` reads by default (with k > 1 hard
+# negatives: hard_negative_1, ..., hard_negative_k, see `tokenized_columns`).
 TOKENIZED_COLUMNS = ("query", "positive", "hard_negative")
+
+
+def tokenized_columns(num_negatives: int) -> tuple[str, ...]:
+    """The columns `tokenize_query_passage_pairs` writes for pairs with ``num_negatives`` hard negatives each."""
+    if num_negatives <= 1:
+        return TOKENIZED_COLUMNS[: 2 + num_negatives]
+    return (*TOKENIZED_COLUMNS[:2], *(f"hard_negative_{index}" for index in range(1, num_negatives + 1)))
 
 
 def resolve_query_passage_columns(
     column_names: Sequence[str],
     query_column: str | None = None,
     positive_column: str | None = None,
-    hard_negative_column: str | None = None,
+    hard_negative_column: str | Sequence[str] | None = None,
     use_hard_negatives: bool = True,
-) -> tuple[str, str, str | None]:
-    """``(query, positive, hard negative or None)`` column names of a dataset.
+) -> tuple[str, ...]:
+    """``(query, positive, *hard negatives)`` column names of a dataset: 2 + k names for k hard negatives.
 
-    Given names must exist; missing ones are detected from the ``*_CANDIDATES`` lists. The hard negative is used
-    when ``use_hard_negatives`` and such a column exists (a given ``hard_negative_column`` must exist).
+    Given names must exist; missing ones are detected from the ``*_CANDIDATES`` lists. Hard negatives are used when
+    ``use_hard_negatives``: the columns ``hard_negative_column`` names (one, a comma-separated list, or a sequence),
+    else the first candidate column present, else numbered ones (``negative_1, ..., negative_k`` as
+    ``contrastive-hf mine`` writes them; `collators.negative_columns`). A column may also hold a list of negatives.
     """
     columns = list(column_names)
 
-    def pick(given: str | None, candidates: Sequence[str], what: str, flag: str, required: bool) -> str | None:
+    def check(given: str, flag: str) -> str:
+        if given not in columns:
+            raise ValueError(f"{flag} {given!r} is not a column of the data set; its columns are {columns}.")
+        return given
+
+    def pick(given: str | None, candidates: Sequence[str], what: str, flag: str) -> str:
         if given is not None:
-            if given not in columns:
-                raise ValueError(f"{flag} {given!r} is not a column of the data set; its columns are {columns}.")
-            return given
+            return check(given, flag)
         found = next((name for name in candidates if name in columns), None)
-        if found is None and required:
+        if found is None:
             raise ValueError(
                 f"Found no {what} column among {columns} (tried {', '.join(candidates)}): name it with {flag}."
             )
         return found
 
-    query = pick(query_column, QUERY_COLUMN_CANDIDATES, "query", "--query_column", True)
-    positive = pick(positive_column, POSITIVE_COLUMN_CANDIDATES, "positive passage", "--positive_column", True)
+    query = pick(query_column, QUERY_COLUMN_CANDIDATES, "query", "--query_column")
+    positive = pick(positive_column, POSITIVE_COLUMN_CANDIDATES, "positive passage", "--positive_column")
     if query == positive:
         raise ValueError(f"The query and positive passage columns are both {query!r}: name them apart.")
-    hard_negative = None
-    if use_hard_negatives:
-        hard_negative = pick(
-            hard_negative_column, HARD_NEGATIVE_COLUMN_CANDIDATES, "hard negative", "--hard_negative_column", False
-        )
-    elif hard_negative_column is not None:
-        raise ValueError("--hard_negative_column was given but hard negatives are turned off.")
-    return query, positive, hard_negative
+    if isinstance(hard_negative_column, str):
+        hard_negative_column = [name.strip() for name in hard_negative_column.split(",") if name.strip()]
+    if not use_hard_negatives:
+        if hard_negative_column:
+            raise ValueError("--hard_negative_column was given but hard negatives are turned off.")
+        return query, positive
+    if hard_negative_column:
+        negatives = tuple(check(name, "--hard_negative_column") for name in hard_negative_column)
+    else:
+        negatives = negative_columns(columns, HARD_NEGATIVE_COLUMN_CANDIDATES)
+    clash = [name for name in negatives if name in (query, positive)]
+    if clash:
+        raise ValueError(f"Column {clash[0]!r} is named both as a hard negative and as the query or positive.")
+    return query, positive, *negatives
 
 
 def tokenize_query_passage_pairs(
     dataset,
     tokenizer,
-    columns: tuple[str, str, str | None],
+    columns: Sequence[str | None],
     max_query_length: int = 64,
     max_passage_length: int = 256,
     num_proc: int | None = None,
 ):
-    """Tokenize a `datasets.Dataset` of (query, positive[, hard negative]) texts into the token-id columns ``query``,
-    ``positive`` and ``hard_negative`` that `QueryPassageCollator` reads (other columns are dropped).
+    """Tokenize a `datasets.Dataset` of (query, positive, k hard negatives) texts into the token-id columns
+    `tokenized_columns` names (``query``, ``positive``, then ``hard_negative`` or ``hard_negative_1..k``), which
+    `QueryPassageCollator` reads; other columns are dropped. ``columns`` is what `resolve_query_passage_columns`
+    returns (None entries are ignored).
 
-    Rows with an empty query or passage (or an empty hard negative, when one is used: every row of a batch must have
-    one) are dropped first (`drop_incomplete_rows`).
+    Rows with an empty query or passage (or an empty hard negative, when they are used: every row of a batch must
+    have them) are dropped first (`drop_incomplete_rows`).
     """
-    query_column, positive_column, negative_column = columns
+    columns = [column for column in columns if column is not None]
     dataset = drop_incomplete_rows(dataset, columns, num_proc)
+    names = tokenized_columns(len(columns) - 2)
 
     def tokenize(batch):
-        encoded = {
-            "query": tokenizer(batch[query_column], truncation=True, max_length=max_query_length)["input_ids"],
-            "positive": tokenizer(batch[positive_column], truncation=True, max_length=max_passage_length)["input_ids"],
-        }
-        if negative_column is not None:
-            encoded["hard_negative"] = tokenizer(
-                batch[negative_column], truncation=True, max_length=max_passage_length
-            )["input_ids"]
+        encoded = {}
+        for index, (column, name) in enumerate(zip(columns, names, strict=True)):
+            limit = max_query_length if index == 0 else max_passage_length
+            texts = batch[column]
+            if texts and not isinstance(texts[0], str):  # a list of negatives per row
+                sizes = [len(row) for row in texts]
+                flat = tokenizer([text for row in texts for text in row], truncation=True, max_length=limit)
+                starts = np.cumsum([0, *sizes])
+                encoded[name] = [flat["input_ids"][a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+            else:
+                encoded[name] = tokenizer(texts, truncation=True, max_length=limit)["input_ids"]
         return encoded
 
     return dataset.map(
@@ -128,78 +155,90 @@ def tokenize_query_passage_pairs(
 
 @dataclass
 class QueryPassageCollator:
-    """Batches of (query, positive passage[, hard negative]) for `DualEncoderModel`.
+    """Batches of (query, positive passage, k hard negatives) for `DualEncoderModel`.
 
-    Each feature holds the query, its positive passage and optionally a hard negative, as token-id lists (what
-    `tokenize_query_passage_pairs` writes) or texts (tokenized here). The hard negative is used when the first
-    feature has one; then every feature must.
+    Each feature holds the query, its positive passage and optionally hard negatives, as token-id lists (what
+    `tokenize_query_passage_pairs` writes) or texts (tokenized here). A hard-negative column may hold a list of
+    negatives per row; every row of a batch needs the same number. Negative columns are used when the first feature
+    has them; then every feature must.
 
     Returns ``query_input_ids`` / ``query_attention_mask`` ``(B, Lq)``, ``passage_input_ids`` /
-    ``passage_attention_mask`` ``(B, P, Lp)`` (P = 1, or 2 with hard negatives: positive first), and
-    ``sentence_ids`` ``(B, 1 + P)``, content hashes of the texts for duplicate masking.
+    ``passage_attention_mask`` ``(B, 1 + k, Lp)`` (the positive first), and ``sentence_ids`` ``(B, 2 + k)``, content
+    hashes of the texts for duplicate masking.
 
     Args:
         tokenizer: the tokenizer of both encoders.
-        columns: the (query, positive[, hard negative]) feature keys.
+        columns: the (query, positive, hard negatives...) feature keys; default ``query``, ``positive`` and the
+            hard-negative columns `tokenize_query_passage_pairs` writes (``hard_negative`` or
+            ``hard_negative_1..k``), when the features have them.
         max_query_length, max_passage_length: truncation of texts tokenized here (DPR: 256 for passages).
         pad_to_multiple_of: pad lengths to a multiple of this.
+        prompts, include_prompt: the model config's: queries are prefixed with the ``query`` prompt and passages
+            with the ``document`` one (as `encode_query` / `encode_document` prefix them), and with
+            ``include_prompt=False`` the batch carries ``prompt_lengths`` ``(B, 2 + k)`` so that the prompts are left
+            out of the pooling in training as at inference (`collators.RolePrompts`). Prompts need text features.
     """
 
     tokenizer: PreTrainedTokenizerBase
-    columns: Sequence[str] = TOKENIZED_COLUMNS
+    columns: Sequence[str] | None = None
     max_query_length: int | None = 64
     max_passage_length: int | None = 256
     pad_to_multiple_of: int | None = None
+    prompts: dict[str, str] | None = None
+    include_prompt: bool = True
 
     def __post_init__(self):
-        if len(self.columns) not in (2, 3):
-            raise ValueError(f"columns must name (query, positive[, hard negative]), got {self.columns}.")
+        if self.columns is not None and (isinstance(self.columns, str) or len(self.columns) < 2):
+            raise ValueError(f"columns must name (query, positive, hard negatives...), got {self.columns}.")
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
         self._special = special_token_table(self.tokenizer)
+        self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
+        self.resolved_columns: tuple[str, ...] | None = None
 
-    def _column(self, features: list[dict[str, Any]], column: str, max_length: int | None) -> TokenBatch:
-        values = [feature.get(column) for feature in features]
-        for row, value in enumerate(values):
-            if value is None or len(value) == 0 or (isinstance(value, str) and not value.strip()):
-                raise ValueError(f"Example {row} of the batch has no {column!r}; drop incomplete rows first.")
-        texts = [row for row, value in enumerate(values) if isinstance(value, str)]
-        if texts:
-            encoded = self.tokenizer(
-                [values[row] for row in texts], truncation=max_length is not None, max_length=max_length
-            )["input_ids"]
-            for row, ids in zip(texts, encoded, strict=True):
-                values[row] = ids
-        return TokenBatch.from_sequences(values, self._special, self.tokenizer.pad_token_id)
+    def resolve_columns(self, feature: dict[str, Any]) -> tuple[str, ...]:
+        """The columns a batch is built from: the given or default ones that the (first) feature has."""
+        if self.columns is not None:
+            columns = tuple(self.columns)
+        else:
+            columns = (*TOKENIZED_COLUMNS[:2], *negative_columns(list(feature), TOKENIZED_COLUMNS[2:]))
+        return columns[:2] + tuple(name for name in columns[2:] if feature.get(name) is not None)
 
     def card_description(self) -> dict:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
-        hard = len(self.columns) == 3
+        columns = self.resolved_columns or tuple(self.columns or TOKENIZED_COLUMNS[:2])
+        negatives = len(columns) - 2
         return {
             "method": "DPR",
-            "views": "questions and their passages" + (", hard negatives" * hard),
-            "hard_negatives": hard,
+            "views": "questions and their passages" + (f", {negatives} hard negative column(s)" * (negatives > 0)),
+            "hard_negatives": negatives,
         }
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        query_column, positive_column = self.columns[:2]
-        negative_column = self.columns[2] if len(self.columns) == 3 else None
-        if negative_column is not None and features[0].get(negative_column) is None:
-            negative_column = None  # pairs only
-        queries = self._column(features, query_column, self.max_query_length)
-        passage_columns = [self._column(features, positive_column, self.max_passage_length)]
-        if negative_column is not None:
-            passage_columns.append(self._column(features, negative_column, self.max_passage_length))
-        size, per_query = len(features), len(passage_columns)
-        # row i * P + c: passage c of example i; all padded together to the longest passage
-        rows = [np.arange(size) * per_query + column for column in range(per_query)]
-        passages = TokenBatch.stack(passage_columns, rows, size * per_query, queries.pad_id)
+        columns = self.resolved_columns = self.resolve_columns(features[0])
+        prompt = self._prompts.of_column
+        (queries,) = column_views(features, columns[0], self.tokenizer, self.max_query_length, prompt(0))
+        passage_views = [
+            view
+            for column in columns[1:]
+            for view in column_views(features, column, self.tokenizer, self.max_passage_length, prompt(1))
+        ]
+        size, per_query = len(features), len(passage_views)
+        passages = [passage_views[view][row] for row in range(size) for view in range(per_query)]  # row-major
+        queries = TokenBatch.from_sequences(queries, self._special, self.tokenizer.pad_token_id)
+        passages = TokenBatch.from_sequences(passages, self._special, self.tokenizer.pad_token_id)
         query_input_ids, query_attention_mask = queries.to_tensors(self.pad_to_multiple_of)
         passage_input_ids, passage_attention_mask = passages.to_tensors(self.pad_to_multiple_of)
-        return {
+        batch = {
             "query_input_ids": query_input_ids,  # (B, Lq)
             "query_attention_mask": query_attention_mask,
-            "passage_input_ids": passage_input_ids.view(size, per_query, -1),  # (B, P, Lp)
+            "passage_input_ids": passage_input_ids.view(size, per_query, -1),  # (B, 1 + k, Lp)
             "passage_attention_mask": passage_attention_mask.view(size, per_query, -1),
-            "sentence_ids": sentence_ids(queries, *passage_columns),  # (B, 1 + P)
+            "sentence_ids": sentence_ids(  # (B, 2 + k)
+                queries, *(passages.take(np.arange(view, size * per_query, per_query)) for view in range(per_query))
+            ),
         }
+        prompt_lengths = self._prompts.lengths_tensor(size, [1, per_query])
+        if prompt_lengths is not None:
+            batch["prompt_lengths"] = prompt_lengths  # (B, 1 + P)
+        return batch

@@ -28,6 +28,7 @@ __all__ = [
     "model_config",
     "build_collator",
     "prepare_pairs",
+    "build_mixture",
     "describe_views",
 ]
 
@@ -123,12 +124,21 @@ def build_collator(
     do_mlm: bool = False,
     mlm_probability: float = 0.15,
     seed: int | None = None,
+    prompts: dict[str, str] | None = None,
+    include_prompt: bool = True,
 ):
     """SimCSE's batches: two copies of each sentence (``unsup``; the encoder's dropout makes the views differ) or
-    (anchor, positive[, hard negative]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``."""
+    (anchor, positive[, hard negatives]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``; ``sup``
+    prefixes the anchors with the ``query`` prompt and the other columns with the ``document`` one (the model
+    config's ``prompts`` and ``include_prompt``)."""
     from ..data.collators import ContrastiveDataCollator, PairCollator
 
     if mode == "unsup":
+        if prompts:
+            raise ValueError(
+                f"Prompts {prompts} are applied to supervised pairs (--mode sup), whose columns have roles; the "
+                "dropout views of --mode unsup take none. Drop --query_prompt / --document_prompt."
+            )
         return ContrastiveDataCollator(
             tokenizer,
             augmentation="dropout",
@@ -144,6 +154,8 @@ def build_collator(
         mlm=do_mlm,
         mlm_probability=mlm_probability,
         seed=seed,
+        prompts=prompts,
+        include_prompt=include_prompt,
     )
 
 
@@ -163,9 +175,42 @@ def prepare_pairs(corpus, collator, num_proc: int | None = None):
     return corpus
 
 
+def build_mixture(
+    files: dict[str, str],
+    tokenizer,
+    schedule: str = "proportional",
+    max_length: int = 32,
+    max_train_samples: int | None = None,
+    num_proc: int | None = None,
+    cache_dir: str | None = None,
+    **collator_options,
+):
+    """Several training files in one run, one dataset per batch (`data.mixture`): ``(DatasetMixture,
+    MixtureCollator)``. A text file (one sentence per line) gives unsupervised SimCSE's dropout views of its
+    sentences; a csv or json file, (anchor, positive, hard negatives) rows with its own columns (`prepare_pairs`).
+    ``collator_options`` go to `build_collator` (``do_mlm``, ``mlm_probability``, ``seed``, ``prompts``...); each
+    dataset is cut to its first ``max_train_samples`` examples."""
+    from ..data.corpus import first_examples, load_corpus, tokenize_corpus
+    from ..data.mixture import DatasetMixture, MixtureCollator
+
+    datasets, collators = {}, {}
+    for name, path in files.items():
+        corpus = load_corpus(path, cache_dir=cache_dir)
+        if corpus.column_names == ["text"]:  # sentences: dropout views
+            collators[name] = build_collator("unsup", tokenizer, max_length=max_length, **collator_options)
+            dataset = tokenize_corpus(corpus, tokenizer, max_seq_length=max_length, num_proc=num_proc)
+        else:
+            collators[name] = build_collator("sup", tokenizer, max_length=max_length, **collator_options)
+            dataset = prepare_pairs(corpus, collators[name], num_proc)
+        datasets[name] = first_examples(dataset, max_train_samples)
+    return DatasetMixture(datasets, schedule=schedule), MixtureCollator(collators)
+
+
 def describe_views(mode: str, columns) -> str:
     """The card's "positive pairs" line."""
     if mode == "unsup":
         return "dropout"
     views = f"NLI: {columns[0]} -> {columns[1]} (entailment)"
-    return views + (f", hard negative {columns[2]} (contradiction)" if len(columns) == 3 else "")
+    if len(columns) == 3:
+        return views + f", hard negative {columns[2]} (contradiction)"
+    return views + (f", hard negatives {', '.join(columns[2:])}" if len(columns) > 3 else "")

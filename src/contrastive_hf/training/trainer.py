@@ -14,6 +14,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..data.collators import CollatorEpochCallback
+from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.distributed import gather_sizes
@@ -34,7 +35,8 @@ PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 # Logged beside `loss`, each averaged over the steps since the last log and over processes: the parts of the
 # objective (unweighted; `loss` is their weighted sum), the alignment and uniformity of the training embeddings
 # (Wang & Isola, 2020: query vs positive views, and the queries), the negatives each query was contrasted with, and
-# how full the pre-batch queue is.
+# how full the pre-batch queue is; training on a `DatasetMixture`, also ``cl_loss_<name>``, each dataset's
+# contrastive loss over its steps since the last log.
 LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
@@ -131,6 +133,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
+        self._batch_dataset = inputs.pop(DATASET_KEY, None)  # a `DatasetMixture`'s batch names its dataset
         chunk_size = self._option("grad_cache_chunk_size")
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
@@ -188,6 +191,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             if embeddings is not None:  # this batch's keys are the next batches' negatives
                 ids = inputs.get("sentence_ids")
                 self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
+        dataset = getattr(self, "_batch_dataset", None)
+        if dataset is not None and getattr(outputs, "cl_loss", None) is not None:
+            metrics[f"cl_loss_{dataset}"] = outputs.cl_loss  # every process draws the same dataset at a step
         for name, value in metrics.items():
             if value is not None:  # accumulated on the device: no host sync per step
                 self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
@@ -202,22 +208,24 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         """Each step metric's mean over the steps of every process since the last log, in one gather of the same
         shape on every process: a process may lack a metric another has (uniformity needs two rows in a batch)."""
         device = self.args.device
-        sums = [self._metric_sums.get(name, torch.zeros((), device=device)).float() for name in self.step_metrics]
-        counts = [float(self._metric_counts.get(name, 0)) for name in self.step_metrics]
+        names = list(self.step_metrics)
+        if isinstance(self.train_dataset, DatasetMixture):  # every process knows every dataset's name
+            names += [f"cl_loss_{name}" for name in self.train_dataset.names]
+        sums = [self._metric_sums.get(name, torch.zeros((), device=device)).float() for name in names]
+        counts = [float(self._metric_counts.get(name, 0)) for name in names]
         local = torch.stack([torch.stack(sums), torch.tensor(counts, device=device)])  # (2, metrics)
         totals = self.accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, metrics) -> (2, metrics)
         self._metric_sums, self._metric_counts = {}, {}
-        return {
-            name: round(total / count, 4)
-            for name, total, count in zip(self.step_metrics, *totals, strict=True)
-            if count > 0
-        }
+        return {name: round(total / count, 4) for name, total, count in zip(names, *totals, strict=True) if count > 0}
 
     def get_train_dataloader(self):
         """The Trainer's training dataloader, refused when the processes would get different numbers of batches per
         epoch (``accelerator_config.even_batches=False`` with a batch count that does not divide by the number of
         processes): one would then wait forever for the others in the gather of negatives or of gradients."""
-        dataloader = super().get_train_dataloader()
+        if isinstance(self.train_dataset, DatasetMixture):  # one dataset per batch, the same on every process
+            dataloader = mixture_dataloader(self)
+        else:
+            dataloader = super().get_train_dataloader()
         if self.args.world_size > 1 and has_length(dataloader):
             counts = gather_sizes(len(dataloader), self.args.device)
             if len(set(counts)) > 1:

@@ -15,15 +15,14 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
-from transformers.trainer_utils import seed_worker
 
 from ...data import seeding
+from ...data.batch_groups import grouped_dataloader, loader_options
 from ...training.training_args import SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .modeling import TaskSpec
@@ -210,35 +209,13 @@ class MultitaskTrainer(SecretFreeOutputs, Trainer):
             drop_last=args.dataloader_drop_last,
             super_batch_length=args.super_batch_length,
         )
-        dataloader = DataLoader(
-            self.train_dataset,
-            batch_sampler=sampler,
-            collate_fn=self.data_collator,
-            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
-            **self._loader_options(),
-        )
-        prepared = self.accelerator.prepare(dataloader)
-        # The sampler already gives each process its share: accelerate's BatchSamplerShard must pass batches through.
-        shard = getattr(prepared, "batch_sampler", None)
-        if shard is not sampler and getattr(shard, "batch_sampler", None) is sampler:
-            shard.num_processes, shard.process_index = 1, 0
-        return prepared
-
-    def _loader_options(self) -> dict:
-        args = self.args
-        pin_memory = args.dataloader_pin_memory and args.device.type != "cpu"  # pinning needs an accelerator
-        options = {"num_workers": args.dataloader_num_workers, "pin_memory": pin_memory}
-        if args.dataloader_num_workers > 0:
-            options["persistent_workers"] = args.dataloader_persistent_workers
-            if args.dataloader_prefetch_factor is not None:
-                options["prefetch_factor"] = args.dataloader_prefetch_factor
-        return options
+        return grouped_dataloader(self, sampler)
 
     def _task_eval_dataloader(self, task: str, dataset) -> DataLoader:
         template = self.data_collator.collators[task]
         collator = TaskCollator(template.tokenizer, template.spec, template.max_length, add_task_name=True)
         loader = DataLoader(
-            dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **self._loader_options()
+            dataset, batch_size=self.args.eval_batch_size, collate_fn=collator, **loader_options(self.args)
         )
         return self.accelerator.prepare(loader)
 

@@ -146,6 +146,12 @@ class SelfGuidedModel(nn.Module):
                 f"BERT_T has a projection head ({contrastive.config.projection_type!r}) that SG-BERT never trains "
                 "(its own head f is separate): build the ContrastiveModel with projection_type='none'."
             )
+        if contrastive.config.matryoshka_dims:
+            raise ValueError(
+                f"BERT_T's config sets matryoshka_dims {contrastive.config.matryoshka_dims}, which SG-BERT cannot "
+                "train: its loss compares the head f's outputs, a non-linear map of the whole embedding, so no "
+                "prefix of the embedding encode returns is ever compared. Load it with matryoshka_dims=None."
+            )
         if config is None:
             config = SelfGuidedConfig(**config_overrides)
         elif config_overrides:
