@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
+import contrastive_hf.models.distributed as distributed
 import contrastive_hf.models.objectives as objectives
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.evaluation import STSData, evaluate_sts_per_dimension
@@ -84,17 +85,19 @@ def test_nt_xent_and_dpr_are_weighted_sums_too():
 
 
 def test_gathered_negatives_are_truncated_with_this_process_s_vectors(monkeypatch):
-    """Rank 1 of 2, collectives replaced: every dimension's loss scores the local queries against both processes'."""
+    """Rank 1 of 2, collectives replaced: every dimension's loss scores the local queries against both processes'
+    (the sum scaled by this process's share of the global batch, 2 of 5 rows on 2 processes)."""
     model = pretraining_model(matryoshka_weights=WEIGHTS)
     generator = torch.Generator().manual_seed(3)
     other, mine = torch.randn(3, 2, 32, generator=generator), torch.randn(2, 2, 32, generator=generator)
     monkeypatch.setattr(objectives, "world_size", lambda: 2)
     monkeypatch.setattr(objectives, "rank", lambda: 1)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
     monkeypatch.setattr(objectives, "gather_sizes", lambda size, device: [3, size])
     monkeypatch.setattr(objectives, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
     loss, _ = model.compute_contrastive_loss(mine, gather_across_devices=True)
     everyone = torch.cat([other, mine])
-    expected = by_hand(lambda d: info_nce(mine[:, 0, :d], everyone[:, 1, :d], 0.05, positive_offset=3))
+    expected = by_hand(lambda d: info_nce(mine[:, 0, :d], everyone[:, 1, :d], 0.05, positive_offset=3)) * 2 * 2 / 5
     assert loss.item() == pytest.approx(expected, rel=1e-5)
 
 
