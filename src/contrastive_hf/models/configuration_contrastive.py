@@ -80,7 +80,7 @@ class ContrastiveConfig(PreTrainedConfig):
             - `"auto"`: `"packed"` where the encoder supports it, else `"sorted"` on CPU and 0 on a GPU (small
               groups leave a GPU idle). The log says once which path runs and why. Measured in
               docs/benchmarks.md.
-        sub_batch_tokens (`int`, defaults to 2048):
+        sub_batch_tokens (`int`, defaults to 1024):
             The token budget of a `"sorted"` group.
     """
 
@@ -102,7 +102,7 @@ class ContrastiveConfig(PreTrainedConfig):
     cl_weight: float = 1.0
     hard_negative_weight: float = 0.0
     sub_batch_size: int | str = "auto"
-    sub_batch_tokens: int = 2048
+    sub_batch_tokens: int = 1024
 
     def __post_init__(self, **kwargs):
         if isinstance(self.encoder, PreTrainedConfig):
