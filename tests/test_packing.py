@@ -441,3 +441,24 @@ def test_packed_pooling_reads_sentence_boundaries():
     torch.testing.assert_close(packed.segment_max(states), torch.tensor([[5.0], [7.0], [9.0]]))
     padded = torch.zeros(3, 4, 1).reshape(12, 1).index_copy(0, packed.flat_index, states).view(3, 4, 1)
     torch.testing.assert_close(packed.segment_max(states), padded.masked_fill(~mask.bool()[..., None], -99).amax(1))
+
+
+def test_packed_training_step_under_bf16_autocast_keeps_the_loss_in_float32():
+    model = make("bert", "mean", ContrastiveForPreTraining, contrastive_loss="info_nce").eval()
+    input_ids, mask, token_type_ids = mixed_views(model.config.encoder)
+    batch = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": token_type_ids}
+    outputs = {}
+    for sub_batch_size in (0, "packed"):
+        model.config.sub_batch_size = sub_batch_size
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs[sub_batch_size] = model(**batch)
+    assert outputs["packed"].loss.dtype == torch.float32
+    torch.testing.assert_close(outputs["packed"].embeddings, outputs[0].embeddings, atol=5e-2, rtol=0)
+    torch.testing.assert_close(outputs["packed"].loss, outputs[0].loss, atol=5e-2, rtol=0)
+    outputs["packed"].loss.backward()
+
+
+def test_named_paths_survive_saving_the_config():
+    config = ContrastiveConfig(sub_batch_size="packed", sub_batch_tokens=256)
+    restored = ContrastiveConfig.from_dict(json.loads(json.dumps(config.to_dict())))
+    assert (restored.sub_batch_size, restored.sub_batch_tokens) == ("packed", 256)
