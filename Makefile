@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint format clean
+.PHONY: install test test-min demo lint format clean
 
 install: $(STAMP)
 
@@ -22,6 +22,18 @@ test: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
 
+# The suite against the lowest versions setup.py allows (requirements-min.txt), in a venv of its own: one pip run, so
+# that pip fails loudly when a pin drifts below a bound of setup.py.
+MIN_VENV ?= .venv-min
+test-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MIN_VENV)/bin/python -m pip install --quiet $(TORCH_SPEC)
+	$(MIN_VENV)/bin/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(MIN_VENV)/torch.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/torch.txt -r requirements-min.txt -e ".[dev]"
+	HF_HUB_OFFLINE=1 $(MIN_VENV)/bin/python -m pytest -q tests
+
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json
 
@@ -34,4 +46,4 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info outputs
+	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs

@@ -39,11 +39,12 @@ from contrastive_hf.data.augmentations import DEL_TOKEN, add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.data.corpus import tokenize_corpus
 from contrastive_hf.data.synonyms import TokenSynonyms
+from data_files import SHARED_DATA, require_files
 from machine_info import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 # the full Wikipedia paragraphs of the development machine's shared data when present, else the shipped sample
-SHARED_CORPUS = REPO.parent / "shared" / "data" / "corpus" / "enwiki_paragraphs.txt.gz"
+SHARED_CORPUS = SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz"
 SAMPLE = REPO / "examples" / "demo" / "data" / "enwiki_paragraphs_sample.txt"
 
 
@@ -194,6 +195,7 @@ def main():
             corpus=str(SAMPLE), batch_size=16, length=64, batches=2, repeats=1, stages=True, stage_calls=2
         )
     args = parser.parse_args()
+    require_files([args.corpus], "--corpus FILE (paragraphs, one per line, .txt or .txt.gz)")
     torch.set_num_threads(1)
 
     tokenizer, weight, source = load_tokenizer_and_embeddings()

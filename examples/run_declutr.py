@@ -20,13 +20,12 @@ For corpora larger than memory add ``--streaming --max_steps N`` (each process t
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole, hub_id_or_none, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model
 from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
@@ -36,9 +35,10 @@ from contrastive_hf.commands.scripts import (
     load_tokenizer,
     parse_arguments,
     setup_logging,
+    training_data_name,
 )
 from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming
-from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes.declutr import (
     DEFAULTS,
     SPAN_MASK_PROBABILITY,
@@ -76,8 +76,6 @@ def main():
 
     if span_args.hard_negatives and model_args.contrastive_loss != "info_nce":
         raise ValueError("--hard_negatives gives three views per document: use --contrastive_loss info_nce.")
-    if data_args.streaming and training_args.max_steps <= 0:
-        raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
     tokenizer = load_tokenizer(encoder_args)
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model: ContrastiveForPreTraining = load_pretraining_model(
@@ -95,8 +93,10 @@ def main():
             data_args.dataset_config_name,
             cache_dir=encoder_args.cache_dir,
             streaming=data_args.streaming,
+            passes=None if data_args.streaming else 1,
         )
-        corpus = first_examples(corpus, data_args.max_train_samples)
+        if not data_args.streaming:  # a stream is cut by prepare_streaming, after the short documents are dropped
+            corpus = first_examples(corpus, data_args.max_train_samples)
         documents = tokenize_documents(
             corpus,
             tokenizer,
@@ -107,7 +107,7 @@ def main():
             num_proc=data_args.preprocessing_num_workers,
         )
     if data_args.streaming:
-        prepare_streaming(documents, training_args)
+        documents = prepare_streaming(documents, training_args, data_args.max_train_samples, data_args.train_file)
 
     positions = getattr(model.config.encoder, "max_position_embeddings", None) or data_args.max_seq_length
     collator = SpanViewCollator(
@@ -131,22 +131,7 @@ def main():
         processing_class=tokenizer,
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    views = f"{span_args.span_view} spans of {span_args.span_words} words"
-    card_info = ModelCardInfo(
-        method="DeCLUTR",
-        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=hub_id_or_none(encoder_args.model_name_or_path),
-        augmentation=views + (", a third span as hard negative" if span_args.hard_negatives else ""),
-        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
-        hyperparameters={
-            "steps": trainer.state.global_step,
-            "batch size": training_args.per_device_train_batch_size * training_args.world_size,
-            "learning rate": training_args.learning_rate,
-            "max length": data_args.max_seq_length,
-            "seed": training_args.seed,
-        },
-        hard_negatives=span_args.hard_negatives,
-    )
+    card_info = card_info_from_trainer(trainer, training_data=training_data_name(data_args))
     finish_sentence_encoder_run(
         trainer,
         train_result,

@@ -17,12 +17,10 @@ AdamW betas (0.9, 0.9), 10% warm-up, tau 0.01, lambda 0.1, --loss opt3 = SG-OPT)
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
-from contrastive_hf.commands.loading import hub_id_or_none
 from contrastive_hf.commands.scripts import (
     CorpusArguments,
     EncoderArguments,
@@ -32,8 +30,9 @@ from contrastive_hf.commands.scripts import (
     load_tokenizer,
     parse_arguments,
     setup_logging,
+    training_data_name,
 )
-from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -76,8 +75,6 @@ def main():
     setup_logging(training_args, logger, summary=True)
     if encoder_args.model_name_or_path is None:
         raise ValueError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
-    if data_args.streaming and training_args.max_steps <= 0:
-        raise ValueError("--streaming reads a corpus of unknown length: give --max_steps.")
 
     tokenizer = load_tokenizer(encoder_args)
     model = SelfGuidedModel.from_encoder_pretrained(
@@ -104,20 +101,10 @@ def main():
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     config = model.self_guided_config
-    card_info = ModelCardInfo(
-        method="SG-BERT",
-        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=hub_id_or_none(encoder_args.model_name_or_path),
-        augmentation=f"none: the {config.layer_pooling}-pooled layers of a frozen copy of the encoder",
-        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
-        hyperparameters={
-            "loss": config.loss,
-            "steps": trainer.state.global_step,
-            "batch size": training_args.per_device_train_batch_size * training_args.world_size,
-            "learning rate": training_args.learning_rate,
-            "max length": data_args.max_seq_length,
-            "seed": training_args.seed,
-        },
+    card_info = card_info_from_trainer(
+        trainer,
+        hyperparameters={"loss": config.loss},
+        training_data=training_data_name(data_args),
         objective=f"L_{config.loss} + {config.regularization_weight} x ||BERT_F - BERT_T||^2 (tau "
         f"{config.temperature})",
     )

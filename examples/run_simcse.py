@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole, hub_id_or_none, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model
 from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
@@ -45,10 +44,11 @@ from contrastive_hf.commands.scripts import (
     load_sts_dev,
     load_tokenizer,
     setup_logging,
+    training_data_name,
 )
 from contrastive_hf.data.collators import PairCollator
 from contrastive_hf.data.corpus import first_examples, load_corpus
-from contrastive_hf.hub.model_card import ModelCardInfo
+from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import simcse
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
@@ -190,29 +190,23 @@ def main(argv: list[str] | None = None):
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
 
-    hyperparameters = {
-        "mode": data_args.mode,
-        "steps": trainer.state.global_step,
-        "batch size": training_args.per_device_train_batch_size * training_args.world_size,
-        "learning rate": training_args.learning_rate,
-        "max length": data_args.max_seq_length,
-        "seed": training_args.seed,
-    }
-    if training_args.prebatch_size:
-        hyperparameters["pre-batch queue"] = training_args.prebatch_size
-    columns = getattr(collator, "columns", None)
-    card_info = ModelCardInfo(
-        method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",
-        hard_negatives=data_args.mode == "sup" and len(columns) == 3,
-        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
-        base_model=hub_id_or_none(model_args.model_name_or_path),
-        augmentation=simcse.describe_views(data_args.mode, columns),
-        training_data=data_args.dataset_name or os.path.basename(data_args.train_file),
-        hyperparameters=hyperparameters,
+    card_info = card_info_from_trainer(
+        trainer,
+        hyperparameters={
+            "mode": data_args.mode,
+            **({"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}),
+        },
+        method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",  # also with SimCSE's auxiliary MLM
+        augmentation=simcse.describe_views(data_args.mode, getattr(collator, "columns", None)),
+        training_data=training_data_name(data_args),
     )
     finish_sentence_encoder_run(
         trainer, train_result, tokenizer, card_info, stsb=stsb, sts_before=before, train_samples=len(train_dataset)
     )
+
+
+def simcse_queue(training_args) -> dict:
+    return {"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,22 +13,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_TOKENIZER = REPO_ROOT / "examples" / "demo" / "tokenizer"
-
-
-def _shared_data() -> Path:
-    """../shared/data beside the checkout; for a clone made elsewhere (git clone . /tmp/x), beside its origin."""
-    beside = REPO_ROOT.parent / "shared" / "data"
-    if beside.is_dir():
-        return beside
-    origin = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "config", "--get", "remote.origin.url"], capture_output=True, text=True
-    ).stdout.strip()
-    if origin and Path(origin).is_dir():
-        return Path(origin).resolve().parent / "shared" / "data"
-    return beside
-
-
-SHARED_DATA = _shared_data()
+# The demo's data (examples/demo/data) and small slices of public data sets in their own layouts (tests/data); the
+# suite reads nothing outside the repository (tests/data/README.md says where each slice comes from).
+DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
+TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture
@@ -54,6 +42,13 @@ def tiny_bert_config(vocab_size: int = 8192, **overrides) -> BertConfig:
     )
     values.update(overrides)
     return BertConfig(**values)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for a process group of its own (tests may run beside other launches)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

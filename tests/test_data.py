@@ -4,6 +4,7 @@ and per-process reading; training on a stream."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.data.corpus import (
+    SHARDS_PER_FILE,
     EmptyCorpusError,
     load_corpus,
     prepare_streaming,
@@ -30,7 +32,9 @@ from contrastive_hf.data.corpus import (
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import TEST_DATA, tiny_bert_config
+
+WIKIPEDIA_GZ = TEST_DATA / "corpus" / "enwiki_paragraphs.txt.gz"  # 30 Wikipedia paragraphs, gzipped
 
 LINES = [
     "the first sentence of the corpus",
@@ -107,6 +111,67 @@ def test_missing_file_raises_naming_the_path(tmp_path, cache_dir):
         load_corpus([str(present), str(missing)], cache_dir=cache_dir)
     assert str(missing) in str(error.value)
     assert str(present) not in str(error.value)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["map", "streaming"])
+@pytest.mark.parametrize("name", ["corpus.txt", "corpus.csv", "corpus.jsonl"])
+def test_an_empty_file_is_named_and_skipped_or_refused_when_alone(tmp_path, cache_dir, caplog, name, streaming):
+    empty = tmp_path / name
+    empty.write_bytes(b"")
+    with pytest.raises(EmptyCorpusError, match="empty \\(0 bytes\\)") as error:
+        load_corpus(str(empty), cache_dir=cache_dir, streaming=streaming)
+    assert str(empty) in str(error.value) and "--train_file" in str(error.value)
+
+    present = tmp_path / f"present{name[6:]}"
+    present.write_text({"corpus.txt": "one\n", "corpus.csv": "text\none\n", "corpus.jsonl": '{"text": "one"}\n'}[name])
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+        corpus = load_corpus([str(present), str(empty)], cache_dir=cache_dir, streaming=streaming)
+    assert [row["text"] for row in corpus] == ["one"]
+    assert f"Skipped 1 empty (0-byte) training file(s): {empty}." in caplog.text
+
+
+def _latin1_in_the_middle(path, header=b"", line=lambda text: text):
+    """A corpus over 1 MiB of UTF-8 text with one Latin-1 line; the Latin-1 byte's offset and line number. The first
+    line is padded so that a two-byte character straddles the 1 MiB reads of the scan."""
+    body = b"".join(line(f"caf\u00e9 number {i}".encode()) + b"\n" for i in range(60_000))
+    unpadded = header + line(b"") + b"\n" + body
+    padding = 2**20 - 1 - unpadded.rindex("\u00e9".encode(), 0, 2**20)
+    before = header + line(b"x" * padding) + b"\n" + body
+    assert before[2**20 - 1 : 2**20 + 1] == "\u00e9".encode()
+    bad = line("caf\u00e9 au lait".encode("latin-1"))
+    path.write_bytes(before + bad + b"\n" + line(b"the end") + b"\n")
+    return len(before) + bad.index(b"\xe9"), before.count(b"\n") + 1
+
+
+@pytest.mark.parametrize(
+    "name, header, line",
+    [
+        ("corpus.txt", b"", lambda text: text),
+        ("corpus.csv", b"text\n", lambda text: text),
+        ("corpus.jsonl", b"", lambda text: b'{"text": "' + text + b'"}'),
+    ],
+    ids=["text", "csv", "json"],
+)
+def test_a_file_that_is_not_utf8_is_named_with_the_byte_and_line(tmp_path, cache_dir, name, header, line):
+    path = tmp_path / name
+    offset, line_number = _latin1_in_the_middle(path, header, line)
+    assert offset > 2**20  # past the first read of the scan
+    with pytest.raises(ValueError) as error:
+        load_corpus(str(path), cache_dir=cache_dir)
+    message = str(error.value)
+    assert f"{path} is not UTF-8 text: the bytes b'\\xe9' at byte {offset} (line {line_number})" in message
+    assert "iconv" in message
+
+
+def test_a_streamed_text_file_that_is_not_utf8_is_named_with_the_byte(tmp_path):
+    path = tmp_path / "corpus.txt"
+    offset, _ = _latin1_in_the_middle(path)
+    with pytest.raises(ValueError, match=f"{path} is not UTF-8 text: the bytes b'\\\\xe9' at byte {offset} "):
+        list(load_corpus(str(path), streaming=True))  # read in byte ranges: the offset is the file's
+    compressed = tmp_path / "corpus.txt.gz"
+    compressed.write_bytes(gzip.compress(path.read_bytes()))
+    with pytest.raises(ValueError, match=f"at byte {offset} of the decompressed text"):
+        list(load_corpus(str(compressed), streaming=True))
 
 
 def test_both_or_neither_source_raises(tmp_path, cache_dir):
@@ -284,9 +349,9 @@ def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     opened = []
     original = data_module._read_text_shards
 
-    def recording(shards):
+    def recording(shards, passes):
         opened.append(list(shards))
-        yield from original(shards)
+        yield from original(shards, passes)
 
     monkeypatch.setattr(data_module, "_read_text_shards", recording)
     stream = text_stream(str(path))
@@ -312,27 +377,91 @@ def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     assert sorted(seen[0] + seen[1]) == sorted(line for line in lines if line)
 
 
-def test_prepare_streaming_sets_each_process_to_its_shards(tmp_path):
-    path, _, _ = _big_text(tmp_path)
+def test_consecutive_blocks_of_shards_hold_about_as_many_bytes_whatever_the_file_sizes(tmp_path):
+    """accelerate gives each process a block of consecutive shards: the ranges are of one size across the files, so
+    that a small file beside a big one does not become one process's whole share (which it would read again and
+    again)."""
+    big = _write_text(tmp_path / "big.txt", [f"sentence {i} about contrastive learning" for i in range(50_000)])
+    small = _write_text(tmp_path / "small.txt", [f"line {i} of the small file" for i in range(10_000)])
+    assert big.stat().st_size > 7 * small.stat().st_size > 7 * SHARDS_PER_FILE * 4096  # 2.1 MB beside 280 KB
+    shards = text_shards([str(big), str(small)])
+    stream = text_stream([str(big), str(small)])
+    assert stream.n_shards == len(shards)
+    ranges = [end - start for _, _, start, end in shards]
+    assert max(ranges) < 2 * min(ranges)
+    for processes in (2, 3, 8):
+        counts = [stream.shard(num_shards=processes, index=index).n_shards for index in range(processes)]
+        starts = [sum(counts[:index]) for index in range(processes + 1)]
+        shares = [sum(ranges[starts[index] : starts[index + 1]]) for index in range(processes)]
+        assert max(shares) - min(shares) <= max(ranges), (processes, shares)
+
+
+def test_an_endless_text_stream_gives_each_pass_new_identities(tmp_path):
+    path = _write_text(tmp_path / "corpus.txt", LINES)
+    rows = list(itertools.islice(text_stream(str(path), passes=None), 3 * len(NON_EMPTY)))
+    passes = [rows[i : i + len(NON_EMPTY)] for i in range(0, len(rows), len(NON_EMPTY))]
+    assert all([row["text"] for row in part] == NON_EMPTY for part in passes)  # the same lines, in order, each pass
+    identities = [[row["example_index"] for row in part] for part in passes]
+    assert identities[0] == [row["example_index"] for row in text_stream(str(path))]  # the first: file and offset
+    assert len({index for part in identities for index in part}) == len(rows)  # each pass: new ones
+    assert [row["example_index"] for row in text_stream(str(path), passes=3)] == sum(identities, [])
+
+
+def test_shards_without_a_line_end_the_stream_instead_of_spinning(tmp_path, caplog):
+    path = tmp_path / "one_line.txt"
+    path.write_text(" ".join(["word"] * 2000) + "\n")  # 10 KB: two byte ranges, the line starts in the first
+    stream = text_stream(str(path), passes=None)
+    assert stream.n_shards == 2
+    assert len(list(itertools.islice(stream.shard(num_shards=2, index=0), 5))) == 5  # one line, read endlessly
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+        assert list(stream.shard(num_shards=2, index=1)) == []
+    assert "No non-empty line starts in one_line.txt bytes 5000-10000" in caplog.text
+    with pytest.raises(ValueError, match="passes must be >= 1"):
+        text_stream(str(path), passes=0)
+
+
+def _streaming_args(world_size=4, max_steps=10, dispatch_batches=None):
+    config = SimpleNamespace(dispatch_batches=dispatch_batches)
+    return SimpleNamespace(world_size=world_size, max_steps=max_steps, accelerator_config=config)
+
+
+def test_prepare_streaming_sets_each_process_to_its_shards_of_an_endless_stream(tmp_path):
+    path, lines, _ = _big_text(tmp_path)
     stream = text_stream(str(path))
-    args = SimpleNamespace(world_size=4, accelerator_config=SimpleNamespace(dispatch_batches=None))
-    prepare_streaming(stream, args)
+    args = _streaming_args()
+    endless = prepare_streaming(stream, args)
     assert args.accelerator_config.dispatch_batches is False
-    args.accelerator_config.dispatch_batches = True
+    assert endless.n_shards == stream.n_shards
+    non_empty = [line for line in lines if line]
+    assert [row["text"] for row in itertools.islice(endless, 2 * len(non_empty))] == 2 * non_empty
+    first = prepare_streaming(stream, _streaming_args(), max_examples=5)  # --max_train_samples: 5, again and again
+    assert [row["text"] for row in itertools.islice(first, 12)] == (non_empty[:5] * 3)[:12]
     with pytest.raises(ValueError, match="dispatch_batches"):
-        prepare_streaming(stream, args)
+        prepare_streaming(stream, _streaming_args(dispatch_batches=True))
+    with pytest.raises(ValueError, match="give --max_steps N"):
+        prepare_streaming(stream, _streaming_args(max_steps=-1))
+
+
+def test_a_corpus_with_fewer_shards_than_processes_is_an_error_naming_its_files(tmp_path):
+    small = _write_text(tmp_path / "small.txt", NON_EMPTY * 40)  # about 4 KB: one byte range
     gz = tmp_path / "corpus.txt.gz"
     with gzip.open(gz, "wt", encoding="utf-8") as handle:
         handle.write("one\ntwo\n")
-    with pytest.raises(ValueError, match="1 shard"):
-        prepare_streaming(load_corpus(str(gz), streaming=True), SimpleNamespace(world_size=2, accelerator_config=None))
+    for files, described in [(small, f"small.txt: {small.stat().st_size:,} bytes in 1 shard(s)"),
+                             (gz, f"corpus.txt.gz: {gz.stat().st_size:,} bytes in 1 shard(s)")]:  # fmt: skip
+        with pytest.raises(ValueError) as error:
+            prepare_streaming(load_corpus(str(files), streaming=True), _streaming_args(2), train_files=str(files))
+        message = str(error.value)
+        assert f"1 shard(s) ({described}), fewer than the 2 processes" in message
+        assert "one of 8 KB or more has enough for 2 processes" in message  # what to do
+        assert "at least 2 files, or train without --streaming" in message
 
 
 def test_streamed_gzip_corpus_real_wikipedia(tokenizer):
-    stream = load_corpus(str(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz"), streaming=True)
+    stream = load_corpus(str(WIKIPEDIA_GZ), streaming=True)
     assert stream.n_shards == 1  # gzip cannot be read from the middle
     first = list(stream.take(3))
-    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(WIKIPEDIA_GZ, "rt", encoding="utf-8") as handle:
         expected = [next(handle).rstrip("\n") for _ in range(3)]
     assert [row["text"] for row in first] == expected
     assert first[0]["example_index"] == 0 and first[1]["example_index"] == len(expected[0].encode()) + 1
@@ -367,24 +496,60 @@ def test_streamed_csv_and_its_empty_lines(tmp_path, tokenizer, caplog):
     assert "Skipped 1 empty line(s) of 2 so far" in caplog.text
 
 
-def test_contrastive_trainer_trains_on_a_stream(tmp_path, tokenizer):
-    path, _, _ = _big_text(tmp_path, count=60)
-    add_del_token(tokenizer)
-    stream = tokenize_corpus(load_corpus(str(path), streaming=True), tokenizer, max_seq_length=16)
+class _RecordingCollator(ContrastiveDataCollator):
+    """Records the example identities and views of every batch it builds."""
+
+    batches: list
+
+    def __call__(self, features):
+        batch = super().__call__(features)
+        self.batches.append(([feature["example_index"] for feature in features], batch["input_ids"].clone()))
+        return batch
+
+
+def _train_on_an_endless_stream(path, tokenizer, output_dir, resume_from_checkpoint=None):
+    torch.manual_seed(0)
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
     args = ContrastiveTrainingArguments(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, max_steps=8, learning_rate=1e-3,
-        logging_steps=4, report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True,
+        output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=8, learning_rate=1e-3,
+        logging_steps=1, save_strategy="steps", save_steps=5, report_to="none", disable_tqdm=True, use_cpu=True,
     )  # fmt: skip
-    prepare_streaming(stream, args)
-    collator = ContrastiveDataCollator(tokenizer, augmentation="del_span", seed=0)
+    stream = tokenize_corpus(load_corpus(str(path), streaming=True, passes=None), tokenizer, max_seq_length=16)
+    collator = _RecordingCollator(tokenizer, augmentation="del_span", seed=0)
+    collator.batches = []
     trainer = ContrastiveTrainer(
-        model=model, args=args, train_dataset=stream, data_collator=collator, processing_class=tokenizer
+        model=model,
+        args=args,
+        train_dataset=prepare_streaming(stream, args),
+        data_collator=collator,
+        processing_class=tokenizer,
     )
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    weights = {name: value.detach().clone() for name, value in trainer.model.state_dict().items()}
+    return trainer, collator.batches, weights
+
+
+def test_contrastive_trainer_trains_on_an_endless_stream_and_resumes_exactly(tmp_path, tokenizer):
+    path, _, _ = _big_text(tmp_path, count=30)  # 25 lines: a pass is 3 batches of 8 and one line
+    add_del_token(tokenizer)
+    trainer, batches, weights = _train_on_an_endless_stream(path, tokenizer, tmp_path / "out")
     assert trainer.state.global_step == 8
-    assert collator.epoch == 1  # 52 lines, 7 batches per pass: the 8th step starts a second pass, new views
+    assert trainer.data_collator.epoch == 0  # one endless epoch of the Trainer, 2.5 passes of the stream
     assert all(torch.isfinite(torch.tensor(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+    read = [index for indices, _ in batches[:8] for index in indices]  # (accelerate builds one batch ahead)
+    assert len(read) == 64 and len(set(read)) == 64  # a line read again is a new example: new views
+    first_pass = read[:25]
+    assert [index >> 44 for index in first_pass] == [0] * 25  # file 0 and byte offsets, then hashed identities
+
+    _, resumed_batches, resumed_weights = _train_on_an_endless_stream(
+        path, tokenizer, tmp_path / "out", resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-5")
+    )
+    # the resumed run reads (and skips) the first 5 batches, then trains on the last 3: all as the uninterrupted run
+    for (indices, views), (resumed_indices, resumed_views) in zip(batches[:8], resumed_batches[:8], strict=True):
+        assert indices == resumed_indices
+        assert torch.equal(views, resumed_views)
+    for name, value in weights.items():
+        torch.testing.assert_close(resumed_weights[name], value, rtol=0, atol=1e-6, msg=name)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -410,7 +575,7 @@ def test_split_into_sentences(paragraph, sentences):
 
 @pytest.mark.parametrize("streaming", [False, True])
 def test_a_sentence_per_example_from_real_paragraphs(tokenizer, tmp_path, streaming):
-    with gzip.open(SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz", "rt", encoding="utf-8") as handle:
+    with gzip.open(WIKIPEDIA_GZ, "rt", encoding="utf-8") as handle:
         paragraphs = [next(handle).rstrip("\n") for _ in range(30)]
     path = tmp_path / "paragraphs.txt"
     path.write_text("\n".join(paragraphs) + "\n", encoding="utf-8")

@@ -5,14 +5,17 @@ steps of 2 x 16 sentences. Plain DistributedDataParallel is the reference: ZeRO-
 gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one file by
 ``stage3_gather_16bit_weights_on_model_save``) must equal the weights consolidated from the DeepSpeed checkpoint of
 the last step and load in a single process; a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
-machines with the multi-node config, must end on the same weights; and a LoRA adapter trained under ZeRO-3 must merge
-into a whole checkpoint.
+machines with the multi-node config, must end on the same weights; a LoRA adapter trained under ZeRO-3 must merge
+into a whole checkpoint; and GradCache must train under ZeRO-1, 2 and 3 as under DDP (tests/scripts/train_engines.py
+trains all five runs of that comparison in one launch).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,8 +63,16 @@ def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[
     )  # fmt: skip
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def weights(directory) -> dict[str, torch.Tensor]:
-    return load_file(directory / "model.safetensors")
+    """Every weight a saved checkpoint holds, under the training model's names (the encoder is saved in its own
+    architecture in model.safetensors, the heads beside it)."""
+    return ContrastiveForPreTraining.from_pretrained(directory).state_dict()
 
 
 def log_history(directory) -> list[dict]:
@@ -83,19 +94,20 @@ def max_change(trained: dict, initial: dict) -> float:
     return max((trained[name] - initial[name]).abs().max().item() for name in initial)
 
 
-@pytest.fixture(scope="module")
-def initial_checkpoint(tmp_path_factory):
-    """A tiny ContrastiveForPreTraining (mean pooling, no dropout) and its tokenizer with [DEL], saved."""
-    directory = tmp_path_factory.mktemp("initial")
+def save_tiny_model(directory, **config):
+    """A tiny ContrastiveForPreTraining (no dropout, ``config`` on top) and its tokenizer with [DEL], saved."""
     tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
     add_del_token(tokenizer)
     torch.manual_seed(0)
-    model = ContrastiveForPreTraining.from_config(
-        tiny_bert_config(vocab_size=len(tokenizer), **NO_DROPOUT), pooler_type="mean"
-    )
+    model = ContrastiveForPreTraining.from_config(tiny_bert_config(vocab_size=len(tokenizer), **NO_DROPOUT), **config)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="module")
+def initial_checkpoint(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("initial"), pooler_type="mean")
 
 
 def from_initial(initial_checkpoint) -> tuple[str, ...]:
@@ -186,7 +198,6 @@ def test_zero2_trains_like_ddp_and_saves_a_loadable_model(tmp_path, initial_chec
 
     model = ContrastiveForPreTraining.from_pretrained(output_dir)
     assert_same_weights(model.state_dict(), trained, atol=0)
-    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
 
 
 def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_checkpoint, ddp_run, zero3_run):
@@ -204,11 +215,11 @@ def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_check
 
     pretraining = ContrastiveForPreTraining.from_pretrained(output_dir)  # in this single process, no DeepSpeed
     assert_same_weights(pretraining.state_dict(), consolidated, atol=0)
-    encoder = AutoModel.from_pretrained(output_dir)
-    assert isinstance(encoder, contrastive_hf.ContrastiveModel)
-    assert_same_weights({f"contrastive.{name}": value for name, value in encoder.state_dict().items()}, {
-        name: value for name, value in consolidated.items() if name.startswith("contrastive.")
+    encoder = AutoModel.from_pretrained(output_dir)  # the encoder alone, in its own architecture
+    assert_same_weights({f"contrastive.encoder.{name}": value for name, value in encoder.state_dict().items()}, {
+        name: value for name, value in consolidated.items() if name.startswith("contrastive.encoder.")
     }, atol=0)  # fmt: skip
+    assert_same_weights(load_file(output_dir / "model.safetensors"), encoder.state_dict(), atol=0)
 
     # the final STS-B evaluation ran on every process (ZeRO-3 forwards are collective) and the script's own reload
     # check passed on the main one
@@ -225,9 +236,7 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
     encoder_config = tmp_path / "encoder.json"
     encoder_config.write_text(json.dumps({**tiny_bert_config(**NO_DROPOUT).to_dict(), "model_type": "bert"}))
     output_dir = tmp_path / "resumed"
-    with socket.socket() as probe:  # a free port for the rendezvous of the two "machines"
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # for the rendezvous of the two "machines"
 
     def machine(rank: int):
         launcher = deepspeed_launch(
@@ -285,4 +294,84 @@ def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(tmp_path):
     assert "gives the trained embeddings" in result.stdout + result.stderr
     merged = weights(tmp_path / "out-merged")
     assert all(value.numel() > 0 for value in merged.values())  # no empty shard saved in place of a weight
-    assert isinstance(AutoModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel)
+    assert isinstance(
+        contrastive_hf.ContrastiveModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel
+    )
+
+
+# GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives
+# gathered from both processes, the pre-batch queue (InfoNCE), and 2 accumulated micro-batches per step, so that both
+# micro-batch kinds are covered (the first accumulates only; the second's last chunk is DeepSpeed's boundary).
+# Each process's micro-batch of 8 sentences is encoded in chunks of 3, 3 and 2.
+STEP = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "max_steps": MAX_STEPS,
+    "learning_rate": 1e-3,
+    "prebatch_size": 1,
+}
+CHUNKED = {**STEP, "grad_cache_chunk_size": 3}
+ENGINE_RUNS = {
+    "ddp_unchunked": STEP,
+    "ddp": CHUNKED,
+    "zero1": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json"), "zero_stage": 1},
+    "zero2": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json")},
+    "zero3": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero3.json")},
+}
+# The Trainer logs `loss` and `grad_norm` as computed; ContrastiveTrainer.log rounds its step metrics to 4 decimals,
+# so two runs 1e-6 apart may log them one unit of the last decimal apart.
+EXACT_LOGS = ("loss", "grad_norm")
+ROUNDED_LOGS = ("mlm_loss", "cl_loss", "negatives_per_query", "queue_fill")
+LOGGED = EXACT_LOGS + ROUNDED_LOGS
+
+
+def logged_steps(run_dir) -> list[dict]:
+    entries = json.loads((run_dir / "log_history.json").read_text())
+    return [{key: entry[key] for key in LOGGED} for entry in entries if "grad_norm" in entry]
+
+
+def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
+    """GradCache's chunks are one optimizer step under DeepSpeed too: ZeRO-1, 2 and 3 log the losses and end on the
+    weights of GradCache under DDP, which equal the unchunked DDP run's (dropout off). One launch trains all five."""
+    model_dir = save_tiny_model(tmp_path / "initial", pooler_type="mean", contrastive_loss="info_nce")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text()[:20000])
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(ENGINE_RUNS))
+    command = accelerate_launch(
+        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
+        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs, "--output_dir", tmp_path / "out",
+    )  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    out = tmp_path / "out"
+    engines = {name: json.loads((out / name / "engine.json").read_text()) for name in ENGINE_RUNS}
+    assert engines["ddp_unchunked"]["grad_cache_steps"] == 0
+    for name in ("ddp_unchunked", "ddp"):
+        assert engines[name]["wrapper"] == "DistributedDataParallel" and engines[name]["zero_stage"] is None
+    for stage in (1, 2, 3):
+        assert engines[f"zero{stage}"]["wrapper"] == "DeepSpeedEngine"
+        assert engines[f"zero{stage}"]["zero_stage"] == stage
+    for name in ENGINE_RUNS:
+        if name != "ddp_unchunked":  # every micro-batch went through GradCache
+            assert engines[name]["grad_cache_steps"] == MAX_STEPS * STEP["gradient_accumulation_steps"], name
+
+    reference = logged_steps(out / "ddp")
+    assert len(reference) == MAX_STEPS
+    assert reference[-1]["queue_fill"] > 0 and reference[-1]["mlm_loss"] > 0
+    # each query: the other 15 sentences' positives of the gathered batch and one queued batch of 16 keys, minus
+    # duplicates
+    assert 16 < reference[-1]["negatives_per_query"] <= 31
+    for name in ENGINE_RUNS:
+        steps = logged_steps(out / name)
+        for step, (got, expected) in enumerate(zip(steps, reference, strict=True)):
+            for key in EXACT_LOGS:
+                assert got[key] == pytest.approx(expected[key], rel=1e-5), (name, step + 1, key)
+            for key in ROUNDED_LOGS:
+                assert got[key] == pytest.approx(expected[key], abs=1.01e-4), (name, step + 1, key)
+        assert_same_weights(weights(out / name), weights(out / "ddp"), atol=1e-5)
+    assert max_change(weights(out / "ddp"), weights(model_dir)) > 1e-3

@@ -1,100 +1,186 @@
-"""Cross-device negatives are exact: 2 CPU processes (gloo) on a split batch = 1 process on the whole batch."""
+"""Cross-device negatives are exact: 2 CPU processes (gloo) on a split batch = 1 process on the whole batch, also
+when the processes hold different numbers of sentences (a ragged last batch, uneven streamed shards), down to one."""
 
 from __future__ import annotations
 
-import socket
+from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.training.grad_cache import grad_cache_step
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
+from contrastive_hf.recipes.sg_bert import SelfGuidedModel
+from contrastive_hf.training.grad_cache import DeepSpeedChunkBackward, grad_cache_step
+from contrastive_hf.training.prebatch_queue import PrebatchQueue
 
-from conftest import tiny_bert_config
+from conftest import free_port, tiny_bert_config
 
 WORLD = 2
-BATCH = 6  # global batch, split 3 + 3
 VOCAB = 60
-SETTINGS = {
-    "nt_xent": {"contrastive_loss": "nt_xent", "num_views": 2},
-    "info_nce_hard": {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3},
-    # GradCache in chunks of 2 on each process, and a sentence of rank 0 repeated on rank 1 (never a negative)
-    "grad_cache_duplicates": {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True},
+NT_XENT = {"contrastive_loss": "nt_xent", "num_views": 2}
+INFO_NCE_HARD = {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3}
+GRAD_CACHE = {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True}  # chunks of 2 on each process
+SG_BERT = {"sg_bert": "base"}
+# name: (settings, sentences on process 0 and on process 1, with sentence ids holding duplicates across processes)
+CASES = {
+    "nt_xent": (NT_XENT, (3, 3), False),
+    "info_nce_hard": (INFO_NCE_HARD, (3, 3), False),
+    "grad_cache_duplicates": (GRAD_CACHE, (3, 3), True),
+    "uneven_nt_xent_duplicates": (NT_XENT, (5, 3), True),
+    "uneven_info_nce_hard_duplicates": (INFO_NCE_HARD, (5, 3), True),
+    "uneven_grad_cache_duplicates": (GRAD_CACHE, (3, 5), True),
+    "one_row_nt_xent_duplicates": (NT_XENT, (1, 5), True),
+    "one_row_info_nce_hard_duplicates": (INFO_NCE_HARD, (5, 1), True),
+    "uneven_sg_bert": (SG_BERT, (5, 3), False),
 }
-# sentence ids of the global batch: row 4 (on rank 1) repeats the positive of row 0 (on rank 0)
-SENTENCE_IDS = torch.arange(BATCH * 3).view(BATCH, 3)
-SENTENCE_IDS[4, 1] = SENTENCE_IDS[0, 1]
 
 
-def build(name: str) -> tuple[ContrastiveForPreTraining, torch.Tensor]:
-    settings = dict(SETTINGS[name])
-    num_views = settings.pop("num_views")
-    settings.pop("grad_cache", None)
+def sentence_ids(sizes: tuple[int, int], num_views: int) -> torch.Tensor:
+    """Ids of the global batch's views, with copies across processes: the first sentence of process 1 has the
+    positive of the first of process 0 as its positive, and the last sentence's query repeats the first query."""
+    ids = torch.arange(sum(sizes) * num_views).view(sum(sizes), num_views)
+    ids[sizes[0], 1] = ids[0, 1]
+    ids[-1, 0] = ids[0, 0]
+    return ids
+
+
+def build(name: str):
+    """The model of a case (dropout off) and its global batch of inputs."""
+    settings, sizes, with_ids = CASES[name]
     torch.manual_seed(0)
     encoder = tiny_bert_config(vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder, mlm_weight=0.0, **settings))
     generator = torch.Generator().manual_seed(1)
-    views = torch.randint(5, VOCAB, (BATCH, num_views, 7), generator=generator)
-    return model, views
+    if "sg_bert" in settings:
+        tuned = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="cls", projection_type="none"))
+        model = SelfGuidedModel(tuned, loss=settings["sg_bert"], temperature=0.05, projection_hidden_size=16)
+        inputs = {
+            "input_ids": torch.randint(5, VOCAB, (sum(sizes), 7), generator=generator),
+            "view_layers": torch.randint(0, 3, (sum(sizes),), generator=generator),
+        }
+        return model, inputs
+    settings = {key: value for key, value in settings.items() if key not in ("num_views", "grad_cache")}
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder, mlm_weight=0.0, **settings))
+    num_views = CASES[name][0]["num_views"]
+    inputs = {"input_ids": torch.randint(5, VOCAB, (sum(sizes), num_views, 7), generator=generator)}
+    if with_ids:
+        inputs["sentence_ids"] = sentence_ids(sizes, num_views)
+    return model, inputs
+
+
+QUEUED_SIZES = ((5, 3), (1, 5))
+
+
+def queued_batch(sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys ``(M, 4)`` and sentence ids ``(M,)`` of a global batch of ``sum(sizes)`` rows."""
+    generator = torch.Generator().manual_seed(sum(sizes))
+    return torch.randn(sum(sizes), 4, generator=generator), torch.randint(0, 1000, (sum(sizes),), generator=generator)
 
 
 def gradients(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+def deepspeed_batch_checks(rank: int) -> dict:
+    """What GradCache's DeepSpeed backward says of per-process batches of 4 and 4, then 4 and 5, under each stage:
+    None where it takes them, else its error message."""
+    results = {}
+    for stage in (1, 2, 3):
+        accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(zero_stage=stage)))
+        backward = DeepSpeedChunkBackward(accelerator)
+        for sizes in ((4, 4), (4, 5)):
+            try:
+                backward.check_batch_sizes(sizes[rank], torch.device("cpu"))
+                results[stage, sizes] = None
+            except ValueError as error:
+                results[stage, sizes] = str(error)
+    return results
+
+
 def worker(rank: int, port: int, output: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
     results = {}
-    for name in SETTINGS:
-        model, views = build(name)
-        rows = slice(rank * BATCH // WORLD, (rank + 1) * BATCH // WORLD)
-        if SETTINGS[name].get("grad_cache"):
-            inputs = {"input_ids": views[rows], "sentence_ids": SENTENCE_IDS[rows]}
-            backward = lambda loss: loss.backward()  # noqa: E731
+    for name, (settings, sizes, _) in CASES.items():
+        model, inputs = build(name)
+        rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+        local = {key: value[rows] for key, value in inputs.items()}
+        if settings.get("grad_cache"):
             kwargs = {"negatives_kwargs": {"gather_across_devices": True}}
-            loss = grad_cache_step(model, model, inputs, 2, backward, **kwargs).loss
+            loss = grad_cache_step(model, model, local, 2, **kwargs).loss
         else:
-            loss = model(input_ids=views[rows], gather_across_devices=True).loss
+            loss = model(**local, gather_across_devices=True).loss
             loss.backward()
         grads = gradients(model)
         for grad in grads.values():  # what DDP does: average parameter gradients over ranks
             dist.all_reduce(grad)
             grad /= WORLD
-        mean_loss = loss.detach().clone()
+        mean_loss = loss.detach().clone()  # what the Trainer logs: the mean over ranks
         dist.all_reduce(mean_loss)
         results[name] = {"loss": mean_loss / WORLD, "grads": grads}
+    queue = PrebatchQueue(num_batches=2)  # keys of 5 + 3 rows, then 1 + 5, in rank order
+    for sizes in QUEUED_SIZES:
+        keys, ids = queued_batch(sizes)
+        rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+        queue.push(keys[rows], ids[rows])
+    results["queue"] = {"keys": queue.negatives(0), "ids": queue.negative_ids(0)}
+    checks = deepspeed_batch_checks(rank)
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, checks)
+    for index, rank_checks in enumerate(gathered):
+        results[f"deepspeed_batch_checks_{index}"] = rank_checks
     if rank == 0:
         torch.save(results, output)
     dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(tmp_path):
-    output = str(tmp_path / "distributed.pt")
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory) -> dict:
+    """What `worker` computed on 2 gloo processes (one spawn for every test here: starting them is slow)."""
+    output = str(tmp_path_factory.mktemp("distributed") / "distributed.pt")
     mp.spawn(worker, args=(free_port(), output), nprocs=WORLD, join=True)
-    distributed = torch.load(output)
-    for name in SETTINGS:
-        model, views = build(name)
-        sentence_ids = SENTENCE_IDS if SETTINGS[name].get("grad_cache") else None
-        loss = model(input_ids=views, sentence_ids=sentence_ids).loss
+    return torch.load(output)
+
+
+def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(two_process_results):
+    """Every case of CASES, and the pre-batch queue filled by processes holding different numbers of keys."""
+    distributed = two_process_results
+    keys, ids = zip(*(queued_batch(sizes) for sizes in QUEUED_SIZES), strict=True)
+    torch.testing.assert_close(distributed["queue"]["keys"], torch.cat(keys))  # the whole batches, in rank order
+    assert torch.equal(distributed["queue"]["ids"], torch.cat(ids))
+    for name in CASES:
+        model, inputs = build(name)
+        loss = model(**inputs).loss
         loss.backward()
         reference = gradients(model)
-        torch.testing.assert_close(distributed[name]["loss"], loss.detach(), atol=1e-5, rtol=1e-5)
-        assert distributed[name]["grads"].keys() == reference.keys()
+        message = f"case {name}"
+        torch.testing.assert_close(distributed[name]["loss"], loss.detach(), atol=1e-5, rtol=1e-5, msg=message)
+        assert distributed[name]["grads"].keys() == reference.keys(), message
         for parameter, grad in reference.items():
-            torch.testing.assert_close(distributed[name]["grads"][parameter], grad, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                distributed[name]["grads"][parameter], grad, atol=1e-5, rtol=1e-4, msg=f"{message}, {parameter}"
+            )
 
 
 def test_without_gathering_each_process_only_sees_its_own_batch(tmp_path):
     """The control: the same split without the gather gives a different (smaller-batch) loss."""
-    model, views = build("nt_xent")
-    half = model(input_ids=views[: BATCH // 2]).loss
-    whole = model(input_ids=views).loss
+    model, inputs = build("nt_xent")
+    half = model(input_ids=inputs["input_ids"][:3]).loss
+    whole = model(**inputs).loss
     assert not torch.allclose(half, whole)
+
+
+def test_grad_cache_under_zero_2_and_3_refuses_uneven_batches_on_every_process_instead_of_hanging(
+    two_process_results,
+):
+    """ZeRO-2 reduces in every chunk's backward and ZeRO-3 gathers in every forward: processes running different
+    chunks would wait on each other forever. Every process raises, naming the sizes; ZeRO-1 (which reduces once, at
+    the step) takes them."""
+    for rank in range(WORLD):
+        results = two_process_results[f"deepspeed_batch_checks_{rank}"]
+        assert all(results[stage, (4, 4)] is None for stage in (1, 2, 3))
+        assert results[1, (4, 5)] is None
+        for stage in (2, 3):
+            assert f"ZeRO-{stage} needs the same batch size on every process" in results[stage, (4, 5)]
+            assert "[4, 5]" in results[stage, (4, 5)]

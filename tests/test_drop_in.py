@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import torch
-from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer
+from transformers import AutoTokenizer
 
 import contrastive_hf
 
@@ -65,13 +65,14 @@ def test_run_mlm_with_contrastive_trainer_trains_mlm_and_cl_and_saves_a_loadable
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert "[DEL]" in tokenizer.get_vocab()  # the drop-in's one extra step, saved with the model
-    pretraining = AutoModelForPreTraining.from_pretrained(output_dir)
-    assert isinstance(pretraining, contrastive_hf.ContrastiveForPreTraining)
+    pretraining = contrastive_hf.ContrastiveForPreTraining.from_pretrained(output_dir)
     assert pretraining.config.encoder.vocab_size == len(tokenizer)
-    model = AutoModel.from_pretrained(output_dir).eval()
+    model = contrastive_hf.ContrastiveModel.from_pretrained(output_dir).eval()
     sentences = ["a man is playing a guitar .", "the cat sat"]
-    embeddings = model.encode(sentences, tokenizer=tokenizer)
-    torch.testing.assert_close(embeddings, pretraining.contrastive.encode(sentences, tokenizer=tokenizer))
+    embeddings = model.encode(sentences, tokenizer=tokenizer, convert_to_tensor=True)
+    torch.testing.assert_close(
+        embeddings, pretraining.contrastive.encode(sentences, tokenizer=tokenizer, convert_to_tensor=True)
+    )
     assert embeddings.shape == (2, 32) and torch.isfinite(embeddings).all()
 
 

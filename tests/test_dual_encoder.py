@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -22,7 +23,7 @@ from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_pass
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 VOCAB = 8192
 
@@ -33,7 +34,7 @@ def make_model(share_encoders=False, vocab_size=VOCAB, **overrides) -> DualEncod
 
 
 def snli_triples(count: int) -> list[dict[str, str]]:
-    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))[:count]
     return [{"query": r["sent0"], "positive": r["sent1"], "hard_negative": r["hard_neg"]} for r in rows]
 
@@ -80,7 +81,7 @@ def test_config_defaults_and_errors_that_name_the_fix():
 
 def test_shared_encoders_are_one_set_of_weights_and_separate_towers_both_learn():
     shared, separate = make_model(share_encoders=True), make_model(share_encoders=False)
-    encoder_parameters = BertModel(shared.config.query_encoder, add_pooling_layer=False).num_parameters()
+    encoder_parameters = BertModel(shared.config.query_encoder).num_parameters()
     assert shared.passage_encoder is None
     assert shared.num_parameters() == encoder_parameters
     assert separate.num_parameters() == 2 * encoder_parameters
@@ -97,29 +98,40 @@ def test_shared_encoders_are_one_set_of_weights_and_separate_towers_both_learn()
 
 
 @pytest.mark.parametrize("share_encoders", [False, True])
-def test_save_and_load_with_auto_model_round_trips(tmp_path, share_encoders):
+def test_save_and_load_round_trips(tmp_path, share_encoders):
     model = make_model(share_encoders=share_encoders, similarity="cosine", projection_dim=8).eval()
     model.save_pretrained(tmp_path)
-    assert AutoConfig.from_pretrained(tmp_path).model_type == "dual_encoder"
-    loaded = AutoModel.from_pretrained(tmp_path).eval()
-    assert isinstance(loaded, DualEncoderModel)
+    loaded = DualEncoderModel.from_pretrained(tmp_path).eval()
     assert loaded.config.share_encoders is share_encoders and loaded.config.similarity == "cosine"
     assert (loaded.passage_encoder is None) is share_encoders
     batch = token_batch()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).embeddings, model(**batch).embeddings)
+    # after `import contrastive_hf`, AutoModel finds a two-tower checkpoint's model; one shared encoder is, at the
+    # root, that encoder in its own architecture
+    expected = "bert" if share_encoders else "dual_encoder"
+    assert AutoConfig.from_pretrained(tmp_path).model_type == expected
+    assert isinstance(AutoModel.from_pretrained(tmp_path), BertModel if share_encoders else DualEncoderModel)
 
 
-def test_checkpoint_loads_with_remote_code_where_the_package_cannot_be_imported(tmp_path):
-    model = make_model(pooler_type="mean").eval()
+@pytest.mark.parametrize("share_encoders", [False, True])
+def test_checkpoint_loads_in_sentence_transformers_where_the_package_cannot_be_imported(
+    tmp_path, tokenizer, share_encoders
+):
+    """No remote code: one encoder, or two towers as a sentence-transformers Router (encode_query runs the query
+    tower, encode_document the passage tower), with DPR's dot product as the similarity function."""
+    model = make_model(share_encoders=share_encoders, pooler_type="mean", projection_dim=8).eval()
+    model.resize_token_embeddings(len(tokenizer))
+    model.tokenizer = tokenizer
     model.save_pretrained(tmp_path)
-    batch = token_batch()
-    torch.save(batch, tmp_path / "inputs.pt")
-    with torch.no_grad():
-        expected = model(**batch).embeddings
+    tokenizer.save_pretrained(tmp_path)
+    queries, passages = ["who wrote hamlet ?"], ["hamlet is a tragedy by shakespeare .", "the cat sat"]
+    np.save(tmp_path / "queries.npy", model.encode_query(queries))
+    np.save(tmp_path / "passages.npy", model.encode_document(passages))
     script = textwrap.dedent(
         f"""
-        import sys, torch
+        import sys
+        import numpy as np
 
         class BlockPackage:
             def find_spec(self, name, path=None, target=None):
@@ -127,17 +139,19 @@ def test_checkpoint_loads_with_remote_code_where_the_package_cannot_be_imported(
                     raise ImportError("contrastive_hf is blocked in this test")
 
         sys.meta_path.insert(0, BlockPackage())
-        from transformers import AutoModel
+        from sentence_transformers import SentenceTransformer
 
-        model = AutoModel.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
-        assert "contrastive_hf" not in sys.modules
-        with torch.no_grad():
-            torch.save(model(**torch.load({str(tmp_path / "inputs.pt")!r})).embeddings, {str(tmp_path / "out.pt")!r})
+        model = SentenceTransformer({str(tmp_path)!r}, device="cpu")  # no trust_remote_code
+        assert "contrastive_hf" not in sys.modules and model.similarity_fn_name == "dot"
+        np.testing.assert_allclose(model.encode_query({queries!r}), np.load({str(tmp_path / "queries.npy")!r}),
+                                   atol=1e-5)
+        np.testing.assert_allclose(model.encode_document({passages!r}), np.load({str(tmp_path / "passages.npy")!r}),
+                                   atol=1e-5)
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=tmp_path)
-    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
 
 
 def test_from_encoder_pretrained_starts_both_towers_from_the_checkpoint(tmp_path):
@@ -328,7 +342,7 @@ def test_collator_pads_queries_and_passages_separately_and_hashes_texts(tokenize
 
 
 def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
-    arguments = {"learning_rate": 1e-3, **arguments}
+    arguments = {"learning_rate": 1e-3, "save_strategy": "no", **arguments}
     model = make_model(vocab_size=len(tokenizer))
     dataset = tokenize_query_passage_pairs(
         Dataset.from_list(snli_triples(count)), tokenizer, ("query", "positive", "hard_negative")
@@ -337,7 +351,6 @@ def make_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
         report_to="none",
-        save_strategy="no",
         disable_tqdm=True,
         use_cpu=True,
         seed=0,

@@ -60,7 +60,7 @@ def gradients(model) -> dict[str, torch.Tensor]:
 
 
 def run_grad_cache(model, inputs, chunk_size=4, **kwargs):
-    return grad_cache_step(model, model, inputs, chunk_size, backward=lambda loss: loss.backward(), **kwargs)
+    return grad_cache_step(model, model, inputs, chunk_size, **kwargs)
 
 
 def test_without_dropout_it_equals_one_full_batch_pass_with_mlm_hard_negatives_and_queue():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -11,8 +12,9 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoModelForSequenceClassification, BertModel, Trainer, TrainingArguments
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
+from contrastive_hf.commands.loading import load_pretraining_model
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import TEST_DATA, tiny_bert_config
 
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "hello", "the river flows into the sea"]
 
@@ -48,8 +50,19 @@ def saved_checkpoint(tokenizer, path, **overrides):
 def test_sentence_transformers_gives_the_same_embeddings(tokenizer, tmp_path, overrides):
     model = saved_checkpoint(tokenizer, tmp_path, **overrides)
     ours = model.contrastive.encode(SENTENCES, tokenizer=tokenizer)
-    theirs = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES, convert_to_tensor=True).cpu()
-    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+    theirs = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES)  # no remote code
+    np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+def test_a_truncated_weights_file_is_named_when_loading_to_train(tokenizer, tmp_path):
+    saved_checkpoint(tokenizer, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a save killed halfway
+    with pytest.raises(ValueError) as error:
+        load_pretraining_model(str(tmp_path), None, tokenizer)
+    message = str(error.value)
+    assert f"Cannot load the model in {tmp_path}: model.safetensors is truncated or corrupt" in message
+    assert "save or copy the model again" in message
 
 
 def test_poolers_sentence_transformers_cannot_express_ship_no_modules_file(tokenizer, tmp_path):
@@ -70,11 +83,13 @@ def test_exported_encoder_loads_with_plain_automodel(tokenizer, tmp_path):
         hidden = encoder(**batch).last_hidden_state
     mask = batch["attention_mask"].unsqueeze(-1).float()
     mean_pooled = (hidden * mask).sum(1) / mask.sum(1)
-    torch.testing.assert_close(mean_pooled, model.contrastive.encode(SENTENCES, tokenizer=tokenizer))
+    torch.testing.assert_close(
+        mean_pooled, model.contrastive.encode(SENTENCES, tokenizer=tokenizer, convert_to_tensor=True)
+    )
 
 
 def read_mrpc_pairs(limit: int) -> dict[str, list]:
-    path = SHARED_DATA / "senteval" / "MRPC" / "msr_paraphrase_train.txt"
+    path = TEST_DATA / "senteval" / "MRPC" / "msr_paraphrase_train.txt"
     rows = path.read_text(encoding="utf-8-sig").splitlines()[1 : limit + 1]
     columns = [row.split("\t") for row in rows]
     return {
@@ -84,11 +99,20 @@ def read_mrpc_pairs(limit: int) -> dict[str, list]:
     }
 
 
+def test_auto_model_for_sequence_classification_takes_the_trained_encoder(tokenizer, tmp_path):
+    """run_glue.py's AutoModelForSequenceClassification gets the encoder's own classifier on the trained encoder."""
+    model = saved_checkpoint(tokenizer, tmp_path, pooler_type="cls")
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=2)
+    assert type(classifier).__name__ == "BertForSequenceClassification"
+    encoder = model.contrastive.encoder.state_dict()
+    for name, parameter in classifier.bert.state_dict().items():
+        torch.testing.assert_close(parameter, encoder[name], rtol=0, atol=0)  # pooler included
+
+
 def test_sequence_classification_fine_tunes_with_the_standard_trainer_on_mrpc(tokenizer, tmp_path):
     saved_checkpoint(tokenizer, tmp_path / "ckpt", pooler_type="cls")
-    # as run_glue.py does: AutoModelForSequenceClassification with num_labels, then the plain Trainer
-    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ckpt", num_labels=2)
-    assert isinstance(model, ContrastiveForSequenceClassification)
+    # a classifier on the checkpoint's own sentence embedding, trained by the plain Trainer as run_glue.py does
+    model = ContrastiveForSequenceClassification.from_pretrained(tmp_path / "ckpt", num_labels=2)
     pairs = Dataset.from_dict(read_mrpc_pairs(32)).map(
         lambda batch: tokenizer(batch["sentence1"], batch["sentence2"], truncation=True, max_length=64),
         batched=True,
@@ -112,17 +136,18 @@ def test_sequence_classification_fine_tunes_with_the_standard_trainer_on_mrpc(to
     assert not torch.equal(model.classifier.weight, classifier_before)
     assert not torch.equal(model.contrastive.encoder.encoder.layer[0].output.dense.weight, encoder_before)
     trainer.save_model(tmp_path / "glue")
-    reloaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "glue").eval()
+    reloaded = ContrastiveForSequenceClassification.from_pretrained(tmp_path / "glue").eval()
     model.eval()
     batch = tokenizer(["a man plays"], ["someone plays"], return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, model(**batch).logits)
+    assert reloaded.config.num_labels == 2
     assert not os.path.exists(tmp_path / "glue" / "modules.json")  # a classifier is not a sentence encoder
 
 
 def test_regression_head_uses_mean_squared_error(tokenizer, tmp_path):
     saved_checkpoint(tokenizer, tmp_path, pooler_type="mean")
-    model = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=1).eval()
+    model = ContrastiveForSequenceClassification.from_pretrained(tmp_path, num_labels=1).eval()
     batch = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
     targets = torch.tensor([0.5, 4.0])
     output = model(**batch, labels=targets)

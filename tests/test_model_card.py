@@ -31,8 +31,10 @@ def test_card_states_the_run_and_round_trips_through_huggingface_hub(tmp_path):
         assert expected in text, expected
     assert card.data.pipeline_tag == "sentence-similarity"
     (result,) = card.data.eval_results
-    assert result.metric_type == "spearman_cosine" and result.metric_value == 61.23
-    assert result.dataset_split == "validation"
+    # sentence-transformers' conventions: spearman_cosine between 0 and 1, a plain task name for a local file
+    assert result.metric_type == "spearman_cosine" and result.metric_value == 0.6123
+    assert result.dataset_split == "validation" and result.dataset_type == "sts-dev"
+    assert card.data.library_name == "sentence-transformers" and "sentence-transformers" in card.data.tags
     assert str(tmp_path) not in path.read_text()
 
 
@@ -51,5 +53,34 @@ def test_card_lists_sts_transfer_and_average_results_with_their_hub_data_sets():
     card = ModelCard(str(render_model_card(model, make_info(eval_results=results))))
     assert "| avg_sts | spearman x 100 | 65.75 |" in card.text and "| mr | accuracy x 100 | 78.25 |" in card.text
     by_data_set = {result.dataset_type: result for result in card.data.eval_results}
-    assert set(by_data_set) == {"mteb/sts12-sts", "mteb/sickr-sts", "mr"}
+    assert set(by_data_set) == {"sts12", "sickr", "mr"}  # no Hub data set claimed for local files
     assert by_data_set["mr"].task_type == "text-classification" and by_data_set["mr"].metric_type == "accuracy"
+
+
+def test_a_trainer_used_from_python_writes_a_card_of_its_run_whose_metadata_the_hub_parses(tokenizer, tmp_path):
+    """No script, no ModelCardInfo: the card comes from the trainer's model, collator, arguments and evaluations."""
+    from huggingface_hub import ModelCardData, metadata_load
+
+    from contrastive_hf.evaluation.sts import STSData
+    from test_trainer import SENTENCES, make_trainer
+
+    trainer = make_trainer(tokenizer, tmp_path, augmentation="dropout", mlm_weight=0.0, max_steps=2)
+    pairs = STSData(SENTENCES[:8], SENTENCES[8:16], [float(i % 5) for i in range(8)])
+    trainer.eval_dataset = {"stsb": pairs}
+    trainer.train()
+    trainer.evaluate()
+    trainer.save_model()
+    trainer.create_model_card(license="apache-2.0", language="en", dataset_tags="sentence-transformers/wikipedia")
+    card_path = tmp_path / "README.md"
+    metadata = metadata_load(card_path)
+    data = ModelCardData(**metadata)  # huggingface_hub's own parser: raises on a malformed model-index
+    assert data.library_name == "sentence-transformers" and data.license == "apache-2.0" and data.language == "en"
+    assert data.datasets == ["sentence-transformers/wikipedia"]
+    results = {result.metric_type: result for result in data.eval_results}
+    assert set(results) == {"spearman_cosine", "pearson_cosine"}  # the last STS-B dev evaluation of the run
+    assert all(r.dataset_type == "sts-dev" and abs(r.metric_value) <= 1 for r in results.values())
+    text = card_path.read_text()
+    assert "Unsupervised SimCSE contrasts two encodings" in text and "`dropout`" in text  # method from the collator
+    assert "transformers" in text.split("| Frameworks |")[1].split("\n")[0]  # framework versions
+    assert "trained from scratch on an unknown dataset" not in text  # not the Trainer's generic card
+    assert str(tmp_path) not in text

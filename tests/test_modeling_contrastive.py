@@ -1,16 +1,17 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers import (
     AutoModel,
-    AutoModelForPreTraining,
     BertForMaskedLM,
     DistilBertConfig,
     DistilBertForMaskedLM,
@@ -19,7 +20,7 @@ from transformers import (
 )
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.models.configuration_contrastive import POOLER_TYPES
+from contrastive_hf.models.configuration_contrastive import CONFIG_FIELDS, POOLER_TYPES
 
 from conftest import tiny_bert_config
 
@@ -109,13 +110,59 @@ def test_encode_keeps_input_order_and_is_batch_size_invariant(tokenizer):
     model = make_model(pooler_type="mean", projection_type="none")
     model.resize_token_embeddings(len(tokenizer))
     sentences = ["a", "a much longer sentence about the history of south australia", "the cat sat", "hello there"]
-    all_at_once = model.encode(sentences, tokenizer=tokenizer, batch_size=8)
-    one_by_one = torch.stack([model.encode(s, tokenizer=tokenizer) for s in sentences])
+    all_at_once = model.encode(sentences, tokenizer=tokenizer, batch_size=8, convert_to_tensor=True)
+    one_by_one = torch.stack([model.encode(s, tokenizer=tokenizer, convert_to_tensor=True) for s in sentences])
     torch.testing.assert_close(all_at_once, one_by_one, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(model.encode(sentences, tokenizer=tokenizer, batch_size=1), all_at_once)
+    torch.testing.assert_close(
+        model.encode(sentences, tokenizer=tokenizer, batch_size=1, convert_to_tensor=True), all_at_once
+    )
     assert model.training, "encode restores the training mode"
-    normalized = model.encode(sentences, tokenizer=tokenizer, normalize=True)
+    normalized = model.encode(sentences, tokenizer=tokenizer, normalize_embeddings=True, convert_to_tensor=True)
     torch.testing.assert_close(normalized.norm(dim=-1), torch.ones(4))
+
+
+def test_encode_speaks_sentence_transformers(tokenizer):
+    """numpy by default, one vector for one sentence, truncate_dim, similarity, and the 0.1 spelling warned."""
+    model = make_model(pooler_type="mean", projection_type="none")
+    model.resize_token_embeddings(len(tokenizer))
+    sentences = ["the cat sat", "a dog barked", "the cat sat"]
+    embeddings = model.encode(sentences, tokenizer=tokenizer)
+    assert isinstance(embeddings, np.ndarray) and embeddings.dtype == np.float32 and embeddings.shape == (3, 32)
+    single = model.encode("the cat sat", tokenizer=tokenizer)
+    assert single.shape == (32,)
+    np.testing.assert_allclose(single, embeddings[0], atol=1e-6)
+    assert model.encode(sentences, tokenizer=tokenizer, truncate_dim=8).shape == (3, 8)
+    as_list = model.encode(sentences, tokenizer=tokenizer, convert_to_numpy=False)
+    assert isinstance(as_list, list) and torch.is_tensor(as_list[0])
+    scores = model.similarity(embeddings, embeddings)
+    assert scores.shape == (3, 3) and model.similarity_fn_name == "cosine"
+    torch.testing.assert_close(scores[0, 2], torch.tensor(1.0))
+    with pytest.warns(FutureWarning, match="normalize_embeddings"):
+        legacy = model.encode(sentences, tokenizer=tokenizer, normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(legacy, axis=1), 1.0, rtol=1e-5)
+    with pytest.raises(TypeError, match="bogus"):
+        model.encode(sentences, tokenizer=tokenizer, bogus=1)
+
+
+def test_prompts_are_prepended_by_name_and_can_be_left_out_of_the_pooling(tokenizer):
+    prompts = {"query": "query: ", "document": "passage: "}
+    model = make_model(pooler_type="mean", projection_type="none", prompts=prompts).eval()
+    model.resize_token_embeddings(len(tokenizer))
+    by_name = model.encode(["the cat sat"], tokenizer=tokenizer, prompt_name="query")
+    by_text = model.encode(["query: the cat sat"], tokenizer=tokenizer)
+    np.testing.assert_allclose(by_name, by_text, atol=1e-6)
+    with pytest.raises(ValueError, match="Unknown prompt_name 'title'"):
+        model.encode(["x"], tokenizer=tokenizer, prompt_name="title")
+    # include_prompt=False: mean pooling over the sentence's tokens only (the [CLS] and prompt tokens left out)
+    model.config.include_prompt = False
+    without_prompt = model.encode(["the cat sat"], tokenizer=tokenizer, prompt_name="query", convert_to_tensor=True)
+    ids = tokenizer(["query: the cat sat"], return_tensors="pt")
+    prompt_length = len(tokenizer("query: ")["input_ids"]) - 1
+    with torch.no_grad():
+        states = model.encoder(**ids).last_hidden_state[0]
+    torch.testing.assert_close(without_prompt[0], states[prompt_length:].mean(dim=0), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="default_prompt_name 'x' is not among the prompts"):
+        make_model(prompts=prompts, default_prompt_name="x")
 
 
 def test_encode_without_tokenizer_explains_what_to_pass():
@@ -164,35 +211,46 @@ def test_pretraining_needs_view_batches():
         make_model(ContrastiveForPreTraining)(input_ids=torch.randint(5, VOCAB, (4, 8)))
 
 
-def test_save_then_auto_classes_give_the_same_embeddings(tmp_path):
+def test_a_saved_checkpoint_is_the_encoder_in_its_own_architecture_with_our_files_beside_it(tmp_path):
     model = make_model(ContrastiveForPreTraining, pooler_type="avg_top2").eval()
     model.save_pretrained(tmp_path)
     files = set(os.listdir(tmp_path))
-    assert "model.safetensors" in files and not any(name.endswith(".bin") for name in files)
-    assert {"modeling_contrastive.py", "configuration_contrastive.py", "losses.py"} <= files
+    assert {"model.safetensors", "config.json", "contrastive_config.json", "contrastive_heads.safetensors"} <= files
+    assert not any(name.endswith((".bin", ".py")) for name in files)  # safetensors only, and no code to run
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
     input_ids, attention_mask = batch()
     expected = model.contrastive(input_ids=input_ids, attention_mask=attention_mask).pooler_output
 
-    encoder_only = AutoModel.from_pretrained(tmp_path).eval()
-    assert isinstance(encoder_only, ContrastiveModel)
+    sentence_model = ContrastiveModel.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(
-        encoder_only(input_ids=input_ids, attention_mask=attention_mask).pooler_output, expected
+        sentence_model(input_ids=input_ids, attention_mask=attention_mask).pooler_output, expected
+    )
+    pretraining = ContrastiveForPreTraining.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(pretraining.mlm_head.bias, model.mlm_head.bias)
+    for name, parameter in model.state_dict().items():
+        torch.testing.assert_close(pretraining.state_dict()[name], parameter, rtol=0, atol=0)
+
+    encoder = AutoModel.from_pretrained(tmp_path).eval()  # the encoder alone, as SimCSE's checkpoints load
+    assert type(encoder).__name__ == "BertModel"
+    torch.testing.assert_close(
+        encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,
+        model.contrastive.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state,
     )
 
-    pretraining = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
-    assert isinstance(pretraining, ContrastiveForPreTraining)
-    torch.testing.assert_close(pretraining.mlm_head.bias, model.mlm_head.bias)
 
-
-def test_checkpoint_loads_with_remote_code_where_the_package_cannot_be_imported(tmp_path):
-    model = make_model(ContrastiveForPreTraining, pooler_type="mean").eval()
+def test_checkpoint_loads_in_sentence_transformers_where_the_package_cannot_be_imported(tmp_path, tokenizer):
+    """No remote code: sentence-transformers reads the encoder, pooling and projection from the files alone."""
+    model = make_model(ContrastiveForPreTraining, pooler_type="mean", projection_at_inference=True).eval()
+    model.resize_token_embeddings(len(tokenizer))
     model.save_pretrained(tmp_path)
-    input_ids, attention_mask = batch()
-    torch.save({"input_ids": input_ids, "attention_mask": attention_mask}, tmp_path / "inputs.pt")
-    expected = model.contrastive(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+    tokenizer.save_pretrained(tmp_path)
+    sentences = ["a man is playing a guitar .", "the cat sat"]
+    expected = model.encode(sentences, tokenizer=tokenizer)
+    np.save(tmp_path / "expected.npy", expected)
     script = textwrap.dedent(
         f"""
-        import sys, torch
+        import sys
+        import numpy as np
 
         class BlockPackage:
             def find_spec(self, name, path=None, target=None):
@@ -200,17 +258,16 @@ def test_checkpoint_loads_with_remote_code_where_the_package_cannot_be_imported(
                     raise ImportError("contrastive_hf is blocked in this test")
 
         sys.meta_path.insert(0, BlockPackage())
-        from transformers import AutoModel
+        from sentence_transformers import SentenceTransformer
 
-        model = AutoModel.from_pretrained({str(tmp_path)!r}, trust_remote_code=True).eval()
+        model = SentenceTransformer({str(tmp_path)!r}, device="cpu")  # no trust_remote_code
         assert "contrastive_hf" not in sys.modules
-        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
-        torch.save(model(**inputs).pooler_output, {str(tmp_path / "remote.pt")!r})
+        np.save({str(tmp_path / "theirs.npy")!r}, model.encode({sentences!r}))
         """
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=tmp_path)
-    torch.testing.assert_close(torch.load(tmp_path / "remote.pt"), expected)
+    np.testing.assert_allclose(np.load(tmp_path / "theirs.npy"), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -256,7 +313,7 @@ def test_resizing_updates_the_saved_vocabulary(tmp_path):
     assert model.config.encoder.vocab_size == VOCAB + 1
     assert model.mlm_head.bias.shape == (VOCAB + 1,)
     model.save_pretrained(tmp_path)
-    reloaded = AutoModelForPreTraining.from_pretrained(tmp_path)
+    reloaded = ContrastiveForPreTraining.from_pretrained(tmp_path)
     assert reloaded.get_input_embeddings().weight.shape[0] == VOCAB + 1
 
 
@@ -269,9 +326,9 @@ def test_pretrained_minilm_with_mean_pooling_matches_sentence_transformers():
     path = os.path.join(os.path.dirname(minilm.__file__), "model")
     sentences = ["A man is playing a guitar.", "The new movie is awesome.", "A woman slices an onion."]
     model = ContrastiveModel.from_encoder_pretrained(path, pooler_type="mean", projection_type="none")
-    ours = model.encode(sentences, tokenizer=AutoTokenizer.from_pretrained(path), normalize=True)
-    theirs = SentenceTransformer(path, device="cpu").encode(sentences, convert_to_tensor=True)
-    torch.testing.assert_close(ours, theirs.cpu(), atol=1e-5, rtol=1e-4)
+    ours = model.encode(sentences, tokenizer=AutoTokenizer.from_pretrained(path), normalize_embeddings=True)
+    theirs = SentenceTransformer(path, device="cpu").encode(sentences)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=1e-4)
 
 
 def test_from_config_wraps_an_encoder_config_or_takes_a_contrastive_one():
@@ -424,3 +481,25 @@ def test_queued_copies_of_a_sentence_are_not_its_negatives():
         input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids, extra_negatives=queue
     )
     assert without_ids.negatives_per_query.item() == 6  # unknown ids: nothing in the queue is left out
+
+
+def test_from_encoder_pretrained_takes_transformers_loading_arguments_and_refuses_unknown_ones(tmp_path):
+    BertForMaskedLM(tiny_bert_config(vocab_size=VOCAB)).save_pretrained(tmp_path / "bert")
+    model = ContrastiveForPreTraining.from_encoder_pretrained(
+        tmp_path / "bert", dtype=torch.bfloat16, attn_implementation="eager", pooler_type="mean"
+    )
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.bfloat16}  # heads included
+    assert model.get_encoder_model().config._attn_implementation == "eager"
+    with pytest.raises(TypeError, match=r"Unknown argument\(s\) bogus_option .*\(pooler_type, .*revision"):
+        ContrastiveModel.from_encoder_pretrained(tmp_path / "bert", bogus_option=1)
+    # the revision reaches transformers' loader (a local folder has none to pick, and a wrong one is an error there)
+    with pytest.raises(OSError):
+        ContrastiveModel.from_encoder_pretrained("some-org/not-a-model", revision="v9", local_files_only=True)
+
+    model.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "contrastive_config.json").read_text())
+    assert set(saved) <= {*CONFIG_FIELDS, "architectures", "contrastive_hf_version"}  # model options only
+    text = "".join(path.read_text() for path in (tmp_path / "saved").glob("*.json"))
+    assert "attn_implementation" not in text and "revision" not in text and str(tmp_path) not in text
+    reloaded = ContrastiveModel.from_pretrained(tmp_path / "saved", dtype=torch.float32)
+    assert {parameter.dtype for parameter in reloaded.parameters()} == {torch.float32}

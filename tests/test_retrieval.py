@@ -19,7 +19,7 @@ from contrastive_hf.evaluation.retrieval import (
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 # Passages on the plane; the dot products with query (1, 0) are their first coordinates.
 PASSAGES = torch.tensor([[3.0, 0.0], [1.0, 5.0], [2.0, 0.0], [2.0, -1.0], [0.0, 1.0]])
@@ -90,7 +90,7 @@ def test_build_retrieval_data_keeps_one_copy_of_each_passage():
 def snli_task(count: int) -> RetrievalData:
     import csv
 
-    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))[:count]
     return build_retrieval_data([r["sent0"] for r in rows], [r["sent1"] for r in rows], [r["hard_neg"] for r in rows])
 

@@ -7,16 +7,27 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import tiny_bert_config
+from conftest import free_port, tiny_bert_config
 
 
-def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None):
+def two_processes() -> list[str]:
+    """accelerate launch of 2 CPU processes; --multi_gpu starts them through torch.distributed.run, and the
+    helper's --use_cpu makes them gloo ranks."""
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    return launcher + ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                       "--main_process_port", str(free_port())]  # fmt: skip
+
+
+def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, timeout=None):
+    """Run examples/run_clear.py on a tiny BERT and 64 lines of Wikipedia (``extra`` flags override); with a
+    ``timeout`` in seconds, a run still going then (a hang) is killed with its processes and fails the test."""
     encoder_config = tmp_path / "encoder.json"
     config = tiny_bert_config().to_dict()
     config["model_type"] = "bert"
@@ -43,7 +54,19 @@ def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None):
         *extra,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen(command, **pipes, env=env, cwd=tmp_path) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            launcher = psutil.Process(process.pid)
+            for child in launcher.children(recursive=True):  # torch.distributed.run's workers: sessions of their own
+                child.kill()
+            launcher.kill()
+            stdout, stderr = process.communicate()
+            message = f"run_clear.py still running after {timeout} s:\n{stdout[-3000:]}{stderr[-3000:]}"
+            raise AssertionError(message) from None
+    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, output_dir
@@ -62,13 +85,15 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert "[DEL]" in tokenizer.get_vocab()
-    model = AutoModel.from_pretrained(output_dir).eval()
+    model = contrastive_hf.ContrastiveModel.from_pretrained(output_dir).eval()
     batch = tokenizer(["a man is playing a guitar .", "the cat sat"], padding=True, return_tensors="pt")
     with torch.no_grad():
         pooler_output = model(**batch).pooler_output
     torch.testing.assert_close(
-        pooler_output, model.encode(["a man is playing a guitar .", "the cat sat"], tokenizer=tokenizer)
+        pooler_output,
+        model.encode(["a man is playing a guitar .", "the cat sat"], tokenizer=tokenizer, convert_to_tensor=True),
     )
+    assert "SentenceTransformer reload of" in log  # the script compared the embeddings through both loaders
 
     card = (output_dir / "README.md").read_text()
     assert "CLEAR" in card and "del_word" in card and "STS Benchmark" in card
@@ -98,17 +123,88 @@ def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
 
 
 def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):
-    # accelerate starts CPU processes through torch.distributed.run with --multi_gpu; --use_cpu makes them gloo ranks
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    result, output_dir = run_clear(repo_root, tmp_path, launcher=launcher)
+    # 45 sentences in batches of 16: accelerate completes the last batch of each process from the start of the data
+    result, output_dir = run_clear(repo_root, tmp_path, "--max_train_samples", "45", launcher=two_processes())
     state = json.loads((output_dir / "trainer_state.json").read_text())
-    assert state["global_step"] == 3
+    assert state["global_step"] == 3  # 2 batches per process per epoch: into the second epoch
     assert any("cl_loss" in entry for entry in state["log_history"])
     card = (output_dir / "README.md").read_text()
     assert "batch size 32" in card  # 16 per device x 2 processes
     assert "gathered across the 2 processes" in card
-    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+
+
+# Each 2-process run below is bounded by a timeout: a process left waiting for another in a collective fails the test
+# instead of blocking the suite.
+TWO_PROCESS_TIMEOUT = 240
+NO_STS = ("--stsb_dev_file", "")
+
+
+def _long_lines(repo_root, count: int, length: int) -> list[str]:
+    """``count`` distinct lines of Wikipedia sentences, each ``length`` characters long."""
+    sentences = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()
+    lines, taken = [], iter(sentences)
+    for _ in range(count):
+        line = ""
+        while len(line) < length:
+            line += next(taken) + " "
+        lines.append(line[:length])
+    return lines
+
+
+def assert_loads_as_the_final_model(checkpoint, output_dir) -> None:
+    """The checkpoint of the last step loads, with the weights of the model saved at the end."""
+    saved = contrastive_hf.ContrastiveModel.from_pretrained(checkpoint).state_dict()
+    final = contrastive_hf.ContrastiveModel.from_pretrained(output_dir).state_dict()
+    assert saved.keys() == final.keys()
+    assert all(torch.equal(saved[name], final[name]) for name in final)
+
+
+def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(repo_root, tmp_path):
+    """7 lines of 1,200 bytes cut into two byte ranges: process 0 reads 4 lines, process 1 reads 3. Each reads its own
+    again and again, so both train every step, with full batches, to --max_steps and a checkpoint that loads."""
+    corpus = tmp_path / "uneven.txt"
+    corpus.write_text("\n".join(_long_lines(repo_root, 7, 1200)) + "\n")
+    result, output_dir = run_clear(
+        repo_root, tmp_path, "--train_file", str(corpus), "--streaming", "true", "--per_device_train_batch_size", "2",
+        "--max_steps", "5", "--save_strategy", "steps", "--save_steps", "5", *NO_STS,
+        launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
+    )  # fmt: skip
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 5
+    losses = [entry["cl_loss"] for entry in state["log_history"] if "cl_loss" in entry]
+    assert len(losses) == 5 and all(loss > 0 for loss in losses)
+    assert_loads_as_the_final_model(output_dir / "checkpoint-5", output_dir)
+
+
+def test_streaming_on_two_processes_stops_both_when_one_has_no_line(repo_root, tmp_path):
+    """One 10 KB line: its two byte ranges leave process 1 without a line. Both processes stop at once with an error
+    naming process 1 and its shards, instead of one waiting for the other forever."""
+    corpus = tmp_path / "one_line.txt"
+    corpus.write_text(_long_lines(repo_root, 1, 10_000)[0] + "\n")
+    result, _ = run_clear(
+        repo_root, tmp_path, "--train_file", str(corpus), "--streaming", "true", *NO_STS,
+        check=False, launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
+    )  # fmt: skip
+    log = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "No training example on process(es) 1 of 2 (process 1: shards 1-1 of the stream's 2)" in log
+    size = corpus.stat().st_size
+    assert f"No non-empty line starts in one_line.txt bytes {size // 2}-{size}" in log  # process 1's file and range
+
+
+def test_two_processes_with_a_ragged_last_batch(repo_root, tmp_path):
+    """13 sentences in batches of 4 without even_batches: process 0 gets batches of 4 and 4, process 1 of 4 and 1 (a
+    batch of one sentence has no uniformity to log). Training crosses the epoch, logs every step and saves."""
+    result, output_dir = run_clear(
+        repo_root, tmp_path, "--max_train_samples", "13", "--per_device_train_batch_size", "4",
+        "--accelerator_config", '{"even_batches": false}', "--save_strategy", "steps", "--save_steps", "3", *NO_STS,
+        launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
+    )  # fmt: skip
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 3  # 2 steps per epoch
+    assert [entry["step"] for entry in state["log_history"] if "cl_loss" in entry] == [1, 2, 3]
+    assert_loads_as_the_final_model(output_dir / "checkpoint-3", output_dir)
 
 
 def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_root, tmp_path):
@@ -125,5 +221,5 @@ def test_run_clear_trains_a_lora_adapter_and_exports_a_merged_checkpoint(repo_ro
     card = (output_dir / "README.md").read_text()
     assert "LORA adapter (r=4, alpha=8) on query, value" in card and "PeftModel.from_pretrained" in card
     merged = tmp_path / "out-merged"
-    assert isinstance(AutoModel.from_pretrained(merged), contrastive_hf.ContrastiveModel)
-    assert "AutoModel reload of" in result.stdout + result.stderr  # the script compared the embeddings
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(merged), contrastive_hf.ContrastiveModel)
+    assert "SentenceTransformer reload of" in result.stdout + result.stderr  # the script compared the embeddings

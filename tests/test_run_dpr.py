@@ -18,14 +18,14 @@ from transformers import AutoModel, AutoTokenizer
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
 PAIRS = 300
 HELD_OUT = 100
 
 
 def write_snli_sample(path, rows=PAIRS, names=("sent0", "sent1", "hard_neg")):
-    with open(SHARED_DATA / "nli" / "snli_triples.csv", newline="") as handle:
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
         sample = list(csv.DictReader(handle))[:rows]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
@@ -125,7 +125,7 @@ def test_dataset_name_with_column_flags_shared_encoders_and_pairs_only(repo_root
         "--eval_size", "40",
         data=("--dataset_name", str(folder)),
     )  # fmt: skip
-    model = AutoModel.from_pretrained(output_dir)
+    model = DualEncoderModel.from_pretrained(output_dir)
     assert model.config.share_encoders and model.passage_encoder is None and model.config.temperature == 0.05
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     assert metrics["eval_passages"] == 40 and "eval_mrr_before" not in metrics  # pairs only: no distractors

@@ -8,8 +8,6 @@ import os
 import subprocess
 import sys
 
-from transformers import AutoModel
-
 import contrastive_hf  # noqa: F401  (registers the model type)
 
 from conftest import tiny_bert_config
@@ -50,7 +48,7 @@ def test_run_clear_with_a_composition_a_synonym_table_and_streaming(repo_root, t
     assert all(entry["cl_loss"] > 0 and entry["mlm_loss"] > 0 for entry in state["log_history"] if "loss" in entry)
     assert "subs+del_span" in (output_dir / "README.md").read_text()
     assert "[DEL]" in (output_dir / "tokenizer.json").read_text()  # del_span needs it
-    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
 
 
 def test_run_declutr_neighbouring_slices_with_hard_negatives(repo_root, tmp_path):
@@ -64,5 +62,5 @@ def test_run_declutr_neighbouring_slices_with_hard_negatives(repo_root, tmp_path
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     assert all(entry["cl_loss"] > 0 for entry in state["log_history"] if "loss" in entry)
-    assert json.loads((output_dir / "config.json").read_text())["contrastive_loss"] == "info_nce"
-    assert isinstance(AutoModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+    assert json.loads((output_dir / "contrastive_config.json").read_text())["contrastive_loss"] == "info_nce"
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoTokenizer
 
-import contrastive_hf  # noqa: F401  (registers the model type)
+from contrastive_hf import ContrastiveModel
 
-from conftest import REPO_ROOT, SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, REPO_ROOT, tiny_bert_config
 
 DEMO = REPO_ROOT / "examples" / "demo"
-SNLI_TRIPLES = SHARED_DATA / "nli" / "snli_triples.csv"
+SNLI_TRIPLES = DEMO_DATA / "nli_sample.csv"
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def run(tmp_path, mode: str, *extra: str) -> tuple[str, object]:
 
 
 def saved_settings(output_dir) -> tuple[dict, object, list[dict]]:
-    config = json.loads((output_dir / "config.json").read_text())
+    config = json.loads((output_dir / "contrastive_config.json").read_text())  # the model's own settings
     training_args = torch.load(output_dir / "training_args.bin", weights_only=False)
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     return config, training_args, history
@@ -160,10 +160,10 @@ def test_unsup_with_mlm_end_to_end(tmp_path):
 
     results = json.loads((output_dir / "eval_results.json").read_text())
     assert -100 <= results["eval_stsb_spearman_before"] <= 100 and -100 <= results["eval_stsb_spearman"] <= 100
-    assert "before training" in log and "AutoModel reload of" in log
+    assert "before training" in log and "SentenceTransformer reload of" in log
 
     # the projection is for training only: the embedding is the raw [CLS] state
-    model = AutoModel.from_pretrained(output_dir).eval()
+    model = ContrastiveModel.from_pretrained(output_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     batch = tokenizer(["a man is playing a guitar .", "the cat sat"], padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -188,7 +188,7 @@ def test_sup_end_to_end_with_hard_negatives_and_prebatch_queue(tmp_path):
     assert any("cl_loss" in entry for entry in history) and not any("mlm_loss" in entry for entry in history)
 
     # supervised SimCSE keeps its MLP at inference: the embedding is tanh(W [CLS] + b)
-    model = AutoModel.from_pretrained(output_dir).eval()
+    model = ContrastiveModel.from_pretrained(output_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     batch = tokenizer(["two women are embracing .", "the men are fighting ."], padding=True, return_tensors="pt")
     with torch.no_grad():

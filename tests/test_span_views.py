@@ -15,9 +15,9 @@ from contrastive_hf.recipes.declutr import SPAN_VIEWS, SpanViewCollator, tokeniz
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import SHARED_DATA, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config
 
-WIKI = SHARED_DATA / "corpus" / "enwiki_paragraphs.txt.gz"
+WIKI = DEMO_DATA / "enwiki_paragraphs_sample.txt"  # the first 1,000 paragraphs
 
 
 def _whole_words(tokenizer, count: int) -> list[int]:

@@ -3,11 +3,11 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModel
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.data.corpus import load_corpus
 from contrastive_hf.training.trainer import STEP_METRICS, ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -88,8 +88,8 @@ def test_saved_model_reproduces_the_embeddings_at_the_end_of_training(tokenizer,
     trainer = make_trainer(tokenizer, tmp_path)
     trainer.train()
     trainer.save_model()
-    trained = trainer.model.contrastive.encode(SENTENCES[:8], tokenizer=tokenizer)
-    reloaded = AutoModel.from_pretrained(tmp_path).eval()
+    trained = trainer.model.contrastive.encode(SENTENCES[:8], tokenizer=tokenizer, convert_to_tensor=True)
+    reloaded = ContrastiveModel.from_pretrained(tmp_path).eval()
     batch = tokenizer(SENTENCES[:8], padding=True, return_tensors="pt")
     with torch.no_grad():
         pooler_output = reloaded(**batch).pooler_output
@@ -153,3 +153,45 @@ def test_plain_training_arguments_work_with_the_contrastive_defaults(tokenizer, 
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 2 and all("mlm_loss" in entry and "cl_loss" in entry for entry in logged)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Several processes: what every process must agree on (the real 2-process runs: tests/test_run_clear.py)
+# ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_processes(monkeypatch):
+    """The trainer believes it is one of 2 processes; ``counts`` sets what the other processes report."""
+    import contrastive_hf.training.trainer as trainer_module
+
+    reported = {}
+    monkeypatch.setattr(ContrastiveTrainingArguments, "world_size", property(lambda self: 2))
+    monkeypatch.setattr(trainer_module, "gather_sizes", lambda size, device: [size, *reported["others"]])
+    return reported
+
+
+def test_processes_with_different_batch_counts_per_epoch_are_refused(tokenizer, tmp_path, two_processes):
+    trainer = make_trainer(tokenizer, tmp_path)
+    two_processes["others"] = [3]  # 32 sentences in batches of 8: 4 here, 3 on process 1
+    with pytest.raises(ValueError, match="would get 4 / 3 training batches per epoch") as error:
+        trainer.get_train_dataloader()
+    assert "Keep even_batches true" in str(error.value) and "--dataloader_drop_last true" in str(error.value)
+    two_processes["others"] = [4]
+    assert len(trainer.get_train_dataloader()) == 4
+
+
+def test_a_stream_on_several_processes_stops_all_together(tokenizer, tmp_path, two_processes):
+    stream = load_corpus(str(REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt"), streaming=True)
+    trainer = make_trainer(tokenizer, tmp_path)
+    trainer.train_dataset = stream
+    batches = [{"input_ids": torch.ones(2, 2, 3)}] * 3
+    epoch = iter(batches)
+    two_processes["others"] = [2]
+    assert len(trainer.get_batch_samples(epoch, 2, "cpu")[0]) == 2
+    two_processes["others"] = [0]  # process 1 ran out: both stop the epoch, the batch read here is dropped
+    assert trainer.get_batch_samples(epoch, 2, "cpu")[0] == []
+    two_processes["others"] = [0]  # no batch at all on process 1 at the start of an epoch: an error on every process
+    with pytest.raises(RuntimeError) as error:
+        trainer.get_batch_samples(iter(batches), 2, "cpu")
+    assert "No training example on process(es) 1 of 2 (process 1: shards 32-63 of the stream's 64)" in str(error.value)

@@ -26,11 +26,13 @@ import transformers
 from datasets import load_dataset
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
 
-from contrastive_hf import ContrastiveForPreTraining  # contrastive_hf
-from contrastive_hf.data.augmentations import add_del_token  # contrastive_hf
-from contrastive_hf.data.collators import ContrastiveDataCollator  # contrastive_hf
-from contrastive_hf.training.trainer import ContrastiveTrainer  # contrastive_hf
-from contrastive_hf.training.training_args import ContrastiveTrainingArguments  # contrastive_hf
+from contrastive_hf import (  # contrastive_hf
+    ContrastiveDataCollator,
+    ContrastiveForPreTraining,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    add_del_token,
+)
 
 logger = logging.getLogger(__name__)
 

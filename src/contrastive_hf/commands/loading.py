@@ -7,12 +7,13 @@ import logging
 import os
 from contextlib import contextmanager, nullcontext
 
-import torch
 from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
+from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
+from ..training.checkpoints import naming_damaged_files
 
 __all__ = [
     "load_pretraining_model",
@@ -40,10 +41,10 @@ def load_pretraining_model(
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
     """
     if model_name_or_path:
-        source = AutoConfig.from_pretrained(model_name_or_path, cache_dir=cache_dir)
-        if source.model_type == ContrastiveConfig.model_type:
-            return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
-        return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
+        with naming_damaged_files(model_name_or_path):
+            if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
+                return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
+            return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
     if not config_name:
         raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)
@@ -84,18 +85,30 @@ def whole_parameters(model):
     return deepspeed.zero.GatheredParameters(list(model.parameters()))
 
 
-def verify_reload(path: str, tokenizer, sentences: list[str], trained: torch.Tensor) -> None:
-    """Reload the saved checkpoint with AutoModel and compare its embeddings with the trained model's."""
-    from transformers import AutoModel
+def verify_reload(path: str, tokenizer, sentences: list[str], trained) -> None:
+    """Reload the saved checkpoint as users will, and compare its embeddings with the trained model's (``trained``,
+    ``encode``'s output): `ContrastiveModel.from_pretrained`, and `SentenceTransformer` without remote code when the
+    checkpoint carries sentence-transformers modules."""
+    import numpy as np
 
-    # Load as a user would, whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise
-    # shard the reloaded model across processes (zero.Init), a collective the other processes do not join.
+    from ..models.modeling_contrastive import ContrastiveModel
+
+    # Load whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise shard the reloaded
+    # model across processes (zero.Init), a collective the other processes do not join.
     unset_hf_deepspeed_config()
-    reloaded = AutoModel.from_pretrained(path).encode(sentences, tokenizer=tokenizer)
-    difference = (trained - reloaded).abs().max().item()
-    if not torch.allclose(trained, reloaded, atol=1e-5):
-        raise RuntimeError(f"The saved checkpoint does not reproduce the trained embeddings (max diff {difference}).")
-    print(f"AutoModel reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
+    trained = np.asarray(trained)
+    reloaded = {"ContrastiveModel.from_pretrained": ContrastiveModel.from_pretrained(path).encode(sentences)}
+    if os.path.isfile(os.path.join(path, "modules.json")):
+        from sentence_transformers import SentenceTransformer
+
+        reloaded["SentenceTransformer"] = SentenceTransformer(path, device="cpu").encode(sentences)
+    for loader, embeddings in reloaded.items():
+        difference = float(np.abs(trained - embeddings).max())
+        if not np.allclose(trained, embeddings, atol=1e-5):
+            raise RuntimeError(
+                f"{loader}({path!r}) does not reproduce the trained embeddings (max difference {difference:.2e})."
+            )
+        print(f"{loader} reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
 
 
 def hub_id_or_none(name_or_path: str | None) -> str | None:
@@ -108,10 +121,14 @@ def hub_id_or_none(name_or_path: str | None) -> str | None:
 def loading_instructions(path: str) -> str:
     """The lines a script prints at the end: how to load and use the checkpoint it saved in ``path``."""
     return (
-        f"\nSaved to {path}. Load it with:\n\n"
-        "    import contrastive_hf  # registers the model type with the Auto classes\n"
-        "    from transformers import AutoModel, AutoTokenizer\n"
-        f"    model = AutoModel.from_pretrained({path!r}).eval()\n"
-        f"    tokenizer = AutoTokenizer.from_pretrained({path!r})\n"
-        "    embeddings = model.encode(['A man is playing a guitar.'], tokenizer=tokenizer)\n"
+        f"\nSaved to {path}. Load it with sentence-transformers (no remote code; the pooling and any projection are "
+        "in its modules):\n\n"
+        "    from sentence_transformers import SentenceTransformer\n"
+        f"    model = SentenceTransformer({path!r})\n"
+        "    embeddings = model.encode(['A man is playing a guitar.'])\n\n"
+        "or with contrastive_hf (the whole model, heads included, e.g. to continue training):\n\n"
+        "    from contrastive_hf import ContrastiveModel\n"
+        f"    model = ContrastiveModel.from_pretrained({path!r})\n"
+        "    embeddings = model.encode(['A man is playing a guitar.'])\n\n"
+        f"AutoModel.from_pretrained({path!r}) gives the encoder alone, in its own architecture.\n"
     )

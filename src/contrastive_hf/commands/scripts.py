@@ -22,6 +22,7 @@ __all__ = [
     "parse_arguments",
     "setup_logging",
     "load_tokenizer",
+    "training_data_name",
     "load_sentences",
     "load_sts_dev",
     "save_trained_model",
@@ -125,7 +126,9 @@ class CorpusArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
     streaming: bool = field(
         default=False,
-        metadata={"help": "Read the corpus on the fly (needs --max_steps); each process reads its own shards."},
+        metadata={
+            "help": "Read the corpus on the fly, endlessly (needs --max_steps); each process reads its own shards."
+        },
     )
     stsb_dev_file: str | None = field(
         default=None,
@@ -135,6 +138,13 @@ class CorpusArguments:
             "best checkpoint, as SimCSE does)."
         },
     )
+
+
+def training_data_name(data_args: CorpusArguments) -> str:
+    """How a model card names the training data: the Hub dataset, else the file's name (never its local path)."""
+    if data_args.dataset_name:
+        return data_args.dataset_name
+    return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
 
 
 def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
@@ -173,7 +183,8 @@ def load_tokenizer(encoder_args: EncoderArguments):
 
 def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_dir: str | None = None, **tokenize):
     """The training corpus of ``data_args``, tokenized (`tokenize_corpus`, with the ``tokenize`` options such as
-    ``line_by_line``), set up for per-process streaming with ``--streaming``, and cut to ``--max_train_samples``."""
+    ``line_by_line``) and cut to ``--max_train_samples``; with ``--streaming``, an endless stream of which each
+    process reads its own shards (`prepare_streaming`)."""
     from ..data.corpus import first_examples, load_corpus, prepare_streaming, tokenize_corpus
 
     with training_args.main_process_first(desc="corpus tokenization"):
@@ -183,6 +194,7 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             data_args.dataset_config_name,
             cache_dir=cache_dir,
             streaming=data_args.streaming,
+            passes=None if data_args.streaming else 1,
         )
         dataset = tokenize_corpus(
             corpus,
@@ -193,7 +205,7 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             **tokenize,
         )
     if data_args.streaming:
-        prepare_streaming(dataset, training_args)
+        return prepare_streaming(dataset, training_args, data_args.max_train_samples, data_args.train_file)
     return first_examples(dataset, data_args.max_train_samples)
 
 

@@ -223,6 +223,12 @@ class ContrastiveDataCollator:
             f"ContrastiveDataCollator needs features with 'input_ids' or 'text', got keys {sorted(features[0])}."
         )
 
+    def card_description(self) -> dict:
+        """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
+        augmentation = self.augmentation if isinstance(self.augmentation, str) else repr(self.augmentation)
+        method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
+        return {"method": method, "views": augmentation}
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         sentences = TokenBatch.from_sequences(self._token_ids(features), self._special, self.tokenizer.pad_token_id)
         if (sentences.lengths == 0).any():
@@ -306,6 +312,12 @@ class PairCollator:
                 return (anchor, positive, negative) if has_negative else (anchor, positive)
         names = " or ".join(",".join(names) for names in PAIR_COLUMN_NAMES)
         raise ValueError(f"PairCollator needs columns {names} (or columns=...); the features have {sorted(feature)}.")
+
+    def card_description(self) -> dict:
+        """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
+        columns = list(self.columns or ("anchor", "positive"))
+        views = f"pairs: {columns[0]} -> {columns[1]}" + (f", hard negative {columns[2]}" if len(columns) == 3 else "")
+        return {"method": "Supervised SimCSE", "views": views, "hard_negatives": len(columns) == 3}
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolve_columns(features[0])

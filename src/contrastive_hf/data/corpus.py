@@ -7,25 +7,30 @@ Two ways to hold a corpus, both giving ``input_ids`` (and ``example_index``) exa
 * **streaming** (`datasets.IterableDataset`, ``streaming=True``): for corpora larger than memory or disk cache;
   read and tokenized on the fly. Local text files (plain or ``.gz``) are read by `text_stream`, whose shards are
   byte ranges of the files (whole files for ``.gz``), so that in multi-process training each process reads only
-  its own shards (`prepare_streaming` sets accelerate up for that).
+  its own shards (`prepare_streaming` sets accelerate up for that). A training stream is endless: each process
+  reads its own shards again and again (``passes=None``), so that processes whose shards hold different numbers of
+  lines never run out at different times; ``max_steps`` sets the length of training.
 
 Paragraph corpora (a paragraph per line) can be used a line per example (``line_by_line=True``), a sentence per
 example (``split_sentences=True``), or packed into blocks of ``max_seq_length`` tokens as transformers' run_mlm.py
 does (``line_by_line=False``).
 
 ``example_index`` is each example's stable identity, from which the collators derive its random views (with the
-seed, epoch and view): the row number of a map-style corpus, the file and byte offset of a streamed line, or a hash
-of (line, offset) for packed blocks.
+seed, epoch and view): the row number of a map-style corpus, the file and byte offset of a streamed line (mixed with
+the pass number after the first pass, so that each pass draws new views), or a hash of (line, offset) for packed
+blocks.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
+import itertools
 import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
-from itertools import chain
 
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, IterableDataset, IterableDatasetDict, Value, load_dataset
@@ -49,8 +54,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _EXTENSION_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
-# A streamed plain-text file is cut into this many byte ranges at most (enough shards for many processes times
-# dataloader workers), each at least _MIN_SHARD_BYTES long.
+# A streamed plain-text file is cut into about this many byte ranges (enough shards for many processes times
+# dataloader workers; `text_shards`), each at least _MIN_SHARD_BYTES long.
 SHARDS_PER_FILE = 64
 _MIN_SHARD_BYTES = 1 << 12
 _OFFSET_BITS = 44  # example_index of a streamed line: file number << 44 | byte offset (files up to 16 TiB)
@@ -67,20 +72,37 @@ def load_corpus(
     split: str = "train",
     cache_dir: str | None = None,
     streaming: bool = False,
+    passes: int | None = 1,
 ) -> Dataset | IterableDataset:
     """One split of a corpus: local text (one sentence or paragraph per line, optionally ``.gz``), csv or json
     files, or a Hub dataset; a `datasets.IterableDataset` read on the fly when ``streaming``.
 
-    Raises a `ValueError` naming the problem when neither or both sources are given, or a file is missing.
+    ``passes`` (streaming only): how many times the stream is read, None for again and again (training for
+    ``max_steps``). Text files give the lines of each pass new identities (``example_index``), hence new views;
+    other streams repeat their examples as they are.
+
+    Empty (0-byte) files are skipped and named in the log. Raises a `ValueError` naming the problem and the file when
+    neither or both sources are given, a file is missing or not UTF-8 text (with the byte offset and line of the
+    first bytes that are not), and `EmptyCorpusError` when every file is empty.
     """
     if (train_files is None) == (dataset_name is None):
         raise ValueError("Give exactly one corpus: --train_file PATH (text/csv/json) or --dataset_name NAME.")
     if dataset_name is not None:
-        return load_dataset(dataset_name, dataset_config_name, split=split, cache_dir=cache_dir, streaming=streaming)
+        corpus = load_dataset(dataset_name, dataset_config_name, split=split, cache_dir=cache_dir, streaming=streaming)
+        return _repeated(corpus, passes)
     files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
     missing = [str(path) for path in files if not os.path.isfile(path)]
     if missing:
         raise ValueError(f"Training file(s) not found: {', '.join(missing)}.")
+    empty = [path for path in files if os.path.getsize(path) == 0]
+    if len(empty) == len(files):
+        raise EmptyCorpusError(
+            f"The training file(s) {', '.join(map(str, empty))} are empty (0 bytes), often the sign of an "
+            "interrupted copy or download: write them again, or give other files with --train_file."
+        )
+    if empty:  # as empty lines are
+        logger.warning("Skipped %d empty (0-byte) training file(s): %s.", len(empty), ", ".join(map(str, empty)))
+        files = [path for path in files if path not in empty]
     extensions = {_extension(path) for path in files}
     unknown = extensions - set(_EXTENSION_BUILDERS)
     if unknown:
@@ -90,16 +112,76 @@ def load_corpus(
         raise ValueError(f"Mixed corpus file types {sorted(extensions)}: give files of one type.")
     builder = builders.pop()
     if streaming and builder == "text":
-        return text_stream(files)
+        return text_stream(files, passes=passes)
+    if builder == "json" and not streaming:  # Arrow's JSON reader keeps bytes that are not UTF-8 and fails later
+        for path in files:
+            _check_utf8(str(path))
     kwargs = {"delimiter": "\t"} if extensions == {"tsv"} else {}
-    corpus = load_dataset(
-        builder,
-        data_files={split: [str(path) for path in files]},
-        cache_dir=cache_dir,
-        streaming=streaming,
-        **kwargs,
+    try:
+        corpus = load_dataset(
+            builder,
+            data_files={split: [str(path) for path in files]},
+            cache_dir=cache_dir,
+            streaming=streaming,
+            **kwargs,
+        )
+    except Exception as error:
+        if _caused_by(error, UnicodeDecodeError):  # datasets' message names no file
+            for path in files:
+                _check_utf8(str(path), cause=error)
+        raise
+    return _repeated(corpus[split], passes)
+
+
+def _repeated(corpus, passes: int | None):
+    if not isinstance(corpus, IterableDataset) or passes == 1:
+        return corpus
+    return corpus.repeat(passes)
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    while error is not None:
+        if isinstance(error, kind):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.lower().endswith(".gz") else open(path, "rb")
+
+
+def _check_utf8(path: str, cause: BaseException | None = None) -> None:
+    """Raise `_not_utf8_error` at the first bytes of ``path`` (decompressed, for ``.gz``) that are not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = lines = 0  # bytes and line breaks before this chunk
+    with _open_binary(path) as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            pending = decoder.getstate()[0]  # the start of a character cut by the previous chunk
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as error:
+                data = pending + chunk
+                line = lines + data[: error.start].count(b"\n") + 1
+                position = offset - len(pending) + error.start
+                raise _not_utf8_error(path, position, data[error.start : error.end], line) from cause or error
+            if not chunk:
+                return
+            offset += len(chunk)
+            lines += chunk.count(b"\n")
+
+
+def _not_utf8_error(path: str, offset: int, undecodable: bytes, line: int | None = None) -> ValueError:
+    name = os.path.basename(path)
+    where = f"byte {offset}" + (f" (line {line})" if line is not None else "")
+    if path.lower().endswith(".gz"):
+        where += " of the decompressed text"
+    return ValueError(
+        f"{path} is not UTF-8 text: the bytes {undecodable!r} at {where} cannot be decoded. Convert the file to "
+        f"UTF-8 and give the converted file (e.g. `iconv -f latin1 -t utf-8 {name} > utf8-{name}` for Latin-1 "
+        "text)."
     )
-    return corpus[split]
 
 
 def _extension(path) -> str:
@@ -114,30 +196,49 @@ def _extension(path) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def text_stream(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> IterableDataset:
+def text_stream(
+    files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE, passes: int | None = 1
+) -> IterableDataset:
     """A streamed text corpus (one example per non-empty line) with ``text`` and ``example_index`` columns.
 
-    Its shards are byte ranges of the files, up to ``shards_per_file`` per plain file and one per ``.gz`` file
+    Its shards are byte ranges of the files, about ``shards_per_file`` per plain file and one per ``.gz`` file
     (gzip cannot be read from the middle), so ``dataset.shard(num_shards, index)`` (what accelerate does for each
     process) and dataloader workers read disjoint parts of the corpus. A line belongs to the range holding its
     first byte. Empty lines are skipped and counted in the log, per shard.
+
+    ``passes``: how many times each reader (a process, or a dataloader worker) reads its own shards; None reads
+    them again and again, each pass giving its lines new identities (``example_index`` mixed with the pass number),
+    so that each pass draws new views and a resumed run reads exactly what the uninterrupted one did. Shards that
+    hold no line end their reader's stream at once instead of being read forever.
     """
+    if passes is not None and passes < 1:
+        raise ValueError(f"passes must be >= 1, or None to read the stream endlessly; got {passes}.")
     shards = text_shards(files, shards_per_file)
     features = Features({"text": Value("string"), EXAMPLE_INDEX_COLUMN: Value("int64")})
-    return IterableDataset.from_generator(_read_text_shards, features=features, gen_kwargs={"shards": shards})
+    return IterableDataset.from_generator(
+        _read_text_shards, features=features, gen_kwargs={"shards": shards, "passes": passes}
+    )
 
 
 def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> list[tuple[str, int, int, int]]:
-    """The shards of `text_stream`: ``(path, file number, first byte, end byte)``, end -1 for a whole ``.gz`` file."""
-    files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    """The shards of `text_stream`: ``(path, file number, first byte, end byte)``, end -1 for a whole ``.gz`` file.
+
+    The plain files are cut into about ``shards_per_file`` byte ranges each, of one size across the files (a file
+    gets its share of the ranges by its size, at least one, each range at least 4 KB), so that a block of
+    consecutive shards (what accelerate gives each process) holds about as many bytes as any other block of as many
+    shards, whatever the sizes of the files.
+    """
+    files = [str(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    sizes = {path: os.path.getsize(path) for path in files if not path.lower().endswith(".gz")}
+    total = sum(sizes.values())
+    target = shards_per_file * len(sizes)  # ranges over all plain files
     shards = []
     for file_number, path in enumerate(files):
-        path = str(path)
-        if path.lower().endswith(".gz"):
+        if path not in sizes:
             shards.append((path, file_number, 0, -1))
             continue
-        size = os.path.getsize(path)
-        count = max(1, min(shards_per_file, size // _MIN_SHARD_BYTES))
+        size = sizes[path]
+        count = max(1, min(round(size * target / max(total, 1)), size // _MIN_SHARD_BYTES))
         bounds = np.linspace(0, size, count + 1).astype(np.int64)
         shards.extend(
             (path, file_number, int(start), int(end)) for start, end in zip(bounds[:-1], bounds[1:], strict=True)
@@ -145,7 +246,37 @@ def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FI
     return shards
 
 
-def _read_text_shards(shards):
+def _read_text_shards(shards, passes: int | None = 1):
+    for pass_number in itertools.count() if passes is None else range(passes):
+        found = False
+        for example in _read_text_pass(shards, count_empty_lines=pass_number == 0):
+            found = True
+            if pass_number:  # a new identity each pass (hence new views); the first pass keeps file and offset
+                identity = combine(np.uint64(example[EXAMPLE_INDEX_COLUMN]), pass_number)
+                example[EXAMPLE_INDEX_COLUMN] = int(identity.view(np.int64))
+            yield example
+        if not found:
+            logger.warning(
+                "No non-empty line starts in %s: this reader of the stream (a process, or a dataloader worker) has no "
+                "example.",
+                _describe(shards),
+            )
+            return
+
+
+def _describe(shards) -> str:
+    """``big.txt bytes 0-8192, small.txt.gz``: the shards' files and byte ranges, adjacent ranges merged."""
+    merged = []
+    for path, _, start, end in shards:
+        if merged and merged[-1][0] == path and merged[-1][2] == start >= 0:
+            merged[-1][2] = end
+        else:
+            merged.append([path, start, end])
+    parts = [os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "") for path, start, end in merged]
+    return ", ".join(parts) or "no shard"
+
+
+def _read_text_pass(shards, count_empty_lines: bool):
     for path, file_number, start, end in shards:
         opener = gzip.open if path.lower().endswith(".gz") else open
         skipped = total = 0
@@ -158,16 +289,21 @@ def _read_text_shards(shards):
                 line = handle.readline()
                 if not line:
                     break
-                text = line.decode("utf-8").rstrip("\r\n")
+                try:
+                    text = line.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as error:
+                    bad = line[error.start : error.end]
+                    raise _not_utf8_error(path, position + error.start, bad) from error
                 total += 1
                 if text.strip():
                     yield {"text": text, EXAMPLE_INDEX_COLUMN: (file_number << _OFFSET_BITS) | position}
                 else:
                     skipped += 1
                 position += len(line)
-        if skipped:
-            where = os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "")
-            logger.warning("Skipped %d empty line(s) of %d in %s.", skipped, total, where)
+        if skipped and count_empty_lines:
+            logger.warning(
+                "Skipped %d empty line(s) of %d in %s.", skipped, total, _describe([(path, file_number, start, end)])
+            )
 
 
 def first_examples(dataset: Dataset | IterableDataset, count: int | None):
@@ -179,19 +315,39 @@ def first_examples(dataset: Dataset | IterableDataset, count: int | None):
     return dataset.select(range(min(count, len(dataset))))
 
 
-def prepare_streaming(dataset: IterableDataset, training_args) -> None:
-    """Set ``training_args`` up so that each process reads only its own shards of a streamed ``dataset``.
+def prepare_streaming(
+    dataset: IterableDataset,
+    training_args,
+    max_examples: int | None = None,
+    train_files: str | Sequence[str] | None = None,
+) -> IterableDataset:
+    """The stream to train on, endless, with ``training_args`` set up so that each process reads its own shards.
 
     By default accelerate lets process 0 read every batch of an iterable dataset and send slices to the others;
-    with ``dispatch_batches=False`` it gives each process ``dataset.shard(num_processes, process_index)`` instead.
-    Raises when the dataset has fewer shards than processes (each would then read the whole corpus).
+    with ``dispatch_batches=False`` it gives each process ``dataset.shard(num_processes, process_index)`` instead, a
+    block of consecutive shards. Shards rarely hold equal numbers of examples, so the returned stream is endless:
+    each process reads its own shards again and again (a `text_stream` read with ``passes=None`` gives each pass new
+    views), no process runs out before another, and ``max_steps`` sets the length of training. ``max_examples``
+    (``--max_train_samples``) keeps the first ones only (each process its share), read again and again as they are.
+    A process whose shards hold no example at all is stopped, with every other one, by `ContrastiveTrainer`.
+
+    Raises a `ValueError` without ``max_steps``, with ``dispatch_batches=True``, and when the dataset has fewer shards
+    than processes (each would then read all of it; ``train_files``, the corpus files, are described in the error).
     """
+    if getattr(training_args, "max_steps", 0) <= 0:
+        raise ValueError(
+            "--streaming trains on an endless stream (each process reads its shards again and again): give "
+            "--max_steps N for the length of training."
+        )
     world_size = training_args.world_size
     if world_size > 1 and dataset.n_shards < world_size:
         raise ValueError(
-            f"The streamed corpus has {dataset.n_shards} shard(s), fewer than the {world_size} processes, so every "
-            "process would read all of it: split it into more files, or use plain-text (not .gz) files, which "
-            "are read in byte ranges."
+            f"The streamed corpus has {dataset.n_shards} shard(s){_describe_files(train_files)}, fewer than the "
+            f"{world_size} processes, so every process would read all of it. A plain-text file is cut into byte "
+            f"ranges of at least {_MIN_SHARD_BYTES // 1024} KB (so one of {world_size * _MIN_SHARD_BYTES // 1024} KB "
+            f"or more has enough for {world_size} processes); a .gz, csv or json file is one shard. Give a larger "
+            f"corpus or at least {world_size} files, or train without --streaming (a map-style corpus is "
+            "memory-mapped, not held in memory)."
         )
     config = training_args.accelerator_config
     if getattr(config, "dispatch_batches", None):
@@ -200,6 +356,22 @@ def prepare_streaming(dataset: IterableDataset, training_args) -> None:
             "leave dispatch_batches unset or false."
         )
     config.dispatch_batches = False
+    if max_examples is not None:
+        dataset = dataset.take(max_examples)
+    return dataset.repeat(None)  # an empty stream ends instead of repeating forever
+
+
+def _describe_files(files) -> str:
+    """`` (corpus.txt: 5,120 bytes in 1 shard(s))``: each file's size and shards, for errors; empty without files."""
+    if not files:
+        return ""
+    files = [str(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    text = [path for path in files if _EXTENSION_BUILDERS.get(_extension(path)) == "text"]
+    shards = Counter(path for path, *_ in text_shards(text)) if text else Counter()
+    parts = [
+        f"{os.path.basename(path)}: {os.path.getsize(path):,} bytes in {shards[path] or 1} shard(s)" for path in files
+    ]
+    return f" ({'; '.join(parts)})"
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -307,7 +479,7 @@ def tokenize_corpus(
 
     def to_blocks(batch, indices):
         pieces = tokenizer(batch[text_column], add_special_tokens=False)["input_ids"]
-        stream = list(chain.from_iterable(pieces))
+        stream = list(itertools.chain.from_iterable(pieces))
         starts = range(0, len(stream), block)
         blocks = {"input_ids": [prefix + stream[start : start + block] + suffix for start in starts]}
         lines = identities(batch, indices)

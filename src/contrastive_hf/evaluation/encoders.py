@@ -11,13 +11,11 @@ baseline is scored with its own pooling and normalisation.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 __all__ = [
     "BACKENDS",
@@ -63,22 +61,6 @@ class SentenceEncoder:
         raise NotImplementedError
 
 
-def _default_max_length(tokenizer, model) -> int:
-    """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""
-    limits = []
-    model_max = getattr(tokenizer, "model_max_length", None)
-    if model_max is not None and model_max < 1_000_000:  # transformers uses ~1e30 for "unset"
-        limits.append(int(model_max))
-    encoder_config = getattr(model.config, "encoder", model.config)
-    positions = getattr(encoder_config, "max_position_embeddings", None)
-    if positions:
-        # RoBERTa-style models reserve padding_idx + 1 positions before the first token.
-        roberta_like = encoder_config.model_type in ("roberta", "xlm-roberta", "camembert")
-        offset = (getattr(encoder_config, "pad_token_id", None) or 0) + 1 if roberta_like else 0
-        limits.append(int(positions) - offset)
-    return min(limits) if limits else 512
-
-
 class ModelEncoder(SentenceEncoder):
     """A contrastive_hf model (`ContrastiveModel`, or `ContrastiveForPreTraining` through its encoder part) and its
     tokenizer.
@@ -110,7 +92,7 @@ class ModelEncoder(SentenceEncoder):
             )
         self.model = model
         self.tokenizer = tokenizer
-        self.max_length = max_length or _default_max_length(tokenizer, model)
+        self.max_length = max_length or model._max_length(tokenizer)
         self.use_bf16 = use_bf16
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
 
@@ -129,45 +111,15 @@ class ModelEncoder(SentenceEncoder):
         return contextlib.nullcontext()
 
     def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
-        tokenized = self.tokenizer(sentences, truncation=True, max_length=self.max_length, padding=False)
-        input_ids = tokenized["input_ids"]
-        token_type_ids = tokenized.get("token_type_ids")
-        lengths = np.fromiter((len(ids) for ids in input_ids), dtype=np.int64, count=len(input_ids))
-        order = np.argsort(-lengths, kind="stable")  # longest first: a memory problem shows up at once
-        pad_id = self.tokenizer.pad_token_id
-        pad_left = getattr(self.tokenizer, "padding_side", "right") == "left"
         device = next(self.model.parameters()).device
-        embeddings = None
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad(), self._autocast(device):
-                starts = range(0, len(order), batch_size)
-                for start in tqdm(starts, desc="Encoding", unit="batch", disable=not show_progress, leave=False):
-                    rows = order[start : start + batch_size]
-                    width = int(lengths[rows[0]])
-                    ids = np.full((len(rows), width), pad_id, dtype=np.int64)  # (b, L)
-                    mask = np.zeros((len(rows), width), dtype=np.int64)  # (b, L)
-                    types = np.zeros((len(rows), width), dtype=np.int64) if token_type_ids is not None else None
-                    for row, index in enumerate(rows):
-                        n = int(lengths[index])
-                        span = slice(width - n, width) if pad_left else slice(0, n)
-                        ids[row, span] = input_ids[index]
-                        mask[row, span] = 1
-                        if types is not None:
-                            types[row, span] = token_type_ids[index]
-                    output = self.model(
-                        input_ids=torch.from_numpy(ids).to(device),
-                        attention_mask=torch.from_numpy(mask).to(device),
-                        token_type_ids=None if types is None else torch.from_numpy(types).to(device),
-                    )
-                    vectors = output.pooler_output.float().cpu().numpy()  # (b, d)
-                    if embeddings is None:
-                        embeddings = np.empty((len(sentences), vectors.shape[1]), dtype=np.float32)
-                    embeddings[rows] = vectors
-        finally:
-            self.model.train(was_training)
-        return embeddings
+        with self._autocast(device):
+            return self.model.encode(
+                sentences,
+                batch_size=batch_size,
+                show_progress_bar=show_progress,
+                tokenizer=self.tokenizer,
+                max_length=self.max_length,
+            )
 
 
 class SentenceTransformerEncoder(SentenceEncoder):
@@ -251,18 +203,13 @@ def as_encoder(model, tokenizer=None, max_length: int | None = None) -> Sentence
 def detect_backend(name_or_path: str) -> str:
     """``contrastive`` for our checkpoints, ``sentence-transformers`` for a folder with modules.json, else
     ``transformers``."""
-    config_path = os.path.join(name_or_path, "config.json")
-    if os.path.isfile(config_path):
-        with open(config_path, encoding="utf-8") as handle:
-            if json.load(handle).get("model_type") == "contrastive":
-                return "contrastive"
+    from ..models.checkpoint_files import checkpoint_model_type
+
+    if os.path.isdir(name_or_path) or os.environ.get("HF_HUB_OFFLINE") != "1":
+        if checkpoint_model_type(name_or_path) == "contrastive":
+            return "contrastive"
     if os.path.isfile(os.path.join(name_or_path, "modules.json")):
         return "sentence-transformers"
-    if not os.path.isdir(name_or_path):
-        from transformers import AutoConfig
-
-        if AutoConfig.from_pretrained(name_or_path).model_type == "contrastive":
-            return "contrastive"
     return "transformers"
 
 
@@ -302,15 +249,20 @@ def load_encoder(
             model.max_seq_length = max_length
         return SentenceTransformerEncoder(model, name=name_or_path)
 
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from .. import ContrastiveModel
+    from ..models.checkpoint_files import checkpoint_model_type
+    from ..training.checkpoints import naming_damaged_files
 
-    if backend == "contrastive":
-        model = AutoModel.from_pretrained(name_or_path)
-        if not hasattr(model, "pooler"):
-            raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
-    else:
-        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
+    with naming_damaged_files(name_or_path):
+        if backend == "contrastive":
+            if checkpoint_model_type(name_or_path) != "contrastive":
+                raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
+            model = ContrastiveModel.from_pretrained(name_or_path)
+        else:
+            model = ContrastiveModel.from_encoder_pretrained(
+                name_or_path, pooler_type=pooler_type, projection_type="none"
+            )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, name=name_or_path)

@@ -16,6 +16,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._optional import require
+
 __all__ = [
     "TrainingRun",
     "ModelPoint",
@@ -122,6 +124,7 @@ def alignment_uniformity_trajectory(run: TrainingRun) -> list[tuple[int, float, 
 
 
 def _figure(width: float, height: float):
+    require("matplotlib", "plots", "Plotting")
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")

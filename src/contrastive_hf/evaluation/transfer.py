@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._optional import require
 from .encoders import as_encoder
 from .layout import require_files, resolve_task_directory
 
@@ -333,6 +334,7 @@ def evaluate_transfer(
     "kfold"}`` (accuracies in %; MRPC also reports F1 x 100). ``datasets`` (from `load_transfer_tasks`) skips the
     reading. Every file is read (and checked) before encoding starts.
     """
+    require("sklearn", "transfer", "SentEval transfer evaluation")
     from sklearn.metrics import f1_score
     from tqdm.auto import tqdm
 

@@ -1,10 +1,24 @@
-"""Model cards written at the end of training, from the Jinja2 template ``templates/contrastive_model_card.md``."""
+"""Model cards for every checkpoint a `ContrastiveTrainer` writes, from the Jinja2 template
+``templates/contrastive_model_card.md``.
+
+A card states the method (with its paper), the base model, the encoder, pooler and projection, the positive pairs,
+the objective, negatives and temperature, the training data, hyper-parameters, hardware and framework versions, the
+results, and how to load the checkpoint (sentence-transformers first: it needs no remote code). Its metadata follows
+sentence-transformers' cards (``library_name: sentence-transformers``, ``pipeline_tag: sentence-similarity``, its
+tags, results in ``model-index`` as ``spearman_cosine`` between 0 and 1) and names data sets by Hub id only when the
+data came from the Hub; a local file is described in the text and its results carry a plain task name, as
+sentence-transformers' own cards do (``sts-dev``).
+
+`ModelCardInfo` holds what a run knows beyond the model: a script fills it; a `ContrastiveTrainer` used from
+Python builds one from its model, collator, arguments and logged evaluations (`card_info_from_trainer`).
+"""
 
 from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -12,7 +26,14 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 
-__all__ = ["METHODS", "ModelCardInfo", "render_model_card", "write_model_card", "TEMPLATE_PATH"]
+__all__ = [
+    "METHODS",
+    "ModelCardInfo",
+    "card_info_from_trainer",
+    "render_model_card",
+    "write_model_card",
+    "TEMPLATE_PATH",
+]
 
 # The Jinja2 template of every card (shipped in the wheel as package data).
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "contrastive_model_card.md"
@@ -27,19 +48,23 @@ def _method_cards() -> dict[str, dict]:
 
 
 METHODS = _method_cards()
-
-
-# Hub data sets and display names for the tasks of an evaluation ("stsb_dev" -> "stsb"); others keep their own name.
-_HUB_DATASETS = {
-    "stsb": "sentence-transformers/stsb",
-    "sts12": "mteb/sts12-sts",
-    "sts13": "mteb/sts13-sts",
-    "sts14": "mteb/sts14-sts",
-    "sts15": "mteb/sts15-sts",
-    "sts16": "mteb/sts16-sts",
-    "sickr": "mteb/sickr-sts",
+_GENERIC_METHOD = {
+    "description": "A contrastive objective on pairs of views of the training data, with the other examples of "
+    "the batch as negatives.",
+    "citation_short": "contrastive_hf",
+    "bibtex": "",
 }
-_DATASET_NAMES = {"stsb": "STS Benchmark", "sickr": "SICK-R"}
+
+# How evaluation tasks are named in the card's metadata: plain task names (no Hub data set is claimed for data read
+# from local files), with sentence-transformers' type for STS-B dev.
+_RESULT_TYPES = {"stsb_dev": "sts-dev", "stsb_test": "sts-test"}
+_DATASET_NAMES = {
+    "stsb_dev": "STS Benchmark (dev)",
+    "stsb_test": "STS Benchmark (test)",
+    "stsb": "STS Benchmark",
+    "sickr": "SICK-R",
+}
+_FRAMEWORKS = ("contrastive_hf", "transformers", "sentence-transformers", "torch", "datasets", "accelerate")
 
 
 @dataclass
@@ -62,24 +87,118 @@ class ModelCardInfo:
     hard_negatives: bool = False  # a third view per example was each anchor's hard negative
     prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
     objective: str | None = None  # the objective in words, for methods not described by mlm_weight / cl_weight
+    datasets: list[str] = field(default_factory=list)  # Hub ids of the training data, when it came from the Hub
+    license: str | None = None
+    language: list[str] | str | None = None
+    tags: list[str] = field(default_factory=list)
 
 
-def _describe_projection(config) -> str:
-    if config.projection_type == "none":
-        return "none"
-    usage = "kept at inference" if config.projection_at_inference else "training only"
-    if config.projection_type == "linear":
-        return f"linear to {config.projection_dim or config.encoder.hidden_size} ({usage})"
-    return (
-        f"MLP, {config.projection_layers} layers, {config.projection_activation}, output "
-        f"{config.projection_dim or config.encoder.hidden_size} ({usage})"
+def card_info_from_trainer(
+    trainer, model_name: str | None = None, hyperparameters: dict | None = None, **fields
+) -> ModelCardInfo:
+    """What a `ContrastiveTrainer` run can say about itself: the method and views from its collator
+    (``card_description()``), the base model from the model, hyper-parameters from its arguments, and the last
+    logged evaluation of each eval set (``eval_<name>_spearman``). ``hyperparameters`` adds to those;
+    ``fields`` set `ModelCardInfo` fields a script knows better (``training_data``, ``augmentation``...)."""
+    from ..commands.loading import hub_id_or_none
+
+    model = trainer.saved_model()
+    collator = trainer.data_collator
+    described = collator.card_description() if hasattr(collator, "card_description") else {}
+    method = described.get("method") or getattr(trainer, "card_method", None) or _method_of_model(model)
+    args = trainer.args
+    extra_hyperparameters, hyperparameters = (
+        hyperparameters,
+        {
+            "steps": trainer.state.global_step,
+            "batch size": args.per_device_train_batch_size * args.world_size,
+            "learning rate": args.learning_rate,
+            "seed": args.seed,
+        },
     )
+    if getattr(collator, "max_length", None):
+        hyperparameters["max length"] = collator.max_length
+    results = {}
+    for entry in trainer.state.log_history:
+        for key, value in entry.items():
+            if key.startswith("eval_") and key.endswith(("_spearman", "_pearson")):
+                task, metric = key[len("eval_") :].rsplit("_", 1)
+                results.setdefault(f"{task}_dev" if task == "stsb" else task, {})[metric] = value
+    name_or_path = getattr(model.config, "_name_or_path", "")
+    hyperparameters.update(extra_hyperparameters or {})
+    info = ModelCardInfo(
+        method=method,
+        model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
+        base_model=hub_id_or_none(name_or_path),
+        augmentation=described.get("views", "as the collator makes them"),
+        training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
+        hyperparameters=hyperparameters,
+        eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics},
+        hard_negatives=bool(described.get("hard_negatives", False)),
+    )
+    return replace(info, **fields)
+
+
+def _method_of_model(model) -> str:
+    if getattr(model.config, "model_type", "") == "dual_encoder":
+        return "DPR"
+    return "CLEAR" if getattr(model.config, "mlm_weight", 0) > 0 else "SimCSE"
+
+
+def _describe_model(model) -> dict:
+    """The card's description of the model's parts, for either family (`ContrastiveModel` or `DualEncoderModel`)."""
+    config = model.config
+    dual = getattr(config, "model_type", "") == "dual_encoder"
+    encoder = config.query_encoder if dual else config.encoder
+    encoder_text = (
+        f"{encoder.model_type}, {getattr(encoder, 'num_hidden_layers', '?')} layers, hidden size "
+        f"{encoder.hidden_size}, vocabulary {encoder.vocab_size}"
+    )
+    if dual:
+        towers = "one shared encoder" if config.share_encoders else "a question encoder and a passage encoder"
+        projection = f"linear to {config.projection_dim}" if config.projection_dim else "none"
+        return {
+            "encoder_description": f"{towers}: {encoder_text}",
+            "projection_description": projection,
+            "objective_description": f"InfoNCE over {config.similarity} similarities (DPR)",
+            "similarity": config.similarity,
+        }
+    if config.projection_type == "none":
+        projection = "none"
+    else:
+        usage = "kept at inference" if config.projection_at_inference else "training only"
+        size = config.projection_dim or encoder.hidden_size
+        if config.projection_type == "linear":
+            projection = f"linear to {size} ({usage})"
+        else:
+            projection = (
+                f"MLP, {config.projection_layers} layers, {config.projection_activation}, output {size} ({usage})"
+            )
+    objective = f"L_CL ({config.contrastive_loss})"
+    if config.mlm_weight > 0:
+        objective = f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
+    return {
+        "encoder_description": encoder_text,
+        "projection_description": projection,
+        "objective_description": objective,
+        "similarity": "cosine",
+    }
+
+
+def _framework_versions() -> str:
+    versions = []
+    for package in _FRAMEWORKS:
+        try:
+            versions.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            continue
+    return ", ".join(versions)
 
 
 def render_model_card(model, info: ModelCardInfo) -> ModelCard:
-    """The card of ``model`` (a contrastive model) for the run ``info``; it validates as a Hub model card."""
+    """The card of ``model`` (a contrastive_hf model) for the run ``info``; its metadata parses as a Hub card."""
     config = model.config
-    method = METHODS[info.method]
+    method = METHODS.get(info.method, {**_GENERIC_METHOD, "name": info.method})
     eval_rows, eval_results = [], []
     for task, metrics in info.eval_results.items():
         for metric, value in metrics.items():
@@ -92,23 +211,32 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
             eval_results.append(
                 EvalResult(
                     task_type="sentence-similarity" if similarity else "text-classification",
-                    dataset_type=_HUB_DATASETS.get(task.split("_")[0], task.split("_")[0]),
-                    dataset_name=_DATASET_NAMES.get(task.split("_")[0], task),
+                    dataset_type=_RESULT_TYPES.get(task, task),
+                    dataset_name=_DATASET_NAMES.get(task, _DATASET_NAMES.get(task.split("_")[0], task)),
                     dataset_split="validation" if "dev" in task else "test",
                     metric_type=f"{metric}_cosine" if similarity else "accuracy",
-                    metric_value=round(value, 2),
+                    metric_value=round(value / 100, 4),  # sentence-transformers' scale: 0 to 1
                 )
             )
+    stacks = sentence_transformers_unsupported_reason(model) is None and bool(model.sentence_transformers_stacks())
     card_data = ModelCardData(
-        library_name="peft" if info.adapter else "transformers",
+        library_name="peft" if info.adapter else ("sentence-transformers" if stacks else "transformers"),
         pipeline_tag="sentence-similarity",
-        tags=["sentence-similarity", "contrastive-learning", info.method.lower(), "contrastive_hf"],
+        tags=list(
+            dict.fromkeys(
+                ["sentence-transformers", "sentence-similarity", "feature-extraction", "contrastive-learning"]
+                + [info.method.lower().replace(" ", "-"), "contrastive_hf", *info.tags]
+            )
+        ),
         base_model=info.base_model,
+        datasets=info.datasets or None,
+        license=info.license,
+        language=info.language,
         model_name=info.model_name,
         eval_results=eval_results or None,
     )
     hyperparameters = ", ".join(f"{key} {value}" for key, value in info.hyperparameters.items())
-    encoder = config.encoder
+    described = _describe_model(model)
     return ModelCard.from_template(
         card_data,
         template_path=str(TEMPLATE_PATH),
@@ -120,24 +248,17 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         base_model_text=f"[{info.base_model}](https://huggingface.co/{info.base_model})"
         if info.base_model
         else "none (trained from scratch or from a local checkpoint)",
-        encoder_description=f"{encoder.model_type}, {getattr(encoder, 'num_hidden_layers', '?')} layers, "
-        f"hidden size {encoder.hidden_size}, vocabulary {encoder.vocab_size}",
         pooler_type=config.pooler_type,
-        projection_description=_describe_projection(config),
         views_description=f"`{info.augmentation}`",
-        objective_description=info.objective
-        or (
-            f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
-            if config.mlm_weight > 0
-            else f"L_CL ({config.contrastive_loss})"
-        ),
+        objective_description=info.objective or described["objective_description"],
         temperature=config.temperature,
         negatives_description=_describe_negatives(info),
-        sentence_transformers=_describe_sentence_transformers(model),
-        encoder_type=type(model.get_encoder_model()).__name__,
-        training_data=info.training_data,
+        sentence_transformers=stacks,
+        dual_encoder=getattr(config, "model_type", "") == "dual_encoder",
+        training_data=", ".join(info.datasets) if info.datasets else info.training_data,
         hyperparameters=hyperparameters,
         hardware=_hardware(info.world_size, info.zero_stage),
+        frameworks=_framework_versions(),
         eval_rows=eval_rows,
         repo_id=info.repo_id or info.model_name,
         embedding_size=config.embedding_size,
@@ -145,7 +266,8 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         base_model=info.base_model or "BASE_MODEL",
         base_model_arguments=_base_model_arguments(config),
         limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
-        "of its training text (English Wikipedia for the demo) and is not meant for languages it was not trained on.",
+        "of its training text and is not meant for languages it was not trained on.",
+        **{key: value for key, value in described.items() if key != "objective_description"},
     )
 
 
@@ -164,24 +286,10 @@ def _describe_negatives(info: ModelCardInfo) -> str:
 
 
 def _base_model_arguments(config) -> str:
-    """The ContrastiveConfig fields that rebuild the trained model's head around a pretrained encoder."""
+    """The model options that rebuild the trained model's heads around a pretrained encoder."""
     names = ("pooler_type", "projection_type", "projection_dim", "projection_hidden_size", "projection_layers")
     names += ("projection_activation", "projection_output_activation", "projection_at_inference", "temperature")
-    return ", ".join(f"{name}={getattr(config, name)!r}" for name in names)
-
-
-def _describe_sentence_transformers(model) -> str | None:
-    """What SentenceTransformer(path) runs for this checkpoint, or None when it cannot express the pooling."""
-    model = getattr(model, "contrastive", model)
-    if sentence_transformers_unsupported_reason(model) is not None:
-        return None
-    config = model.config
-    steps = ["the encoder", f"{config.pooler_type} pooling"]
-    if config.pooler_type == "cls":
-        steps[-1] = "[CLS] pooling, the encoder's pooler layer (dense + tanh)"
-    if config.projection_at_inference and config.projection_type != "none":
-        steps.append("the projection head")
-    return ", then ".join(steps)
+    return ", ".join(f"{name}={getattr(config, name)!r}" for name in names if hasattr(config, name))
 
 
 def _hardware(world_size: int, zero_stage: int | None = None) -> str:

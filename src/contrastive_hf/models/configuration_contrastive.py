@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
+
+from .transformers_compat import SubConfigSpec, build_sub_config
 
 # cls: the encoder's own pooler (dense + tanh over [CLS], as BERT's NSP head); cls_before_pooler: the raw [CLS]
 # hidden state; avg_first_last / avg_top2: SimCSE's averages of two layers' token means.
@@ -29,6 +30,16 @@ def parse_sub_batch_size(value) -> int | str:
         f"sub_batch_size must be one of {', '.join(repr(path) for path in ENCODING_PATHS)} or an integer >= 0 "
         f"(0: one padded pass; N: length-sorted groups of N views), got {value!r}."
     )
+
+
+def without_sub_config_paths(config_dict: dict) -> dict:
+    """``config_dict`` without the ``_name_or_path`` its nested configurations carry: transformers leaves it out of
+    a top-level config.json, but a sub-config's would keep the local path (or Hub id) it was loaded from."""
+    for value in config_dict.values():
+        if isinstance(value, dict) and "model_type" in value:
+            value.pop("_name_or_path", None)
+            without_sub_config_paths(value)
+    return config_dict
 
 
 class ContrastiveConfig(PreTrainedConfig):
@@ -82,10 +93,22 @@ class ContrastiveConfig(PreTrainedConfig):
               docs/benchmarks.md.
         sub_batch_tokens (`int`, defaults to 1024):
             The token budget of a `"sorted"` group.
+        prompts (`dict[str, str]`, *optional*):
+            Texts prepended to sentences by role, as sentence-transformers' prompts (E5's ``{"query": "query: ",
+            "document": "passage: "}``): ``encode(..., prompt_name="query")`` applies one, and the checkpoint's
+            ``config_sentence_transformers.json`` carries them.
+        default_prompt_name (`str`, *optional*):
+            The prompt ``encode`` applies when none is named (a key of ``prompts``).
+        include_prompt (`bool`, defaults to `True`):
+            Pool the prompt's tokens with the sentence's; False leaves them out of mean and max pooling
+            (sentence-transformers' ``include_prompt``).
     """
 
     model_type = "contrastive"
-    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    else:  # transformers < 5.20: the sub-config is built in __post_init__
+        sub_configs = {"encoder": AutoConfig}
 
     encoder: PreTrainedConfig | dict | None = None
     pooler_type: str = "cls"
@@ -103,8 +126,13 @@ class ContrastiveConfig(PreTrainedConfig):
     hard_negative_weight: float = 0.0
     sub_batch_size: int | str = "auto"
     sub_batch_tokens: int = 1024
+    prompts: dict | None = None
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.encoder = build_sub_config(self.encoder, AutoConfig, model_type="bert")
         if isinstance(self.encoder, PreTrainedConfig):
             # our own copy: the base class resets a sub-config's attention implementation, which must not change
             # the config of a live model the encoder config was taken from
@@ -143,8 +171,22 @@ class ContrastiveConfig(PreTrainedConfig):
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.prompts is not None and not (
+            isinstance(self.prompts, dict) and all(isinstance(text, str) for text in self.prompts.values())
+        ):
+            raise ValueError(
+                f"prompts must map names to prompt texts, e.g. {{'query': 'query: '}}, got {self.prompts}."
+            )
+        if self.default_prompt_name is not None and self.default_prompt_name not in (self.prompts or {}):
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not among the prompts "
+                f"{sorted(self.prompts or {})}: add it to prompts or leave default_prompt_name unset."
+            )
         if self.mlm_weight == 0 and self.cl_weight == 0:
             raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
+
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
@@ -163,4 +205,35 @@ class ContrastiveConfig(PreTrainedConfig):
         return self.encoder.hidden_size
 
 
-__all__ = ["ContrastiveConfig", "POOLER_TYPES", "PROJECTION_TYPES", "CONTRASTIVE_LOSSES", "ENCODING_PATHS"]
+# The fields a checkpoint's contrastive_config.json holds: every model option except the encoder (saved as the
+# checkpoint's own config.json).
+CONFIG_FIELDS = (
+    "pooler_type",
+    "projection_type",
+    "projection_dim",
+    "projection_hidden_size",
+    "projection_layers",
+    "projection_activation",
+    "projection_output_activation",
+    "projection_at_inference",
+    "temperature",
+    "contrastive_loss",
+    "mlm_weight",
+    "cl_weight",
+    "hard_negative_weight",
+    "sub_batch_size",
+    "sub_batch_tokens",
+    "prompts",
+    "default_prompt_name",
+    "include_prompt",
+)
+
+__all__ = [
+    "ContrastiveConfig",
+    "CONFIG_FIELDS",
+    "without_sub_config_paths",
+    "POOLER_TYPES",
+    "PROJECTION_TYPES",
+    "CONTRASTIVE_LOSSES",
+    "ENCODING_PATHS",
+]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_contrastive import POOLER_TYPES
+from .configuration_contrastive import POOLER_TYPES, without_sub_config_paths
+from .transformers_compat import SubConfigSpec, build_sub_config
 
 SIMILARITIES = ("dot", "cosine")
 # The temperature each similarity gets when none is given: DPR scores with the raw dot product (no temperature);
@@ -39,13 +39,19 @@ class DualEncoderConfig(PreTrainedConfig):
             `dot` (DPR's inner product) or `cosine`.
         temperature (`float`, *optional*):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
+        prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
+            As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
+            `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
     """
 
     model_type = "dual_encoder"
-    sub_configs_defaults = {
-        "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
-        "passage_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True),
-    }
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {
+            "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),
+            "passage_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True),
+        }
+    else:  # transformers < 5.20: the sub-configs are built in __post_init__
+        sub_configs = {"query_encoder": AutoConfig, "passage_encoder": AutoConfig}
 
     query_encoder: PreTrainedConfig | dict | None = None
     passage_encoder: PreTrainedConfig | dict | None = None
@@ -54,8 +60,14 @@ class DualEncoderConfig(PreTrainedConfig):
     projection_dim: int | None = None
     similarity: str = "dot"
     temperature: float | None = None
+    prompts: dict | None = None
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.query_encoder = build_sub_config(self.query_encoder, AutoConfig, model_type="bert")
+            self.passage_encoder = build_sub_config(self.passage_encoder, AutoConfig, model_type="bert", optional=True)
         super().__post_init__(**kwargs)
         if self.share_encoders and self.passage_encoder is not None:
             raise ValueError(
@@ -91,6 +103,9 @@ class DualEncoderConfig(PreTrainedConfig):
         """The configuration of the encoder that reads passages (the query encoder's when shared)."""
         return self.query_encoder if self.share_encoders else self.passage_encoder
 
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
+
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The query encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
         return self.query_encoder
@@ -115,4 +130,17 @@ class DualEncoderConfig(PreTrainedConfig):
         return self.projection_dim or self.query_encoder.hidden_size
 
 
-__all__ = ["DualEncoderConfig", "SIMILARITIES", "DEFAULT_TEMPERATURES"]
+# The fields a checkpoint's dual_encoder_config.json holds: every option but the encoders (saved as checkpoints of
+# their own).
+DUAL_ENCODER_FIELDS = (
+    "share_encoders",
+    "pooler_type",
+    "projection_dim",
+    "similarity",
+    "temperature",
+    "prompts",
+    "default_prompt_name",
+    "include_prompt",
+)
+
+__all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "SIMILARITIES", "DEFAULT_TEMPERATURES"]

@@ -12,6 +12,11 @@ exchanges them first, every rank pads its slice to the largest for the collectiv
 shapes only), and the padding is cut out of the result, so the gathered batch holds each rank's real rows only and
 this rank's rows start at ``sum(sizes[:rank])``. The backward uses an all-reduce (supported by every backend, gloo
 included) rather than a reduce-scatter.
+
+With different sizes, the plain average over ranks of each rank's mean loss is no longer the global batch's mean (a
+row of a 3-row rank would weigh more than a row of a 5-row rank): `share_of_global_mean` scales each rank's mean by
+``world * B_r / sum(sizes)``, after which the average over ranks, which DDP's gradient averaging differentiates, is
+the mean over every row of the global batch.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "gather_sizes", "gather_with_grad", "gather_no_grad"]
+__all__ = ["world_size", "rank", "gather_sizes", "gather_with_grad", "gather_no_grad", "share_of_global_mean"]
 
 
 def world_size() -> int:
@@ -84,3 +89,12 @@ def gather_no_grad(tensor: torch.Tensor, sizes: list[int] | None = None) -> torc
         return tensor
     sizes = gather_sizes(tensor.shape[0], tensor.device) if sizes is None else sizes
     return _all_gather_rows(tensor, sizes)
+
+
+def share_of_global_mean(local_mean: torch.Tensor, sizes: list[int] | None) -> torch.Tensor:
+    """This rank's mean loss over its ``sizes[rank]`` rows, scaled so that the average over ranks of the returned
+    values is the mean over all ``sum(sizes)`` rows; ``local_mean`` itself when all sizes are equal or ``sizes`` is
+    None (nothing gathered)."""
+    if sizes is None or len(set(sizes)) == 1:
+        return local_mean
+    return local_mean * (len(sizes) * sizes[rank()] / sum(sizes))

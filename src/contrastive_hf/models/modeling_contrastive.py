@@ -1,13 +1,14 @@
 """Contrastive sentence encoders: any transformers encoder + a pooler + a projection head, with an optional MLM head.
 
-This file, ``configuration_contrastive.py`` and ``losses.py`` are copied into every saved checkpoint, so they import
-only torch, transformers and each other (relative imports): ``AutoModel.from_pretrained(path,
-trust_remote_code=True)`` then works where contrastive_hf is not installed.
+A saved checkpoint is its encoder in the encoder's own architecture, with the sentence-transformers files and our
+configuration and heads beside it (`checkpoint_files`): ``SentenceTransformer(path)`` loads it without remote code,
+``AutoModel.from_pretrained(path)`` gives the encoder, and `ContrastiveModel.from_pretrained(path)` the whole model.
+The files of this folder import only torch, transformers and each other (relative imports), as the checkpoints of
+contrastive_hf 0.1 shipped them for ``trust_remote_code``.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 from dataclasses import dataclass
@@ -15,14 +16,15 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.dynamic_module_utils import custom_object_save
 from transformers.modeling_outputs import SequenceClassifierOutput
-from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.utils import ModelOutput
 
-from .configuration_contrastive import ContrastiveConfig, parse_sub_batch_size
+from .checkpoint_files import CONTRASTIVE_CONFIG_NAME, LOADING_KWARGS, EmbeddingCheckpointMixin, download_kwargs
+from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, parse_sub_batch_size
+from .encoding import SentenceEmbeddingMixin, encode_with
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import (
     PackedSequences,
@@ -31,7 +33,7 @@ from .packing import (
     packed_encoder_forward,
     packing_unsupported_reason,
 )
-from .sentence_transformers_files import write_sentence_transformers_files
+from .sentence_transformers_files import SentenceTransformersStack
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +42,6 @@ ENCODING_PATH_WORDS = {
     "packed": "packed batches (one sequence of real tokens, attention inside each sentence)",
     "sorted": "length-sorted groups, each padded to its own longest",
     "padded": "one pass padded to the batch's longest",
-}
-
-# The Auto classes a saved checkpoint maps to the shipped code (config.json's `auto_map`).
-AUTO_MAP = {
-    "AutoConfig": "configuration_contrastive.ContrastiveConfig",
-    "AutoModel": "modeling_contrastive.ContrastiveModel",
-    "AutoModelForPreTraining": "modeling_contrastive.ContrastiveForPreTraining",
-    "AutoModelForSequenceClassification": "modeling_contrastive.ContrastiveForSequenceClassification",
 }
 
 
@@ -203,72 +197,159 @@ class MaskedLMHead(nn.Module):
 
 
 def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLike | None = None, **load_kwargs):
-    """An AutoModel encoder from a config (or a pretrained path), with BERT's pooler layer only when it is used.
+    """An AutoModel encoder from a config (or a pretrained path), whole: with its pooler layer (BERT's dense + tanh
+    over [CLS]) when its architecture has one.
 
-    An unused pooler layer would leave parameters without gradients, which DistributedDataParallel rejects.
+    When the pooler layer is not used (any ``pooler_type`` but ``cls``) it is frozen: DistributedDataParallel
+    rejects trainable parameters that get no gradient, and a frozen layer keeps its pretrained weights, so the saved
+    encoder is the architecture's whole checkpoint (it loads in `AutoModel` or sentence-transformers without a
+    "missing" or "unexpected" pooler report).
     """
-    kwargs = {}
-    model_class = MODEL_MAPPING.get(type(encoder_config), None)
-    if model_class is not None and "add_pooling_layer" in inspect.signature(model_class.__init__).parameters:
-        kwargs["add_pooling_layer"] = with_pooler
     if pretrained is not None:
-        encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **kwargs, **load_kwargs)
+        encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **load_kwargs)
     else:
-        encoder = AutoModel.from_config(encoder_config, **kwargs)
-    if with_pooler and getattr(encoder, "pooler", None) is None:
+        encoder = AutoModel.from_config(encoder_config)
+    pooler = getattr(encoder, "pooler", None)
+    if with_pooler and pooler is None:
         raise ValueError(
             f"pooler_type='cls' uses the encoder's pooler layer, which {type(encoder).__name__} does not have; "
             "use pooler_type='cls_before_pooler' (the [CLS] hidden state) or 'mean' instead."
         )
+    if pooler is not None and not with_pooler:
+        pooler.requires_grad_(False)
     return encoder
 
 
-class ContrastivePreTrainedModel(PreTrainedModel):
-    """Base class: configuration, weight initialisation, saving with the code needed to load without the package."""
+def init_weights(module: nn.Module, std: float) -> None:
+    """transformers' initialisation of the layers our models add: normal(0, std) linear weights, zero biases,
+    unit LayerNorms, and an MLM head's zero bias (and untied decoder weights).
+
+    Through `transformers.initialization`, which skips tensors loaded from a checkpoint (transformers < 5.13 ran
+    `_init_weights` after loading a model of a user package, and in-place ``normal_()`` overwrote the loaded heads)."""
+    if isinstance(module, nn.Linear):
+        init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        init.ones_(module.weight)
+        init.zeros_(module.bias)
+    elif isinstance(module, MaskedLMHead):
+        init.zeros_(module.bias)
+        if module.decoder_weight is not None:
+            init.normal_(module.decoder_weight, mean=0.0, std=std)
+
+
+def dense_stages(model: ContrastiveModel) -> list[tuple[nn.Linear, str | None]]:
+    """The linear layers (and their activations) between the pooled token state and the inference embedding: BERT's
+    pooler layer for ``cls``, then the projection when it is kept at inference."""
+    config = model.config
+    stages = []
+    if config.pooler_type == "cls":
+        stages.append((model.encoder.pooler.dense, "tanh"))
+    if config.projection_at_inference and config.projection_type != "none":
+        layers = list(model.projection.layers)
+        for index, layer in enumerate(layers):
+            is_last = index == len(layers) - 1
+            activated = config.projection_type == "mlp" and (not is_last or config.projection_output_activation)
+            stages.append((layer, config.projection_activation if activated else None))
+    return stages
+
+
+class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixin, PreTrainedModel):
+    """Base class: configuration, weight initialisation, the checkpoint layout (`checkpoint_files`) and `encode`."""
 
     config_class = ContrastiveConfig
     base_model_prefix = "contrastive"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    checkpoint_config_name = CONTRASTIVE_CONFIG_NAME
 
     @torch.no_grad()
     def _init_weights(self, module):
-        std = getattr(self.config.encoder, "initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(mean=0.0, std=std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
-        elif isinstance(module, MaskedLMHead):
-            module.bias.zero_()
-            if module.decoder_weight is not None:
-                module.decoder_weight.normal_(mean=0.0, std=std)
+        init_weights(module, getattr(self.config.encoder, "initializer_range", 0.02))
 
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """Save weights (safetensors), config, this package's modeling code (so that `trust_remote_code=True`
-        loads the checkpoint where contrastive_hf is not installed) and the sentence-transformers module files."""
-        self.config.auto_map = dict(AUTO_MAP)
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            custom_object_save(self, save_directory)  # copies this file and its relative imports
-            if not isinstance(self, ContrastiveForSequenceClassification):
-                write_sentence_transformers_files(self, save_directory)
-
-    def export_encoder(self, save_directory: str | os.PathLike, tokenizer=None) -> None:
-        """Save the encoder alone as a plain transformers checkpoint (e.g. a `BertModel`), loadable with `AutoModel`
-        without remote code. The pooler and projection are not part of it: pool its token states as `pooler_type`
-        says (for `cls`, its `pooler_output`)."""
-        encoder = self.get_encoder_model()
-        encoder.save_pretrained(save_directory)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(save_directory)
+    def sentence_model(self) -> ContrastiveModel:
+        """The `ContrastiveModel` (encoder, pooler, projection) this model is built around: itself, or the one it
+        wraps (``self.contrastive``)."""
+        return getattr(self, "contrastive", self)
 
     def get_encoder_model(self) -> PreTrainedModel:
         """The wrapped transformers encoder (BertModel, RobertaModel, ...)."""
-        model = getattr(self, "contrastive", self)
-        return model.encoder
+        return self.sentence_model().encoder
+
+    def export_encoder(self, save_directory: str | os.PathLike, tokenizer=None) -> None:
+        """Save the encoder alone as a plain transformers checkpoint (e.g. a `BertModel`). A saved contrastive_hf
+        checkpoint already is one at its root (``AutoModel.from_pretrained(path)``); this writes the encoder without
+        our files. Pool its token states as ``pooler_type`` says (for ``cls``, its ``pooler_output``)."""
+        self.get_encoder_model().save_pretrained(save_directory)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(save_directory)
+
+    # The checkpoint layout (checkpoint_files.EmbeddingCheckpointMixin) ----------------------------------------
+
+    def checkpoint_encoders(self) -> dict:
+        prefix = "encoder." if self.sentence_model() is self else "contrastive.encoder."
+        return {"encoder": ("", prefix, self.get_encoder_model())}
+
+    def checkpoint_config(self) -> dict:
+        saved = {name: getattr(self.config, name) for name in CONFIG_FIELDS}
+        if self.config.problem_type is not None or isinstance(self, ContrastiveForSequenceClassification):
+            saved.update(
+                id2label={str(key): value for key, value in self.config.id2label.items()},
+                problem_type=self.config.problem_type,
+            )
+        return saved
+
+    @classmethod
+    def config_field_names(cls) -> tuple[str, ...]:
+        return (*CONFIG_FIELDS, "num_labels", "id2label", "label2id", "problem_type")
+
+    @classmethod
+    def saved_encoder_folders(cls, saved: dict) -> dict[str, str]:
+        return {"encoder": ""}
+
+    @classmethod
+    def config_from_checkpoint(cls, saved: dict, encoder_configs: dict, overrides: dict) -> ContrastiveConfig:
+        values = {name: saved[name] for name in cls.config_field_names() if name in saved}
+        if "id2label" in values:
+            values["id2label"] = {int(key): value for key, value in values["id2label"].items()}
+        if "num_labels" in overrides:  # a new classification head: its labels replace the saved ones
+            values.pop("id2label", None)
+        return ContrastiveConfig(encoder=encoder_configs["encoder"], **{**values, **overrides})
+
+    def load_pretrained_encoder(self, name: str, source: str | os.PathLike, **loading) -> PreTrainedModel:
+        config = self.config.encoder
+        return build_encoder(config, self.config.pooler_type == "cls", pretrained=source, **loading)
+
+    def install_encoders(self, encoders: dict[str, PreTrainedModel]) -> None:
+        self.sentence_model().set_encoder(encoders["encoder"])
+        self.config.encoder = encoders["encoder"].config
+
+    def encoder_configs(self) -> list:
+        return [self.config.encoder]
+
+    def sentence_transformers_stacks(self) -> dict[str, SentenceTransformersStack]:
+        model = self.sentence_model()
+        return {
+            "": SentenceTransformersStack(
+                pooler_type=self.config.pooler_type,
+                hidden_size=self.config.encoder.hidden_size,
+                max_seq_length=min(512, getattr(self.config.encoder, "max_position_embeddings", 512)),
+                dense=dense_stages(model),
+                include_prompt=self.config.include_prompt,
+            )
+        }
+
+    def embed_tokens(self, input_ids, attention_mask=None, token_type_ids=None, task=None, prompt_length=None):
+        """The inference embeddings ``(B, d)`` of a padded batch: encoder, pooler, and the projection when kept at
+        inference (what ``SentenceTransformer(path)`` computes from the saved checkpoint)."""
+        model = self.sentence_model()
+        projection = model.projection if self.config.projection_at_inference else None
+        return encode_with(
+            model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
+        )
+
+    # Building ------------------------------------------------------------------------------------------------
 
     @classmethod
     def from_config(cls, config, **config_overrides):
@@ -284,21 +365,27 @@ class ContrastivePreTrainedModel(PreTrainedModel):
         return cls._from_config(config)
 
     @classmethod
-    def from_encoder_pretrained(cls, name_or_path: str | os.PathLike, **config_overrides):
+    def from_encoder_pretrained(cls, name_or_path: str | os.PathLike, **kwargs):
         """Wrap a pretrained encoder checkpoint (a local folder or a Hub id).
 
-        ``config_overrides`` set [`ContrastiveConfig`] fields (``pooler_type="mean"``, ``temperature=0.05``...).
-        For [`ContrastiveForPreTraining`], the checkpoint's own MLM head is kept when it has one (a ``*ForMaskedLM``
-        or ``*ForPreTraining`` checkpoint); otherwise the MLM head starts from random weights.
+        Keyword arguments are transformers' loading arguments (``dtype``, ``revision``, ``token``, ``cache_dir``,
+        ``attn_implementation``, ``local_files_only``, ``subfolder``, ``trust_remote_code``), passed on to the
+        encoder's ``from_pretrained``, or [`ContrastiveConfig`] fields (``pooler_type="mean"``, ``temperature=0.05``
+        ...); anything else is an error listing both. For [`ContrastiveForPreTraining`], the checkpoint's own MLM
+        head is kept when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint); otherwise the MLM head
+        starts from random weights.
         """
-        encoder_config = AutoConfig.from_pretrained(name_or_path)
-        config = ContrastiveConfig(encoder=encoder_config, **config_overrides)
-        model = cls(config)
-        encoder = build_encoder(config.encoder, config.pooler_type == "cls", pretrained=name_or_path)
-        model.set_encoder(encoder)
+        loading = {name: kwargs.pop(name) for name in LOADING_KWARGS if name in kwargs}
+        overrides = cls.check_config_overrides(kwargs)
+        download = download_kwargs(loading)
+        encoder_config = AutoConfig.from_pretrained(
+            name_or_path, trust_remote_code=loading.get("trust_remote_code", False), **download
+        )
+        config = ContrastiveConfig(encoder=encoder_config, **overrides)
+        model = cls.assemble(config, {"encoder": (name_or_path, "")}, loading)
         if isinstance(model, ContrastiveForPreTraining):
-            model.load_mlm_head_from(name_or_path)
-        model.config._name_or_path = str(name_or_path)
+            model.load_mlm_head_from(name_or_path, **download)
+        model.config._name_or_path = str(name_or_path)  # in memory only: never written to a saved file
         return model
 
 
@@ -331,10 +418,12 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         self.config.encoder = self.encoder.config  # one config object, so that resizing updates the saved one
         self.pooler = SentencePooler(config.pooler_type)
         self.projection = ProjectionHead(config)
-        self.tokenizer = None  # set by `encode` callers or loaders; not saved with the weights
         self.post_init()
 
-    def set_encoder(self, encoder: PreTrainedModel) -> None:
+    def set_encoder(self, encoder: PreTrainedModel, modality: str | None = None) -> None:
+        """Replace the encoder (e.g. with a pretrained one); ``modality`` is transformers' argument, text only."""
+        if modality is not None:
+            raise ValueError(f"A ContrastiveModel has a text encoder only; got modality={modality!r}.")
         self.encoder = encoder
         self.config.encoder = encoder.config
 
@@ -453,26 +542,22 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         return path
 
     def _pool(self, input_ids, attention_mask, token_type_ids, project: bool, packed: bool = False) -> torch.Tensor:
-        """Encode ``(N, L)`` inputs in one forward pass, padded or packed, and pool (and project) them: ``(N, d)``."""
-        if packed:
-            outputs, attention_mask = packed_encoder_forward(
-                self.encoder,
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                output_hidden_states=self.pooler.needs_hidden_states,
-                with_pooler=self.pooler.pooler_type == "cls",
-                kernel=self.packed_attention_kernel,
-            )
-        else:
-            encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-            if token_type_ids is not None:
-                encoder_kwargs["token_type_ids"] = token_type_ids
-            if self.pooler.needs_hidden_states:
-                encoder_kwargs["output_hidden_states"] = True
-            outputs = self.encoder(**encoder_kwargs)
-        pooled = self.pooler(outputs, attention_mask)
-        return self.projection(pooled) if project else pooled
+        """Encode ``(N, L)`` inputs in one forward pass, padded (`encoding.encode_with`) or packed, and pool (and
+        project) them: ``(N, d)``."""
+        projection = self.projection if project else None
+        if not packed:
+            return encode_with(self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids)
+        outputs, sequences = packed_encoder_forward(
+            self.encoder,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            output_hidden_states=self.pooler.needs_hidden_states,
+            with_pooler=self.pooler.pooler_type == "cls",
+            kernel=self.packed_attention_kernel,
+        )
+        pooled = self.pooler(outputs, sequences)
+        return pooled if projection is None else projection(pooled)
 
     def _pool_sorted_groups(
         self, input_ids, attention_mask, token_type_ids, project: bool, sub_batch_size: int | str
@@ -537,74 +622,6 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         return output if return_dict else output.to_tuple()
 
-    @torch.no_grad()
-    def encode(
-        self,
-        sentences: str | list[str],
-        tokenizer=None,
-        batch_size: int = 64,
-        max_length: int | None = 128,
-        normalize: bool = False,
-    ) -> torch.Tensor:
-        """Sentence embeddings, ``(len(sentences), embedding_size)`` on the CPU, in the input order.
-
-        Runs in eval mode under ``no_grad``, in batches of sentences sorted by length (so that little padding is
-        computed), and restores the training mode afterwards.
-
-        Args:
-            sentences: a sentence or a list of them.
-            tokenizer: the tokenizer; defaults to ``self.tokenizer``, then to the one saved beside the checkpoint.
-            batch_size: sentences per forward pass.
-            max_length: truncation length in tokens (None: the tokenizer's maximum).
-            normalize: L2-normalise the embeddings (cosine similarity becomes a dot product).
-        """
-        single = isinstance(sentences, str)
-        sentences = [sentences] if single else list(sentences)
-        tokenizer = tokenizer or self.tokenizer or self._load_saved_tokenizer()
-        was_training = self.training
-        self.eval()
-        order = sorted(range(len(sentences)), key=lambda index: -len(sentences[index]))
-        embeddings = [None] * len(sentences)
-        device = next(self.parameters()).device
-        try:
-            for start in range(0, len(order), batch_size):
-                indices = order[start : start + batch_size]
-                batch = tokenizer(
-                    [sentences[i] for i in indices],
-                    padding=True,
-                    truncation=True,
-                    max_length=max_length,
-                    return_tensors="pt",
-                )
-                output = self(
-                    input_ids=batch["input_ids"].to(device),
-                    attention_mask=batch["attention_mask"].to(device),
-                    token_type_ids=batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
-                )
-                vectors = output.pooler_output.float()
-                if normalize:
-                    vectors = F.normalize(vectors, dim=-1)
-                for row, index in enumerate(indices):
-                    embeddings[index] = vectors[row].cpu()
-        finally:
-            self.train(was_training)
-        stacked = torch.stack(embeddings) if embeddings else torch.empty(0, self.config.embedding_size)
-        return stacked[0] if single else stacked
-
-    def _load_saved_tokenizer(self):
-        path = self.config._name_or_path
-        if not path:
-            raise ValueError(
-                "encode() needs a tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) or set model.tokenizer."
-            )
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"encode() found no tokenizer saved with {path!r}; pass tokenizer=... explicitly."
-            ) from error
-        return self.tokenizer
-
 
 class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     r"""
@@ -630,8 +647,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         tied = getattr(self.config.encoder, "tie_word_embeddings", True)
         return MaskedLMHead(self.config.encoder, embedding_size, tied)
 
-    def set_encoder(self, encoder: PreTrainedModel) -> None:
-        self.contrastive.set_encoder(encoder)
+    def set_encoder(self, encoder: PreTrainedModel, modality: str | None = None) -> None:
+        self.contrastive.set_encoder(encoder, modality)
         self.config.encoder = encoder.config
 
     def get_input_embeddings(self) -> nn.Module:
@@ -657,19 +674,19 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                     self.mlm_head.decoder_weight = nn.Parameter(fresh)
         return embeddings
 
-    def load_mlm_head_from(self, name_or_path: str | os.PathLike) -> bool:
+    def load_mlm_head_from(self, name_or_path: str | os.PathLike, **download) -> bool:
         """Copy the MLM head of a pretrained ``*ForMaskedLM`` checkpoint into ours; returns whether it was found.
 
         The head is found by structure (the dense layer, LayerNorm and output bias outside the base model), which
         covers BERT, RoBERTa, DistilBERT, ALBERT and ELECTRA generators.
         """
-        architectures = getattr(AutoConfig.from_pretrained(name_or_path), "architectures", None) or []
+        architectures = getattr(AutoConfig.from_pretrained(name_or_path, **download), "architectures", None) or []
         if not any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in architectures):
             logger.info(
                 "%s has no MLM head (architectures %s); the MLM head starts at random.", name_or_path, architectures
             )
             return False
-        source = AutoModelForMaskedLM.from_pretrained(name_or_path)
+        source = AutoModelForMaskedLM.from_pretrained(name_or_path, **download)
         prefix = source.base_model_prefix
         head_modules = [module for name, module in source.named_modules() if name and not name.split(".")[0] == prefix]
         output = source.get_output_embeddings()
@@ -850,6 +867,10 @@ class ContrastiveForSequenceClassification(ContrastivePreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.contrastive.set_input_embeddings(value)
+
+    def sentence_transformers_stacks(self) -> dict:
+        """None: a classifier checkpoint is not offered to sentence-transformers as a sentence encoder."""
+        return {}
 
     def forward(
         self,

@@ -10,8 +10,12 @@ batch (gathered from every device when training on several), plus the queued pas
 (DensePhrases, Lee et al., 2021, §4.2), with s = sim / temperature. A passage identical to the question's own positive
 (or to the question) is never counted as its negative.
 
-Like ``modeling_contrastive.py``, this file travels inside saved checkpoints with its relative imports, so it imports
-only torch, transformers and sibling modules.
+A saved dual encoder is a sentence-transformers model (`checkpoint_files`): with one shared encoder, that encoder in
+its own architecture at the root, as a `ContrastiveModel`; with two towers, a sentence-transformers ``Router`` whose
+``query`` route holds the question encoder and ``document`` route the passage encoder, each a plain transformers
+checkpoint in its folder. ``config_sentence_transformers.json`` records the similarity (``dot`` for DPR), so
+sentence-transformers and MTEB score with it. Like the rest of ``models/``, this file imports only torch,
+transformers and its siblings.
 """
 
 from __future__ import annotations
@@ -20,22 +24,26 @@ import os
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
-from transformers.dynamic_module_utils import custom_object_save
+from transformers import AutoConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .configuration_dual_encoder import DualEncoderConfig
+from .checkpoint_files import (
+    DUAL_ENCODER_CONFIG_NAME,
+    LOADING_KWARGS,
+    EmbeddingCheckpointMixin,
+    download_kwargs,
+    write_json,
+)
+from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
+from .encoding import SentenceEmbeddingMixin, encode_with
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
-from .modeling_contrastive import SentencePooler, build_encoder
+from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
+from .sentence_transformers_files import SentenceTransformersStack
 
-# The Auto classes a saved checkpoint maps to the shipped code (config.json's `auto_map`).
-AUTO_MAP = {
-    "AutoConfig": "configuration_dual_encoder.DualEncoderConfig",
-    "AutoModel": "modeling_dual_encoder.DualEncoderModel",
-}
+# Where a two-tower checkpoint keeps each encoder: sentence-transformers' Router folder names.
+TOWER_FOLDERS = {"query_encoder": "query_0_Transformer", "passage_encoder": "document_0_Transformer"}
 
 __all__ = ["DualEncoderModel", "DualEncoderPreTrainedModel", "DualEncoderOutput", "dot_logits", "similarity_logits"]
 
@@ -63,33 +71,20 @@ class DualEncoderOutput(ModelOutput):
     negatives_per_query: torch.FloatTensor | None = None
 
 
-class DualEncoderPreTrainedModel(PreTrainedModel):
-    """Base class of dual encoders: configuration class, weight initialisation, and saving with the code."""
+class DualEncoderPreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixin, PreTrainedModel):
+    """Base class of dual encoders: configuration class, weight initialisation, the checkpoint layout and `encode`."""
 
     config_class = DualEncoderConfig
     base_model_prefix = "dual_encoder"
     main_input_name = "query_input_ids"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    checkpoint_config_name = DUAL_ENCODER_CONFIG_NAME
+    head_prefix = ""
 
     @torch.no_grad()
     def _init_weights(self, module):
-        std = getattr(self.config.query_encoder, "initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(mean=0.0, std=std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
-
-    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
-        """Save weights (safetensors), config and this package's modeling code, so that `trust_remote_code=True`
-        loads the checkpoint where contrastive_hf is not installed."""
-        self.config.auto_map = dict(AUTO_MAP)
-        super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            custom_object_save(self, save_directory)  # copies this file and its relative imports
+        init_weights(module, getattr(self.config.query_encoder, "initializer_range", 0.02))
 
 
 class DualEncoderModel(DualEncoderPreTrainedModel):
@@ -135,7 +130,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             self.query_projection = nn.Linear(config.query_encoder.hidden_size, config.projection_dim)
             if not config.share_encoders:
                 self.passage_projection = nn.Linear(config.passage_encoder.hidden_size, config.projection_dim)
-        self.tokenizer = None  # set by `encode_*` callers or loaders; not saved with the weights
         self.post_init()
 
     def _sync_encoder_configs(self) -> None:
@@ -173,30 +167,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     # Embedding
     # ------------------------------------------------------------------------------------------------------------
 
-    def _embed(
-        self,
-        encoder: PreTrainedModel,
-        projection: nn.Linear | None,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """``(..., L)`` token ids -> ``(..., d)`` vectors through one encoder, the pooler and the projection."""
-        leading = input_ids.shape[:-1]
-        flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
-        input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-        if token_type_ids is not None:
-            encoder_kwargs["token_type_ids"] = token_type_ids
-        if self.pooler.needs_hidden_states:
-            encoder_kwargs["output_hidden_states"] = True
-        pooled = self.pooler(encoder(**encoder_kwargs), attention_mask)  # (N, h)
-        if projection is not None:
-            pooled = projection(pooled)
-        return pooled.reshape(*leading, pooled.shape[-1])
-
     def embed_queries(
         self,
         input_ids: torch.Tensor,
@@ -204,7 +174,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients."""
-        return self._embed(self.query_encoder, self.query_projection, input_ids, attention_mask, token_type_ids)
+        return encode_with(
+            self.query_encoder, self.pooler, self.query_projection, input_ids, attention_mask, token_type_ids
+        )
 
     def embed_passages(
         self,
@@ -215,7 +187,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients."""
         encoder = self.query_encoder if self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if self.config.share_encoders else self.passage_projection
-        return self._embed(encoder, projection, input_ids, attention_mask, token_type_ids)
+        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids)
 
     def embed_views(
         self,
@@ -361,85 +333,126 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     # Texts in, vectors out
     # ------------------------------------------------------------------------------------------------------------
 
-    @torch.no_grad()
-    def encode_queries(
-        self,
-        queries: str | list[str],
-        tokenizer=None,
-        batch_size: int = 64,
-        max_length: int | None = 64,
-        normalize: bool = False,
-    ) -> torch.Tensor:
-        """Query vectors, ``(len(queries), embedding_size)`` float32 on the CPU, in the input order.
+    def embed_tokens(self, input_ids, attention_mask=None, token_type_ids=None, task=None, prompt_length=None):
+        """The vectors ``(B, d)`` of a padded batch of queries (``task="query"``) or passages (``"document"``, the
+        default, as a sentence-transformers Router's default route)."""
+        if task not in (None, "query", "document", "passage"):
+            raise ValueError(f"Unknown task {task!r} for a dual encoder: use 'query' or 'document'.")
+        query = task == "query"
+        encoder = self.query_encoder if query or self.passage_encoder is None else self.passage_encoder
+        projection = self.query_projection if query or self.config.share_encoders else self.passage_projection
+        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length)
 
-        Args:
-            queries: a text or a list of them.
-            tokenizer: defaults to ``self.tokenizer``, then to the one saved beside the checkpoint.
-            batch_size: texts per forward pass.
-            max_length: truncation length in tokens (None: the tokenizer's maximum).
-            normalize: L2-normalise the vectors (then the dot product is the cosine similarity).
-        """
-        return self._encode_texts(self.embed_queries, queries, tokenizer, batch_size, max_length, normalize)
+    def encode_query(self, sentences, **kwargs):
+        """`encode` with the query encoder (and the ``query`` prompt when the config has one), as
+        `SentenceTransformer.encode_query`."""
+        if "query" in (self.config.prompts or {}) and "prompt" not in kwargs:
+            kwargs.setdefault("prompt_name", "query")
+        return self.encode(sentences, task="query", **kwargs)
 
-    @torch.no_grad()
-    def encode_passages(
-        self,
-        passages: str | list[str],
-        tokenizer=None,
-        batch_size: int = 64,
-        max_length: int | None = 256,
-        normalize: bool = False,
-    ) -> torch.Tensor:
-        """Passage vectors, ``(len(passages), embedding_size)`` float32 on the CPU, in the input order (arguments as
-        `encode_queries`; DPR truncates passages at 256 tokens)."""
-        return self._encode_texts(self.embed_passages, passages, tokenizer, batch_size, max_length, normalize)
+    def encode_document(self, sentences, **kwargs):
+        """`encode` with the passage encoder (and the ``document`` or ``passage`` prompt when the config has one),
+        as `SentenceTransformer.encode_document`."""
+        prompts = self.config.prompts or {}
+        name = next((name for name in ("document", "passage", "corpus") if name in prompts), None)
+        if name is not None and "prompt" not in kwargs:
+            kwargs.setdefault("prompt_name", name)
+        return self.encode(sentences, task="document", **kwargs)
 
-    def _encode_texts(self, embed, texts, tokenizer, batch_size: int, max_length: int | None, normalize: bool):
-        """Encode in eval mode, in batches of texts sorted by length (little padding), restoring the mode after."""
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        tokenizer = tokenizer or self.tokenizer or self._load_saved_tokenizer()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        order = sorted(range(len(texts)), key=lambda index: -len(texts[index]))
-        vectors = torch.empty(len(texts), self.config.embedding_size)
-        device = next(self.parameters()).device
-        was_training = self.training
-        self.eval()
-        try:
-            for start in range(0, len(order), batch_size):
-                indices = order[start : start + batch_size]
-                batch = tokenizer(
-                    [texts[i] for i in indices],
-                    padding=True,
-                    truncation=max_length is not None,
-                    max_length=max_length,
-                    return_tensors="pt",
-                )
-                embedded = embed(
-                    batch["input_ids"].to(device),
-                    batch["attention_mask"].to(device),
-                    batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
-                ).float()
-                if normalize:
-                    embedded = F.normalize(embedded, dim=-1)
-                vectors[torch.tensor(indices)] = embedded.cpu()
-        finally:
-            self.train(was_training)
-        return vectors[0] if single else vectors
+    def encode_queries(self, queries, tokenizer=None, batch_size: int = 64, max_length: int | None = 64, **kwargs):
+        """Query vectors as a float32 tensor on the CPU (the 0.1 interface; `encode_query` is sentence-transformers'
+        spelling and returns numpy by default). DPR truncates questions at 64 tokens."""
+        return self._encode_as_tensor(self.encode_query, queries, tokenizer, batch_size, max_length, **kwargs)
 
-    def _load_saved_tokenizer(self):
-        path = self.config._name_or_path
-        if not path:
-            raise ValueError(
-                "Encoding texts needs a tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) or set "
-                "model.tokenizer."
+    def encode_passages(self, passages, tokenizer=None, batch_size: int = 64, max_length: int | None = 256, **kwargs):
+        """Passage vectors as a float32 tensor on the CPU (the 0.1 interface of `encode_document`); DPR truncates
+        passages at 256 tokens."""
+        return self._encode_as_tensor(self.encode_document, passages, tokenizer, batch_size, max_length, **kwargs)
+
+    @staticmethod
+    def _encode_as_tensor(encode, texts, tokenizer, batch_size, max_length, **kwargs) -> torch.Tensor:
+        if "normalize" in kwargs:
+            kwargs["normalize_embeddings"] = kwargs.pop("normalize")
+        vectors = encode(
+            texts, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, convert_to_tensor=True, **kwargs
+        )
+        return vectors.cpu()
+
+    @property
+    def similarity_fn_name(self) -> str:
+        return self.config.similarity
+
+    # The checkpoint layout (checkpoint_files.EmbeddingCheckpointMixin) ----------------------------------------
+
+    def checkpoint_encoders(self) -> dict:
+        if self.config.share_encoders:
+            return {"query_encoder": ("", "query_encoder.", self.query_encoder)}
+        return {
+            name: (TOWER_FOLDERS[name], f"{name}.", getattr(self, name))
+            for name in ("query_encoder", "passage_encoder")
+        }
+
+    def checkpoint_config(self) -> dict:
+        return {name: getattr(self.config, name) for name in DUAL_ENCODER_FIELDS}
+
+    @classmethod
+    def config_field_names(cls) -> tuple[str, ...]:
+        return DUAL_ENCODER_FIELDS
+
+    @classmethod
+    def saved_encoder_folders(cls, saved: dict) -> dict[str, str]:
+        if saved.get("share_encoders"):
+            return {"query_encoder": ""}
+        return dict(TOWER_FOLDERS)
+
+    @classmethod
+    def config_from_checkpoint(cls, saved: dict, encoder_configs: dict, overrides: dict) -> DualEncoderConfig:
+        values = {name: saved[name] for name in DUAL_ENCODER_FIELDS if name in saved}
+        return DualEncoderConfig(
+            query_encoder=encoder_configs["query_encoder"],
+            passage_encoder=encoder_configs.get("passage_encoder"),
+            **{**values, **overrides},
+        )
+
+    def load_pretrained_encoder(self, name: str, source: str | os.PathLike, **loading) -> PreTrainedModel:
+        config = self.config.query_encoder if name == "query_encoder" else self.config.passage_encoder
+        return build_encoder(config, self.config.pooler_type == "cls", pretrained=source, **loading)
+
+    def install_encoders(self, encoders: dict[str, PreTrainedModel]) -> None:
+        self.set_encoders(encoders["query_encoder"], encoders.get("passage_encoder"))
+
+    def encoder_configs(self) -> list:
+        return [self.config.query_encoder] + ([] if self.config.share_encoders else [self.config.passage_encoder])
+
+    def sentence_transformers_stacks(self) -> dict[str, SentenceTransformersStack]:
+        def stack(encoder, projection) -> SentenceTransformersStack:
+            dense = [(encoder.pooler.dense, "tanh")] if self.config.pooler_type == "cls" else []
+            if projection is not None:
+                dense.append((projection, None))
+            return SentenceTransformersStack(
+                pooler_type=self.config.pooler_type,
+                hidden_size=encoder.config.hidden_size,
+                max_seq_length=min(512, getattr(encoder.config, "max_position_embeddings", 512)),
+                dense=dense,
+                include_prompt=self.config.include_prompt,
             )
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-        except (OSError, ValueError) as error:
-            raise ValueError(f"No tokenizer is saved with {path!r}; pass tokenizer=... explicitly.") from error
-        return self.tokenizer
+
+        if self.config.share_encoders:
+            return {"": stack(self.query_encoder, self.query_projection)}
+        return {
+            "query": stack(self.query_encoder, self.query_projection),
+            "document": stack(self.passage_encoder, self.passage_projection),
+        }
+
+    def _write_checkpoint(self, save_directory: str, state_dict: dict | None, max_shard_size) -> None:
+        super()._write_checkpoint(save_directory, state_dict, max_shard_size)
+        if not self.config.share_encoders:
+            # two towers: the root holds no encoder; a config.json of our model type lets
+            # `AutoModel.from_pretrained(path)` (after `import contrastive_hf`) find DualEncoderModel
+            write_json(
+                os.path.join(save_directory, "config.json"),
+                {"model_type": DualEncoderConfig.model_type, "architectures": [type(self).__name__]},
+            )
 
     # ------------------------------------------------------------------------------------------------------------
     # Building
@@ -450,29 +463,33 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         cls,
         name_or_path: str | os.PathLike,
         passage_name_or_path: str | os.PathLike | None = None,
-        **config_overrides,
+        **kwargs,
     ) -> DualEncoderModel:
         """Two towers initialised from pretrained encoders (a local folder or a Hub id), as DPR starts both from
         BERT: the passage encoder from ``passage_name_or_path``, else from the same checkpoint as the query encoder.
 
-        ``config_overrides`` set [`DualEncoderConfig`] fields (``share_encoders=True``, ``similarity="cosine"``,
-        ``pooler_type="mean"``...).
+        Keyword arguments are transformers' loading arguments (``dtype``, ``revision``, ``token``, ``cache_dir``,
+        ``attn_implementation``...) or [`DualEncoderConfig`] fields (``share_encoders=True``,
+        ``similarity="cosine"``, ``pooler_type="mean"``...); anything else is an error listing both.
         """
-        share = config_overrides.get("share_encoders", False)
+        loading = {name: kwargs.pop(name) for name in LOADING_KWARGS if name in kwargs}
+        overrides = cls.check_config_overrides(kwargs)
+        download = download_kwargs(loading)
+        share = overrides.get("share_encoders", False)
         if share and passage_name_or_path is not None:
             raise ValueError("share_encoders=True has a single encoder: do not give passage_name_or_path.")
         passage_source = passage_name_or_path or name_or_path
+        trust = loading.get("trust_remote_code", False)
         config = DualEncoderConfig(
-            query_encoder=AutoConfig.from_pretrained(name_or_path),
-            passage_encoder=None if share else AutoConfig.from_pretrained(passage_source),
-            **config_overrides,
+            query_encoder=AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust, **download),
+            passage_encoder=None
+            if share
+            else AutoConfig.from_pretrained(passage_source, trust_remote_code=trust, **download),
+            **overrides,
         )
-        model = cls(config)
-        with_pooler = config.pooler_type == "cls"
-        query_encoder = build_encoder(config.query_encoder, with_pooler, pretrained=name_or_path)
-        passage_encoder = None
+        sources = {"query_encoder": (name_or_path, "")}
         if not share:
-            passage_encoder = build_encoder(config.passage_encoder, with_pooler, pretrained=passage_source)
-        model.set_encoders(query_encoder, passage_encoder)
-        model.config._name_or_path = str(name_or_path)
+            sources["passage_encoder"] = (passage_source, "")
+        model = cls.assemble(config, sources, loading)
+        model.config._name_or_path = str(name_or_path)  # in memory only: never written to a saved file
         return model

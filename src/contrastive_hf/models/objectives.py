@@ -11,7 +11,8 @@ function itself:
 3. score this process's queries against the global batch with `losses.info_nce` (SimCSE, DPR) or `losses.nt_xent`
    (SimCLR, CLEAR), under cosine or dot-product similarity.
 
-The mean over processes of the returned loss is the global batch's loss, and DDP's (or DeepSpeed's) gradient
+The mean over processes of the returned loss is the global batch's loss (each process's mean weighted by its share
+of the rows when the sizes differ, `distributed.share_of_global_mean`), and DDP's (or DeepSpeed's) gradient
 averaging makes its gradient exact (`distributed.py`). Like the rest of ``models/``, this file imports torch and its
 siblings only: it travels inside saved checkpoints.
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, world_size
+from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
 from .losses import SIMILARITIES, duplicate_mask, info_nce, nt_xent
 
 __all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "cached_gradient_surrogate"]
@@ -58,8 +59,10 @@ def in_batch_loss(
             process (the global batch), which may hold a different number of sentences each.
 
     Returns:
-        ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32), and the mean number of
-        negatives in their softmax after duplicates are left out (a detached float32 scalar).
+        ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32; scaled by the process's
+        share of the global batch when the processes' sizes differ, so that the mean over processes is the global
+        batch's loss), and the mean number of negatives in their softmax after duplicates are left out (a detached
+        float32 scalar).
 
     Example:
 
@@ -77,7 +80,7 @@ def in_batch_loss(
     if similarity not in SIMILARITIES:
         raise ValueError(f"Unknown similarity {similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
     batch_size, num_views = embeddings.shape[:2]
-    everyone, everyone_ids, offset = embeddings, sentence_ids, 0
+    everyone, everyone_ids, offset, sizes = embeddings, sentence_ids, 0, None
     if gather_across_devices and world_size() > 1:
         sizes = gather_sizes(batch_size, embeddings.device)  # batch sizes may differ between processes
         everyone = gather_with_grad(embeddings, sizes)  # (M, S, d), in rank order
@@ -110,7 +113,7 @@ def in_batch_loss(
             similarity=similarity,
         )
         left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (2B,)
-        return value, _mean_count(2 * total - 2 - left_out, embeddings.device)
+        return share_of_global_mean(value, sizes), _mean_count(2 * total - 2 - left_out, embeddings.device)
 
     if num_views < 2:
         raise ValueError(f"info_nce takes a query and a positive (and hard negatives), got {num_views} view(s).")
@@ -140,7 +143,7 @@ def in_batch_loss(
         similarity=similarity,
     )
     left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (B,)
-    return value, _mean_count(columns - 1 - left_out, embeddings.device)
+    return share_of_global_mean(value, sizes), _mean_count(columns - 1 - left_out, embeddings.device)
 
 
 def _mean_count(counts, device: torch.device) -> torch.Tensor:

@@ -1,26 +1,52 @@
-"""The files that let ``SentenceTransformer(path)`` load a contrastive_hf checkpoint with the same embeddings.
+"""The files that let ``SentenceTransformer(path)`` load a contrastive_hf checkpoint, without remote code and with the
+same embeddings, and that Text Embeddings Inference reads to serve it.
 
-sentence-transformers reads ``modules.json`` (a pipeline of modules), runs the checkpoint's AutoModel for token
-embeddings (module 0, ``path: ""``), then a Pooling module and optional Dense modules. Our poolers map onto it as:
+sentence-transformers reads ``modules.json`` (a pipeline of modules): module 0 is the encoder (a ``Transformer``
+module at ``path: ""``, the checkpoint's root, which holds the encoder in its own architecture), then a ``Pooling``
+module and optional ``Dense`` modules. Our poolers map onto it as:
 
 - ``cls_before_pooler``, ``mean``, ``max``: Pooling in that mode;
 - ``cls``: Pooling on the [CLS] token, then a Dense layer holding BERT's pooler weights with tanh;
 - a projection kept at inference (``projection_at_inference=True``): one Dense layer per projection layer.
 
+``config_sentence_transformers.json`` records the similarity function (``cosine``, or ``dot`` for DPR's inner
+product: what sentence-transformers and MTEB compare embeddings with) and the prompts.
+
+A dual encoder with two towers is a sentence-transformers ``Router``: ``encode_query`` runs the query tower
+(``query_*`` folders), ``encode_document`` the passage tower (``document_*``).
+
+The module class names written are sentence-transformers' long-standing ``sentence_transformers.models.*`` paths:
+sentence-transformers 6 loads them without a warning (it maps them to its new modules), older releases know only
+them, and Text Embeddings Inference finds Dense layers by them. The Pooling configuration keeps its boolean keys for
+the same reason.
+
 ``avg_first_last`` and ``avg_top2`` pool two layers' hidden states, which no sentence-transformers module does. For
 them (and for projection activations it has no class for) no ``modules.json`` is written: sentence-transformers then
-falls back to mean pooling of the last layer and says so in a warning. Use ``AutoModel`` for those checkpoints.
+falls back to mean pooling of the last layer and says so in a warning. Use ``ContrastiveModel.from_pretrained`` for
+those checkpoints.
 
-This module imports only the standard library, torch and safetensors: it travels with the modeling code.
+This module imports only the standard library, torch and safetensors (and transformers for a version number): it
+travels with the modeling code.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 
 import torch
 from safetensors.torch import save_file
+
+from .checkpoint_files import write_json
+
+__all__ = [
+    "MODULE_FILES",
+    "SentenceTransformersStack",
+    "sentence_transformers_unsupported_reason",
+    "write_sentence_transformers_files",
+]
 
 # Activations sentence-transformers can rebuild from a class name (its Dense config stores one).
 _TORCH_ACTIVATIONS = {
@@ -32,88 +58,166 @@ _TORCH_ACTIVATIONS = {
 }
 _IDENTITY = "torch.nn.modules.linear.Identity"
 _POOLING_MODES = {"cls": "cls_token", "cls_before_pooler": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
-MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "router_config.json")
+_ROUTES = ("query", "document")
+
+
+@dataclass
+class SentenceTransformersStack:
+    """One encoder's path to an embedding, as sentence-transformers modules.
+
+    Attributes:
+        pooler_type: the model's pooler (`configuration_contrastive.POOLER_TYPES`).
+        hidden_size: the encoder's hidden size (the Pooling module's input).
+        max_seq_length: the longest input the encoder takes.
+        dense: ``(linear layer, activation name or None)`` of each Dense module after pooling, in order; the
+            encoder's own pooler layer (BERT's dense + tanh) first for ``cls``.
+        include_prompt: whether the prompt's tokens are pooled (sentence-transformers' ``include_prompt``).
+    """
+
+    pooler_type: str
+    hidden_size: int
+    max_seq_length: int = 512
+    dense: list[tuple[torch.nn.Linear, str | None]] = field(default_factory=list)
+    include_prompt: bool = True
+
+    def unsupported_reason(self) -> str | None:
+        if self.pooler_type not in _POOLING_MODES:
+            return f"pooler_type={self.pooler_type!r} averages two layers, which no sentence-transformers module does"
+        for _, activation in self.dense:
+            if activation is not None and activation not in _TORCH_ACTIVATIONS:
+                return f"the activation {activation!r} has no torch.nn class"
+        return None
 
 
 def sentence_transformers_unsupported_reason(model) -> str | None:
     """Why ``model``'s embedding cannot be expressed as sentence-transformers modules, or None when it can."""
-    config = model.config
-    if config.pooler_type not in _POOLING_MODES:
-        return f"pooler_type={config.pooler_type!r} averages two layers, which no sentence-transformers module does"
-    if config.projection_at_inference and config.projection_type == "mlp":
-        if config.projection_activation not in _TORCH_ACTIVATIONS:
-            return f"projection_activation={config.projection_activation!r} has no torch.nn class"
-    return None
+    stacks = model.sentence_transformers_stacks()
+    return next((reason for reason in (stack.unsupported_reason() for stack in stacks.values()) if reason), None)
 
 
-def _dense_stages(model) -> list[tuple[torch.nn.Linear, str]]:
-    """(linear layer, activation class name) for every Dense module after pooling, in order."""
-    config = model.config
-    stages = []
-    if config.pooler_type == "cls":
-        stages.append((model.encoder.pooler.dense, _TORCH_ACTIVATIONS["tanh"]))
-    if config.projection_at_inference and config.projection_type != "none":
-        layers = list(model.projection.layers)
-        for index, layer in enumerate(layers):
-            is_last = index == len(layers) - 1
-            activated = config.projection_type == "mlp" and (not is_last or config.projection_output_activation)
-            stages.append((layer, _TORCH_ACTIVATIONS[config.projection_activation] if activated else _IDENTITY))
-    return stages
+def write_sentence_transformers_files(
+    save_directory: str | os.PathLike,
+    stacks: dict[str, SentenceTransformersStack],
+    similarity: str = "cosine",
+    prompts: dict[str, str] | None = None,
+    default_prompt_name: str | None = None,
+    tower_folders: dict[str, str] | None = None,
+) -> bool:
+    """Write modules.json and the module folders of a checkpoint whose encoder(s) are saved already.
 
+    Args:
+        save_directory: the checkpoint folder.
+        stacks: ``{"": stack}`` for one encoder saved at the root; ``{"query": ..., "document": ...}`` for two towers
+            (a `Router`), whose encoders are saved in ``tower_folders[route]`` (sub-folders of the checkpoint); {}
+            for a model that is not a sentence encoder (nothing is written).
+        similarity: ``cosine`` or ``dot``, sentence-transformers' ``similarity_fn_name``.
+        prompts, default_prompt_name: sentence-transformers' prompts (e.g. ``{"query": "query: "}``).
 
-def write_sentence_transformers_files(model, save_directory: str | os.PathLike, max_seq_length: int = 512) -> bool:
-    """Write modules.json and the module folders for ``model`` (a ContrastiveModel or a model holding one as
-    ``.contrastive``). Returns False, writing nothing, when the embedding cannot be expressed (see module doc)."""
-    model = getattr(model, "contrastive", model)
+    Returns False, writing no modules.json, when the embedding cannot be expressed (see the module docstring).
+    """
     for name in MODULE_FILES:  # never leave stale files from an earlier save with another pooler
         path = os.path.join(save_directory, name)
         if os.path.exists(path):
             os.remove(path)
-    if sentence_transformers_unsupported_reason(model) is not None:
+    for entry in os.listdir(save_directory):  # nor stale module folders
+        if entry.split("_")[-1] in ("Pooling", "Dense") and os.path.isdir(os.path.join(save_directory, entry)):
+            shutil.rmtree(os.path.join(save_directory, entry))
+    if not stacks:
         return False
-    hidden_size = model.config.encoder.hidden_size
-    encoder_limit = getattr(model.config.encoder, "max_position_embeddings", max_seq_length)
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
-    _write_json(
-        os.path.join(save_directory, "sentence_bert_config.json"),
-        {"max_seq_length": min(max_seq_length, encoder_limit), "do_lower_case": False},
+    _write_config(save_directory, similarity, prompts, default_prompt_name)
+    if any(stack.unsupported_reason() for stack in stacks.values()):
+        return False
+    if list(stacks) == [""]:
+        modules = _write_stack(save_directory, "", stacks[""], start=1)
+        transformer = [_module(0, "Transformer", "")]
+        write_json(os.path.join(save_directory, "modules.json"), transformer + modules)
+        return True
+    types, structure = {}, {}
+    for route, stack in stacks.items():
+        tower = tower_folders[route]
+        folders = [tower] + [entry["path"] for entry in _write_stack(save_directory, route, stack, start=1)]
+        _write_json_module_config(os.path.join(save_directory, tower), stack)
+        structure[route] = folders
+        types.update({folder: _module_type(folder.rsplit("_", 1)[-1]) for folder in folders})
+    write_json(
+        os.path.join(save_directory, "router_config.json"),
+        {
+            "types": types,
+            "structure": structure,
+            "parameters": {"default_route": "document", "allow_empty_key": True, "route_mappings": {}},
+        },
     )
+    write_json(os.path.join(save_directory, "modules.json"), [_module(0, "Router", "")])
+    return True
+
+
+def _write_stack(save_directory: str, route: str, stack: SentenceTransformersStack, start: int) -> list[dict]:
+    """The Pooling and Dense module folders of one stack; ``route`` prefixes their folder names (Router)."""
+    prefix = f"{route}_" if route else ""
+    if not route:
+        _write_json_module_config(save_directory, stack)
     pooling = {
-        "word_embedding_dimension": hidden_size,
+        "word_embedding_dimension": stack.hidden_size,
         "pooling_mode_cls_token": False,
         "pooling_mode_mean_tokens": False,
         "pooling_mode_max_tokens": False,
         "pooling_mode_mean_sqrt_len_tokens": False,
+        "include_prompt": stack.include_prompt,
     }
-    pooling[f"pooling_mode_{_POOLING_MODES[model.config.pooler_type]}"] = True
-    modules.append(_module(1, "Pooling", "1_Pooling"))
-    _write_json(os.path.join(save_directory, "1_Pooling", "config.json"), pooling)
-    for index, (layer, activation) in enumerate(_dense_stages(model), start=2):
-        folder = f"{index}_Dense"
+    pooling[f"pooling_mode_{_POOLING_MODES[stack.pooler_type]}"] = True
+    folder = f"{prefix}{start}_Pooling"
+    write_json(os.path.join(save_directory, folder, "config.json"), pooling)
+    modules = [_module(start, "Pooling", folder)]
+    for index, (layer, activation) in enumerate(stack.dense, start=start + 1):
+        folder = f"{prefix}{index}_Dense"
         modules.append(_module(index, "Dense", folder))
-        _write_json(
+        write_json(
             os.path.join(save_directory, folder, "config.json"),
             {
                 "in_features": layer.in_features,
                 "out_features": layer.out_features,
                 "bias": layer.bias is not None,
-                "activation_function": activation,
+                "activation_function": _TORCH_ACTIVATIONS[activation] if activation else _IDENTITY,
             },
         )
         tensors = {"linear.weight": layer.weight.detach().float().cpu().contiguous()}
         if layer.bias is not None:
             tensors["linear.bias"] = layer.bias.detach().float().cpu().contiguous()
         save_file(tensors, os.path.join(save_directory, folder, "model.safetensors"))
-    _write_json(os.path.join(save_directory, "modules.json"), modules)
-    return True
+    return modules
+
+
+def _write_json_module_config(folder: str, stack: SentenceTransformersStack) -> None:
+    write_json(
+        os.path.join(folder, "sentence_bert_config.json"),
+        {"max_seq_length": stack.max_seq_length, "do_lower_case": False},
+    )
+
+
+def _write_config(save_directory: str, similarity: str, prompts: dict | None, default_prompt_name: str | None):
+    versions = {}
+    for package, key in (("sentence-transformers", "sentence_transformers"), ("transformers", "transformers")):
+        try:
+            versions[key] = version(package)
+        except PackageNotFoundError:
+            pass
+    versions["pytorch"] = torch.__version__
+    write_json(
+        os.path.join(save_directory, "config_sentence_transformers.json"),
+        {
+            "__version__": versions,
+            "model_type": "SentenceTransformer",
+            "prompts": dict(prompts or {}),
+            "default_prompt_name": default_prompt_name,
+            "similarity_fn_name": similarity,
+        },
+    )
+
+
+def _module_type(kind: str) -> str:
+    return f"sentence_transformers.models.{kind}"
 
 
 def _module(index: int, kind: str, path: str) -> dict:
-    return {"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.models.{kind}"}
-
-
-def _write_json(path: str, content) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(content, handle, indent=2)
-        handle.write("\n")
+    return {"idx": index, "name": str(index), "path": path, "type": _module_type(kind)}

@@ -232,6 +232,11 @@ class SpanViewCollator:
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
+    def card_description(self) -> dict:
+        """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
+        views = f"{self.view} spans of {self.span_words} words" + (", a third as hard negative" * self.hard_negatives)
+        return {"method": "DeCLUTR", "views": views, "hard_negatives": self.hard_negatives}
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         documents = TokenBatch.from_sequences([f["input_ids"] for f in features], self._special, 0)
         flat = documents.ids[documents.valid]  # all documents' tokens, one after the other

@@ -172,6 +172,15 @@ class QueryPassageCollator:
                 values[row] = ids
         return TokenBatch.from_sequences(values, self._special, self.tokenizer.pad_token_id)
 
+    def card_description(self) -> dict:
+        """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
+        hard = len(self.columns) == 3
+        return {
+            "method": "DPR",
+            "views": "questions and their passages" + (", hard negatives" * hard),
+            "hard_negatives": hard,
+        }
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         query_column, positive_column = self.columns[:2]
         negative_column = self.columns[2] if len(self.columns) == 3 else None

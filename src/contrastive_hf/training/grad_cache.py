@@ -14,17 +14,33 @@ chunk at a time:
 
 Each chunk's pass also carries its share of the MLM loss. Peak memory is that of one chunk plus the (B, S, d)
 embeddings, whatever the batch size; the price is a second forward pass.
+
+The chunks' backward passes are one optimizer step: every chunk but the last only adds its gradients to this
+process's, and the last one synchronises them across processes (and, under DeepSpeed, steps). How that is done
+depends on the engine, and is all `ChunkBackward` knows: DDP's ``no_sync`` (`AcceleratorChunkBackward`), or
+DeepSpeed's gradient-accumulation boundary under ZeRO-1, 2 and 3 (`DeepSpeedChunkBackward`); `chunk_backward`
+picks the one an `Accelerator` needs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["GradCacheModel", "RandomState", "grad_cache_step", "GradCacheResult"]
+from ..models.distributed import gather_sizes
+
+__all__ = [
+    "GradCacheModel",
+    "RandomState",
+    "ChunkBackward",
+    "AcceleratorChunkBackward",
+    "DeepSpeedChunkBackward",
+    "chunk_backward",
+    "grad_cache_step",
+    "GradCacheResult",
+]
 
 
 @runtime_checkable
@@ -73,6 +89,88 @@ class RandomState:
             torch.cuda.set_rng_state(self.cuda, self.device)
 
 
+class ChunkBackward:
+    """How GradCache's chunks back-propagate so that together they are one optimizer step (step 3).
+
+    Every chunk but the last is forwarded and back-propagated inside `accumulating()` with ``backward(loss,
+    last=False)``: its gradients stay on this process, added to the earlier chunks'. The last chunk's
+    ``backward(loss, last=True)`` ends the step: the gradients of all chunks are synchronised across processes there,
+    once. This base class is a single process, with nothing to synchronise: ``loss.backward()``.
+    """
+
+    def accumulating(self) -> contextlib.AbstractContextManager:
+        """Context of the forward and backward pass of every chunk but the last."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        loss.backward()
+
+    def check_batch_sizes(self, batch_size: int, device: torch.device) -> None:
+        """Raise, on every process, when this engine cannot take the processes' batch sizes. The caller checks before
+        it chooses between a chunked and a plain step for a batch, so that every process takes the same path."""
+
+
+class AcceleratorChunkBackward(ChunkBackward):
+    """Under Accelerate without DeepSpeed (one process, DDP): ``accelerator.backward`` for every chunk, inside
+    ``accelerator.no_sync(model)`` for all but the last, so that DDP all-reduces the summed gradients once."""
+
+    def __init__(self, accelerator, model: torch.nn.Module):
+        self.accelerator = accelerator
+        self.model = model
+
+    def accumulating(self) -> contextlib.AbstractContextManager:
+        return self.accelerator.no_sync(self.model)
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.accelerator.backward(loss)
+
+
+class DeepSpeedChunkBackward(ChunkBackward):
+    """Under DeepSpeed ZeRO-1, 2 or 3 (through Accelerate): the chunks are the micro-steps of one DeepSpeed step.
+
+    DeepSpeed's ``no_sync`` refuses ZeRO-2/3 (they reduce and partition gradients as they are produced), and
+    ``accelerator.backward`` under DeepSpeed also steps the optimizer. So every chunk but the last goes through
+    the engine's backward outside its gradient-accumulation boundary: ZeRO-1 accumulates the gradients locally,
+    ZeRO-2/3 reduce them into this process's partition and accumulate them there. The last chunk goes through
+    ``accelerator.backward``, at the boundary when the Trainer synchronises this batch (its last gradient-
+    accumulation micro-batch), where DeepSpeed reduces what is left, clips and steps. As the Trainer does under
+    DeepSpeed, the loss arrives already divided by the gradient accumulation steps (``scale_wrt_gas=False``).
+
+    ZeRO-2 communicates in every backward pass and ZeRO-3 in every forward pass too, so under them each process must
+    run the same chunks: `check_batch_sizes` refuses batches of different sizes, which would otherwise hang.
+    """
+
+    def __init__(self, accelerator):
+        self.accelerator = accelerator
+        self.zero_stage = accelerator.state.deepspeed_plugin.zero_stage
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        if last:
+            self.accelerator.backward(loss, scale_wrt_gas=False)
+        else:
+            self.accelerator.deepspeed_engine_wrapped.backward(loss, sync_gradients=False, scale_wrt_gas=False)
+
+    def check_batch_sizes(self, batch_size: int, device: torch.device) -> None:
+        if self.zero_stage < 2:
+            return
+        sizes = gather_sizes(batch_size, device)
+        if len(set(sizes)) > 1:
+            raise ValueError(
+                f"GradCache under DeepSpeed ZeRO-{self.zero_stage} needs the same batch size on every process (each "
+                f"chunk's passes are collective), got per-process batch sizes {sizes}. Keep accelerate's even_batches "
+                "(the default) or set --dataloader_drop_last true; uneven streamed shards need ZeRO-1 or DDP."
+            )
+
+
+def chunk_backward(accelerator, model: torch.nn.Module) -> ChunkBackward:
+    """The `ChunkBackward` of an Accelerate setup; ``model`` is the model as prepared for training."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        return DeepSpeedChunkBackward(accelerator)
+    return AcceleratorChunkBackward(accelerator, model)
+
+
 class GradCacheResult:
     """What one GradCache step computed, unscaled: the losses and the whole batch's detached embeddings."""
 
@@ -89,26 +187,26 @@ def grad_cache_step(
     unwrapped: torch.nn.Module,
     inputs: dict[str, torch.Tensor],
     chunk_size: int,
-    backward,
+    backward: ChunkBackward | None = None,
     loss_scale: float = 1.0,
     negatives_kwargs: dict | None = None,
-    no_sync=None,
     check_finite=None,
 ) -> GradCacheResult:
     """Forward and backward of one batch in chunks of ``chunk_size`` sentences, with the full batch's loss.
 
     Args:
-        model: the model as prepared for training (possibly DDP-wrapped): the replayed passes go through it so that
-            its gradient synchronisation happens once, on the last chunk.
+        model: the model as prepared for training (DDP-wrapped, a DeepSpeed engine): the replayed passes go through
+            it so that its gradient synchronisation sees every chunk and happens once, on the last.
         unwrapped: the bare model, a `GradCacheModel`.
         inputs: the batch (views ``(B, S, L)``, optional ``sentence_ids`` and MLM copy).
         chunk_size: sentences per chunk.
-        backward: ``backward(loss)``, e.g. ``accelerator.backward``.
+        backward: how the chunks back-propagate as one step (`chunk_backward` of an Accelerator); default: one
+            process, ``loss.backward()``. Its `ChunkBackward.check_batch_sizes` is the caller's to run first.
         loss_scale: factor on what is back-propagated (1 / gradient accumulation steps).
         negatives_kwargs: ``gather_across_devices``, ``extra_negatives``, ``extra_negative_ids`` for the loss.
-        no_sync: ``no_sync(model)`` context that defers gradient synchronisation (DDP); None: no deferral.
         check_finite: called with ``{"cl_loss": ...}`` before anything is back-propagated.
     """
+    backward = ChunkBackward() if backward is None else backward
     names = [name for name in unwrapped.view_input_names if inputs.get(name) is not None]
     batch_size = inputs[names[0]].shape[0]
     starts = list(range(0, batch_size, chunk_size))
@@ -152,13 +250,12 @@ def grad_cache_step(
         if gradients is not None:
             chunk["cached_embedding_gradients"] = gradients[start:end]
         last = index == len(starts) - 1
-        context = contextlib.nullcontext if last or no_sync is None else functools.partial(no_sync, model)
-        with context():
+        with contextlib.nullcontext() if last else backward.accumulating():
             states[index].restore()
             outputs = model(**chunk, **({"mlm_loss_share": share} if with_mlm else {}))
             if with_mlm and check_finite is not None:
                 check_finite({"mlm_loss": outputs.mlm_loss})
-            backward(outputs.loss * loss_scale)
+            backward.backward(outputs.loss * loss_scale, last)
         chunk_mlm_loss = getattr(outputs, "mlm_loss", None)
         if chunk_mlm_loss is not None:
             mlm_loss = chunk_mlm_loss.detach() if mlm_loss is None else mlm_loss + chunk_mlm_loss.detach()

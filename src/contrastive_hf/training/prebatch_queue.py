@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.distributed import gather_no_grad
+from ..models.distributed import gather_no_grad, gather_sizes
 
 __all__ = ["PrebatchQueue"]
 
@@ -56,10 +56,11 @@ class PrebatchQueue:
 
     @torch.no_grad()
     def push(self, keys: torch.Tensor, ids: torch.Tensor | None = None) -> None:
-        """Enqueue this step's keys ``(B, d)`` and their sentence ids ``(B,)`` (gathered from every device),
-        dropping the oldest batch when full."""
-        self._batches.append(gather_no_grad(keys.detach()).contiguous())
-        self._ids.append(None if ids is None else gather_no_grad(ids.detach()).contiguous())
+        """Enqueue this step's keys ``(B, d)`` and their sentence ids ``(B,)`` (gathered from every device, whose
+        B may differ), dropping the oldest batch when full."""
+        sizes = gather_sizes(keys.shape[0], keys.device)  # once for both gathers
+        self._batches.append(gather_no_grad(keys.detach(), sizes).contiguous())
+        self._ids.append(None if ids is None else gather_no_grad(ids.detach(), sizes).contiguous())
         if len(self._batches) > self.num_batches:
             self._batches.pop(0)
             self._ids.pop(0)

@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import logging
 import os
+from contextlib import contextmanager
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..data.collators import CollatorEpochCallback
 from ..evaluation.training import TrainingEvalSet
+from ..models.checkpoint_files import EmbeddingCheckpointMixin
+from ..models.distributed import gather_sizes
+from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
-from .grad_cache import GradCacheModel, grad_cache_step
+from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
+from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
-from .training_args import ContrastiveTrainingArguments
+from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
+
+logger = logging.getLogger(__name__)
 
 PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 
@@ -28,7 +38,7 @@ LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
 
-class ContrastiveTrainer(Trainer):
+class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     """A `Trainer` for [`ContrastiveForPreTraining`]-style models.
 
     `compute_loss` runs the model's objective (L = mlm_weight * L_MLM + cl_weight * L_CL) and the trainer logs
@@ -63,9 +73,14 @@ class ContrastiveTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_counts: dict[str, int] = {}
+        self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
-        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
+            # `encode` uses it, and a two-tower checkpoint saves it beside each tower
+            unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        config = getattr(unwrapped, "config", None)
         self.prebatch_queue = None
         if self._option("prebatch_size"):
             if getattr(config, "contrastive_loss", "info_nce") != "info_nce":
@@ -83,12 +98,6 @@ class ContrastiveTrainer(Trainer):
                     f"--grad_cache_chunk_size needs a model that implements contrastive_hf.training.grad_cache."
                     f"GradCacheModel (ContrastiveForPreTraining, DualEncoderModel); {type(model).__name__} does not. "
                     "Unset grad_cache_chunk_size."
-                )
-            if self.is_deepspeed_enabled:
-                raise ValueError(
-                    "--grad_cache_chunk_size does not run under DeepSpeed: GradCache back-propagates each chunk "
-                    "separately, and ZeRO reduces gradients once per backward. Use DDP (accelerate launch without "
-                    "a DeepSpeed config) with GradCache, or ZeRO with a smaller per-device batch."
                 )
 
     def _option(self, name: str):
@@ -120,9 +129,13 @@ class ContrastiveTrainer(Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
         chunk_size = self._option("grad_cache_chunk_size")
+        if not chunk_size:
+            return super().training_step(model, inputs, num_items_in_batch)
         names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
         batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
-        if not chunk_size or batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
+        backward = chunk_backward(self.accelerator, model)
+        backward.check_batch_sizes(batch_size, self.args.device)
+        if batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
@@ -134,11 +147,10 @@ class ContrastiveTrainer(Trainer):
                 model,
                 self.accelerator.unwrap_model(model),
                 inputs,
-                self._option("grad_cache_chunk_size"),
-                backward=self.accelerator.backward,
+                chunk_size,
+                backward=backward,
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
-                no_sync=self.accelerator.no_sync if self.args.world_size > 1 else None,
                 check_finite=lambda parts: self._check_finite(None, parts),
             )
         self._after_step(result, inputs)
@@ -179,13 +191,79 @@ class ContrastiveTrainer(Trainer):
                 self._metric_counts[name] = self._metric_counts.get(name, 0) + 1
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs and self._metric_sums:
-            for name in self.step_metrics:
-                if name in self._metric_sums:
-                    mean = self._metric_sums[name] / self._metric_counts[name]
-                    logs[name] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
-            self._metric_sums, self._metric_counts = {}, {}
+        if "loss" in logs:
+            logs.update(self._gathered_step_metrics())
         super().log(logs, start_time)
+
+    def _gathered_step_metrics(self) -> dict[str, float]:
+        """Each step metric's mean over the steps of every process since the last log, in one gather of the same
+        shape on every process: a process may lack a metric another has (uniformity needs two rows in a batch)."""
+        device = self.args.device
+        sums = [self._metric_sums.get(name, torch.zeros((), device=device)).float() for name in self.step_metrics]
+        counts = [float(self._metric_counts.get(name, 0)) for name in self.step_metrics]
+        local = torch.stack([torch.stack(sums), torch.tensor(counts, device=device)])  # (2, metrics)
+        totals = self.accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, metrics) -> (2, metrics)
+        self._metric_sums, self._metric_counts = {}, {}
+        return {
+            name: round(total / count, 4)
+            for name, total, count in zip(self.step_metrics, *totals, strict=True)
+            if count > 0
+        }
+
+    def get_train_dataloader(self):
+        """The Trainer's training dataloader, refused when the processes would get different numbers of batches per
+        epoch (``accelerator_config.even_batches=False`` with a batch count that does not divide by the number of
+        processes): one would then wait forever for the others in the gather of negatives or of gradients."""
+        dataloader = super().get_train_dataloader()
+        if self.args.world_size > 1 and has_length(dataloader):
+            counts = gather_sizes(len(dataloader), self.args.device)
+            if len(set(counts)) > 1:
+                raise ValueError(
+                    f"The processes would get {' / '.join(map(str, counts))} training batches per epoch (process 0 "
+                    f"first): accelerator_config even_batches=False leaves the last batches of an epoch to some "
+                    "processes only, and the others would wait for them forever. Keep even_batches true (the default: "
+                    "the last batches are completed with examples from the start of the data), or set "
+                    "--dataloader_drop_last true."
+                )
+        return dataloader
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        """The next ``num_batches`` training batches; from a stream (an iterable dataset) on several processes, the
+        same number on every process, the fewest any has.
+
+        A process that runs out of batches while the others still have some would otherwise leave them waiting
+        forever in the next gather: here every process stops the epoch together. A process with no batch at all at
+        the start of an epoch, while others have some (its shards of the stream hold no example), is an error
+        raised on every process at once.
+        """
+        if self.args.world_size == 1 or not isinstance(self.train_dataset, torch.utils.data.IterableDataset):
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches = list(itertools.islice(epoch_iterator, num_batches))
+        counts = gather_sizes(len(batches), device)  # one tiny collective per optimisation step
+        starting = epoch_iterator is not self._epoch_iterator
+        self._epoch_iterator = epoch_iterator
+        if starting and min(counts) == 0 < max(counts):
+            raise RuntimeError(self._no_batch_message(counts))
+        batches = batches[: min(counts)]
+        return super().get_batch_samples(iter(batches), len(batches), device)
+
+    def _no_batch_message(self, counts: list[int]) -> str:
+        """What went wrong when some processes have no training batch at all, naming them and their shards."""
+        world = len(counts)
+        empty = [index for index, count in enumerate(counts) if count == 0]
+        where = ""
+        shards = getattr(self.train_dataset, "n_shards", None)
+        if shards is not None and shards >= world:  # accelerate gives process r dataset.shard(world, r): a block
+            sizes = [self.train_dataset.shard(num_shards=world, index=index).n_shards for index in range(world)]
+            blocks = [f"process {i}: shards {sum(sizes[:i])}-{sum(sizes[: i + 1]) - 1}" for i in empty]
+            where = f" ({'; '.join(blocks)} of the stream's {shards})"
+        return (
+            f"No training example on process(es) {', '.join(map(str, empty))} of {world}{where}, while the others "
+            "have some: the shards of the stream each process reads hold none (the log names their files and byte "
+            "ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its first "
+            "byte, so a corpus of a few long lines can leave a process without any. Stopping every process: give a "
+            "corpus with more lines, train on fewer processes, or train without --streaming."
+        )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
         """Score an eval set that scores itself (a `TrainingEvalSet`: `STSData`, `RetrievalData`); anything else
@@ -203,28 +281,49 @@ class ContrastiveTrainer(Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
-    def create_model_card(self, model_name: str | None = None, **kwargs) -> None:
-        """Write contrastive_hf's model card (README.md in output_dir) instead of the Trainer's generic one.
+    def create_model_card(
+        self,
+        language: str | list[str] | None = None,
+        license: str | None = None,
+        tags: str | list[str] | None = None,
+        model_name: str | None = None,
+        finetuned_from: str | None = None,
+        tasks: str | list[str] | None = None,
+        dataset_tags: str | list[str] | None = None,
+        dataset: str | list[str] | None = None,
+        dataset_args: str | list[str] | None = None,
+    ) -> None:
+        """Write contrastive_hf's model card (README.md in ``output_dir``) instead of the Trainer's generic one.
 
-        `push_to_hub` calls this before uploading, so the pushed card states the method, views, loss weights,
-        temperature, negatives, data, hyper-parameters, hardware and results. Without `model_card_info` it falls
-        back to the Trainer's card.
+        `push_to_hub` calls this before uploading. The card states the method and its paper, base model, views,
+        objective, temperature, negatives, data, hyper-parameters, hardware, framework versions and results, and how
+        to load the checkpoint. It is built from the run itself (`hub.model_card.card_info_from_trainer`) unless a
+        script set ``model_card_info``; the Trainer's arguments add to it: ``language``, ``license``, ``tags``,
+        ``finetuned_from`` (a Hub id), ``dataset_tags`` (Hub ids of the training data) and ``dataset`` (its name in
+        words). ``tasks`` and ``dataset_args`` are the Trainer's and not used.
         """
-        if self.model_card_info is None:
-            return super().create_model_card(model_name=model_name, **kwargs)
         if not self.is_world_process_zero():
             return None
         from dataclasses import replace
 
-        from ..hub.model_card import write_model_card
+        from ..hub.model_card import card_info_from_trainer, write_model_card
 
+        info = self.model_card_info or card_info_from_trainer(self, model_name)
+        as_list = lambda value: [value] if isinstance(value, str) else list(value or [])  # noqa: E731
         info = replace(
-            self.model_card_info,
+            info,
             world_size=self.args.world_size,
             negatives_gathered=getattr(self.args, "gather_negatives_across_devices", False),
             zero_stage=self._zero_stage(),
             prebatch_size=self._option("prebatch_size"),
-            repo_id=self.args.hub_model_id or self.model_card_info.repo_id,
+            repo_id=self.args.hub_model_id or info.repo_id,
+            model_name=model_name or info.model_name,
+            license=license or info.license,
+            language=language or info.language,
+            tags=[*info.tags, *as_list(tags)],
+            base_model=finetuned_from or info.base_model,
+            datasets=[*info.datasets, *as_list(dataset_tags)],
+            training_data=", ".join(as_list(dataset)) or info.training_data,
         )
         write_model_card(self.args.output_dir, self.saved_model(), info)
         return None
@@ -234,10 +333,11 @@ class ContrastiveTrainer(Trainer):
         training model wraps the one it saves (SG-BERT) returns the saved one."""
         return self.accelerator.unwrap_model(self.model)
 
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do."""
+    def init_hf_repo(self, *args, **kwargs) -> None:
+        """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do.
+        Arguments as the installed `Trainer.init_hf_repo`'s: ``token``, and ``private`` from transformers 5.23 on."""
         try:
-            super().init_hf_repo(token=token, private=private)
+            super().init_hf_repo(*args, **kwargs)
         except Exception as error:
             raise RuntimeError(
                 f"Could not create the Hub repository {self.args.hub_model_id or self.args.output_dir!r} "
@@ -245,11 +345,46 @@ class ContrastiveTrainer(Trainer):
                 "without --push_to_hub and upload the output directory later. Nothing has been trained or written yet."
             ) from error
 
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None):
+        """`Trainer.train`, resuming only from a complete checkpoint (`contrastive_hf.training.checkpoints`):
+        ``resume_from_checkpoint=True`` skips newer incomplete ones with a warning, a folder given by name that is
+        incomplete raises an error listing what is missing or cut short."""
+        resume_from_checkpoint = resolve_resume_checkpoint(
+            resume_from_checkpoint, self.args.output_dir, self.checkpoint_layout()
+        )
+        return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+
+    def checkpoint_layout(self) -> CheckpointLayout:
+        """What this trainer's checkpoints hold: the Trainer's files (the weights where the saved model puts its
+        encoders) and the pre-batch queue when there is one."""
+        extra_files = (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
+        saved = self.saved_model()
+        folders = (
+            [folder for folder, _, _ in saved.checkpoint_encoders().values()]
+            if isinstance(saved, EmbeddingCheckpointMixin)
+            else [""]
+        )
+        return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
+
     def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        if self.prebatch_queue is not None and self.args.should_save:  # the queue is part of an exact resume
-            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-            save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the
+        ``save_total_limit`` rotation come after, so that neither sees (nor keeps instead of a complete one) a
+        half-written checkpoint."""
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        layout = self.checkpoint_layout()
+        with saving_checkpoint(
+            folder, layout, is_saver=self.args.should_save, wait_for_everyone=self.accelerator.wait_for_everyone
+        ):
+            with _arguments_set(self.args, push_to_hub=False, save_total_limit=None):
+                super()._save_checkpoint(model, trial)
+            if self.prebatch_queue is not None and self.args.should_save:  # the queue is part of an exact resume
+                save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(folder)
+        if self.args.should_save:
+            keep = (folder, self.state.best_model_checkpoint)
+            rotate_checkpoints(run_dir, self.args.save_total_limit, keep, layout)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -257,9 +392,47 @@ class ContrastiveTrainer(Trainer):
         if self.prebatch_queue is not None and checkpoint is not None and os.path.isfile(path):
             self.prebatch_queue.load_state_dict(load_file(path), device=self.args.device)
 
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        """Resume: a checkpoint in contrastive_hf's layout (the encoder in its own architecture, heads beside it) is
+        loaded by the model itself; others (FSDP, peft adapters, 0.1 checkpoints) as transformers loads them."""
+        target = self.accelerator.unwrap_model(model if model is not None else self.model)
+        if self._loads_own_layout(target, resume_from_checkpoint):
+            target.load_saved_weights(resume_from_checkpoint)
+            return
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        target = self.accelerator.unwrap_model(self.model)
+        if self.is_deepspeed_enabled or not self._loads_own_layout(target, self.state.best_model_checkpoint):
+            return super()._load_best_model()
+        logger.info(
+            "Loading the best model from %s (score: %s).", self.state.best_model_checkpoint, self.state.best_metric
+        )
+        target.load_saved_weights(self.state.best_model_checkpoint)
+
+    def _loads_own_layout(self, model, folder: str) -> bool:
+        return (
+            not self.is_fsdp_enabled
+            and isinstance(model, EmbeddingCheckpointMixin)
+            and os.path.isfile(os.path.join(folder, model.checkpoint_config_name))
+        )
+
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return None if plugin is None else plugin.zero_stage
+
+
+@contextmanager
+def _arguments_set(args, **values):
+    """Training arguments set to ``values`` while the context lasts."""
+    saved = {name: getattr(args, name) for name in values}
+    for name, value in values.items():
+        setattr(args, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(args, name, value)
 
 
 class _ResetQueueEachEpoch(TrainerCallback):

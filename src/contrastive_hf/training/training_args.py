@@ -2,15 +2,84 @@
 
 from __future__ import annotations
 
+import copyreg
+import os
 from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-__all__ = ["ContrastiveTrainingArguments"]
+__all__ = [
+    "ContrastiveTrainingArguments",
+    "SecretFreePickle",
+    "SecretFreeOutputs",
+    "secret_free",
+    "without_local_paths",
+]
+
+
+def without_local_paths(value):
+    """``value`` with every absolute local path (in strings, lists and dicts) replaced by its base name: what a
+    saved or pushed file may say about where a run lived on its machine."""
+    if isinstance(value, str):
+        return os.path.basename(os.path.normpath(value)) if os.path.isabs(value) else value
+    if isinstance(value, dict):
+        return {key: without_local_paths(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(without_local_paths(item) for item in value)
+    return value
+
+
+class SecretFreePickle:
+    """Training arguments that pickle (``training_args.bin``, which the Trainer saves with every checkpoint and
+    pushes to the Hub) without secrets: every ``*token*`` field is written as None and every absolute local path as
+    its base name. The object in memory keeps both (a push needs the token). Unpickling gives the arguments' own
+    class, so reading a ``training_args.bin`` needs nothing of this package beyond that class."""
+
+    def __reduce_ex__(self, protocol):
+        state = {
+            name: None if "token" in name and isinstance(value, str) else without_local_paths(value)
+            for name, value in vars(self).items()
+        }
+        cls = getattr(type(self), "_secret_free_original", type(self))
+        # the standard library's own reconstructor (pickle's for plain classes): loading needs only ``cls``
+        return copyreg._reconstructor, (cls, object, None), state
+
+
+def secret_free(args: TrainingArguments) -> TrainingArguments:
+    """Make ``args`` (any `TrainingArguments`, e.g. given to `ContrastiveTrainer` by an existing script) pickle
+    without secrets (`SecretFreePickle`), in place; returns it."""
+    if not isinstance(args, SecretFreePickle):
+        original = type(args)
+        args.__class__ = type(
+            original.__name__,
+            (SecretFreePickle, original),
+            {"_secret_free_original": original, "__module__": original.__module__},
+        )
+    return args
+
+
+class SecretFreeOutputs:
+    """Trainer mixin: nothing the Trainer writes into ``output_dir`` (and pushes from it) holds the Hub token or an
+    absolute local path: ``training_args.bin`` pickles without them (`secret_free`), and ``trainer_state.json``
+    names the best checkpoint by its folder name. Checkpoint folders keep their full paths, which resuming reads."""
+
+    def __init__(self, *args, **kwargs):
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if training_args is not None:
+            secret_free(training_args)
+        super().__init__(*args, **kwargs)
+
+    def save_state(self) -> None:
+        best = self.state.best_model_checkpoint
+        self.state.best_model_checkpoint = without_local_paths(best)
+        try:
+            super().save_state()
+        finally:
+            self.state.best_model_checkpoint = best
 
 
 @dataclass
-class ContrastiveTrainingArguments(TrainingArguments):
+class ContrastiveTrainingArguments(SecretFreePickle, TrainingArguments):
     """`TrainingArguments` with defaults suited to contrastive training.
 
     Gradient accumulation with in-batch negatives: each micro-batch is its own contrastive problem, so a query's
@@ -19,6 +88,9 @@ class ContrastiveTrainingArguments(TrainingArguments):
 
     The loss hyper-parameters (temperature, mlm_weight, cl_weight, hard_negative_weight) live in the model's
     `ContrastiveConfig`, their single source of truth, and travel with the checkpoint.
+
+    The ``training_args.bin`` written with every checkpoint holds no ``--hub_token`` and no absolute local path
+    (`SecretFreePickle`).
     """
 
     remove_unused_columns: bool = field(

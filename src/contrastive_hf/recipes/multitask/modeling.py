@@ -28,11 +28,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
-from transformers.configuration_utils import SubConfigSpec
 from transformers.utils import ModelOutput
 
-from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.modeling_contrastive import ContrastiveModel
+from ...models.checkpoint_files import checkpoint_model_type
+from ...models.configuration_contrastive import ContrastiveConfig, without_sub_config_paths
+from ...models.modeling_contrastive import ContrastiveModel, init_weights
+from ...models.transformers_compat import SubConfigSpec, build_sub_config
 
 __all__ = [
     "TASK_TYPES",
@@ -128,13 +129,18 @@ class MultitaskConfig(PreTrainedConfig):
     """
 
     model_type = "contrastive_multitask"
-    sub_configs_defaults = {"contrastive": SubConfigSpec(config_class=ContrastiveConfig)}
+    if SubConfigSpec is not None:
+        sub_configs_defaults = {"contrastive": SubConfigSpec(config_class=ContrastiveConfig)}
+    else:  # transformers < 5.20: the sub-config is built in __post_init__
+        sub_configs = {"contrastive": ContrastiveConfig}
 
     contrastive: ContrastiveConfig | dict | None = None
     tasks: list | None = None
     classifier_dropout: float | None = None
 
     def __post_init__(self, **kwargs):
+        if SubConfigSpec is None:
+            self.contrastive = build_sub_config(self.contrastive, ContrastiveConfig)
         super().__post_init__(**kwargs)
         specs = [spec if isinstance(spec, TaskSpec) else TaskSpec(**spec) for spec in (self.tasks or [])]
         names = [spec.name for spec in specs]
@@ -148,6 +154,9 @@ class MultitaskConfig(PreTrainedConfig):
     @property
     def task_specs(self) -> list[TaskSpec]:
         return [TaskSpec(**spec) for spec in self.tasks]
+
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The encoder's config, where transformers looks for `vocab_size`, `hidden_size` and the like."""
@@ -231,12 +240,6 @@ def _build_head(spec: TaskSpec, embedding_size: int, dropout: float) -> nn.Modul
     return PairHead(spec.head, embedding_size, spec.num_labels, dropout)
 
 
-def checkpoint_model_type(name_or_path: str | os.PathLike) -> str | None:
-    """The ``model_type`` in a checkpoint's config.json (read as a dict: no Auto class registration needed)."""
-    config_dict, _ = PreTrainedConfig.get_config_dict(name_or_path)
-    return config_dict.get("model_type")
-
-
 def load_sentence_encoder(name_or_path: str | os.PathLike, **config_overrides) -> ContrastiveModel:
     """A [`ContrastiveModel`] from a contrastive_hf checkpoint (a `ContrastiveModel` or `ContrastiveForPreTraining`,
     e.g. the output of ``examples/run_clear.py``; its MLM head is dropped) or from any other pretrained encoder,
@@ -293,14 +296,7 @@ class MultitaskModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        std = getattr(self.config.contrastive.encoder, "initializer_range", 0.02)
-        if isinstance(module, nn.Linear):
-            module.weight.normal_(mean=0.0, std=std)
-            if module.bias is not None:
-                module.bias.zero_()
-        elif isinstance(module, nn.LayerNorm):
-            module.weight.fill_(1.0)
-            module.bias.zero_()
+        init_weights(module, getattr(self.config.contrastive.encoder, "initializer_range", 0.02))
 
     @classmethod
     def from_sentence_encoder(

@@ -24,6 +24,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import seed_worker
 
 from ...data import seeding
+from ...training.training_args import SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .modeling import TaskSpec
 from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
@@ -125,7 +126,7 @@ def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) ->
     return scores
 
 
-class MultitaskTrainer(Trainer):
+class MultitaskTrainer(SecretFreeOutputs, Trainer):
     """A `Trainer` for [`MultitaskModel`]: ``train_dataset`` and ``eval_dataset`` are ``{task name: dataset}``
     (columns as `task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
 

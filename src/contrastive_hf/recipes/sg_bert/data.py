@@ -29,6 +29,10 @@ class SelfGuidedCollator:
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no padding token; set tokenizer.pad_token before collating batches.")
 
+    def card_description(self) -> dict:
+        """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
+        return {"method": "SG-BERT", "views": "none: the pooled layers of a frozen copy of the encoder"}
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if "input_ids" in features[0]:
             sequences = [feature["input_ids"] for feature in features]

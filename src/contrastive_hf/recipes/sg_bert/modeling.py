@@ -12,12 +12,11 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from transformers import AutoConfig
-from transformers.trainer_utils import load_sharded_checkpoint
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, ModelOutput
+from transformers.utils import ModelOutput
 
+from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.distributed import gather_sizes, gather_with_grad, rank, world_size
+from ...models.distributed import gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
 from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
 from .losses import (
     LAYER_POOLINGS,
@@ -190,8 +189,7 @@ class SelfGuidedModel(nn.Module):
     ) -> SelfGuidedModel:
         """SG-BERT on a pretrained encoder (a Hub id or folder: BERT, RoBERTa, MiniLM...), or continuing from a
         contrastive_hf checkpoint; BERT_F is a copy of it. ``config_overrides`` set `SelfGuidedConfig` fields."""
-        source = AutoConfig.from_pretrained(name_or_path)
-        if source.model_type == ContrastiveConfig.model_type:
+        if checkpoint_model_type(name_or_path) == ContrastiveConfig.model_type:
             tuned = ContrastiveModel.from_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
         else:
             tuned = ContrastiveModel.from_encoder_pretrained(
@@ -286,6 +284,7 @@ class SelfGuidedModel(nn.Module):
                     all_sentences = gather_with_grad(projected, sizes) if gather else None
                     loss_function = self_guided_base_loss if config.loss == "base" else self_guided_opt1_loss
                     cl_loss = loss_function(projected, views, config.temperature, all_sentences, all_views, offset)
+            cl_loss = share_of_global_mean(cl_loss, sizes)  # the average over processes: the global batch's loss
             output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
             if config.regularization_weight > 0:
                 output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)
@@ -309,15 +308,7 @@ class SelfGuidedModel(nn.Module):
         BERT_F is not in checkpoints: it is the starting encoder, rebuilt from where the run started.
         """
         folder = os.fspath(folder)
-        single = os.path.join(folder, SAFE_WEIGHTS_NAME)
-        if os.path.isfile(single):
-            self.contrastive.load_state_dict(load_file(single, device="cpu"), strict=True)
-        elif os.path.isfile(os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)):
-            load_sharded_checkpoint(self.contrastive, folder, strict=True)
-        else:
-            raise FileNotFoundError(
-                f"No {SAFE_WEIGHTS_NAME} (or its index) in {folder}: not a checkpoint written by SelfGuidedTrainer."
-            )
+        self.contrastive.load_saved_weights(folder)
         head = os.path.join(folder, HEAD_FILE)
         if os.path.isfile(head):
             self.projection.load_state_dict(load_file(head, device="cpu"), strict=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from safetensors.torch import save_file
 from transformers.trainer import TRAINING_ARGS_NAME
 
+from ...training.checkpoints import CheckpointLayout
 from ...training.trainer import STEP_METRICS, ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .modeling import HEAD_FILE, SelfGuidedModel
@@ -99,6 +100,10 @@ class SelfGuidedTrainer(ContrastiveTrainer):
             super()._save_checkpoint(model, trial)
         finally:
             self._saving_checkpoint = False
+
+    def checkpoint_layout(self) -> CheckpointLayout:
+        layout = super().checkpoint_layout()
+        return replace(layout, extra_files=(*layout.extra_files, HEAD_FILE))  # the head f resumes too
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         if self.is_fsdp_enabled:

@@ -1,0 +1,386 @@
+"""The files of a saved checkpoint, laid out so that the embedding ecosystem takes it as it is.
+
+A contrastive_hf checkpoint is, at its root, a plain checkpoint of its encoder in the encoder's own architecture
+(``config.json`` says ``bert``, ``roberta``...; ``model.safetensors`` holds the encoder's weights under their usual
+names), as SimCSE's published checkpoints are. So ``AutoModel.from_pretrained(path)`` gives the encoder,
+``SentenceTransformer(path)`` reads the pooling (and projection) from the sentence-transformers files beside it
+without remote code, and tools that read the architecture from ``config.json`` (Text Embeddings Inference, ONNX
+exporters, the Hub's widget) serve it. What only contrastive_hf needs lies beside them:
+
+* ``contrastive_config.json`` (or ``dual_encoder_config.json``): the model's own configuration without the encoder
+  (pooler, projection, temperature, loss weights...) and the class that saved it;
+* ``contrastive_heads.safetensors``: the weights outside the encoder (the projection head, the MLM head, a
+  classifier), under the names the saving model gives them, less a leading ``contrastive.``.
+
+This module imports only the standard library, torch, safetensors and transformers: it travels with the modeling
+code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CONTRASTIVE_CONFIG_NAME",
+    "DUAL_ENCODER_CONFIG_NAME",
+    "HEADS_WEIGHTS_NAME",
+    "DOWNLOAD_KWARGS",
+    "LOADING_KWARGS",
+    "download_kwargs",
+    "read_json",
+    "read_heads",
+    "write_json",
+    "write_heads",
+    "split_state_dict",
+]
+
+CONTRASTIVE_CONFIG_NAME = "contrastive_config.json"
+DUAL_ENCODER_CONFIG_NAME = "dual_encoder_config.json"
+HEADS_WEIGHTS_NAME = "contrastive_heads.safetensors"
+
+# transformers' arguments that say where and how files are fetched (its `utils.hub.DownloadKwargs`)...
+DOWNLOAD_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
+# ... and every argument of `from_pretrained` that is about loading rather than a model option.
+LOADING_KWARGS = (
+    *DOWNLOAD_KWARGS,
+    "dtype",
+    "torch_dtype",
+    "attn_implementation",
+    "trust_remote_code",
+    "device_map",
+    "low_cpu_mem_usage",
+    "use_safetensors",
+)
+
+
+# Arguments the Auto classes pass to `from_pretrained` besides the user's, which the saved layout does not use.
+_AUTO_CLASS_KWARGS = ("adapter_kwargs", "code_revision")
+
+
+def download_kwargs(kwargs: dict) -> dict:
+    """The download arguments among ``kwargs``, as a new dict (``kwargs`` keeps them)."""
+    return {name: kwargs[name] for name in DOWNLOAD_KWARGS if kwargs.get(name) is not None}
+
+
+def checkpoint_model_type(name_or_path: str | os.PathLike, **download) -> str | None:
+    """What a checkpoint holds, as a model type: ``contrastive`` or ``dual_encoder`` for contrastive_hf's own (this
+    layout, or 0.1's config.json of that type), else its config.json's ``model_type`` (``bert``,
+    ``contrastive_multitask``...); None without a config.json. Reads files only: no Auto class is needed."""
+    if read_json(name_or_path, CONTRASTIVE_CONFIG_NAME, **download) is not None:
+        return "contrastive"
+    if read_json(name_or_path, DUAL_ENCODER_CONFIG_NAME, **download) is not None:
+        return "dual_encoder"
+    config = read_json(name_or_path, "config.json", **download)
+    return None if config is None else config.get("model_type")
+
+
+def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str | None:
+    """The local path of ``filename`` in a folder or a Hub repository (downloaded and cached), None when absent."""
+    subfolder = download.get("subfolder") or ""
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, subfolder, filename)
+        return path if os.path.isfile(path) else None
+    from transformers.utils import cached_file
+
+    return cached_file(
+        str(name_or_path),
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **download,
+    )
+
+
+def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dict | None:
+    """The JSON content of ``filename`` in a checkpoint (folder or Hub id), or None when the file is absent."""
+    path = _locate(name_or_path, filename, **download)
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as error:
+        raise OSError(f"{path} is not readable JSON ({error}); the checkpoint is damaged: save it again.") from error
+
+
+def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
+    """The weights outside the encoder (`HEADS_WEIGHTS_NAME`), or {} when the checkpoint has none."""
+    path = _locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
+    if path is None:
+        return {}
+    try:
+        return load_file(path, device="cpu")
+    except Exception as error:  # safetensors raises its own error types for truncated or corrupt files
+        raise OSError(
+            f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
+            "checkpoint again, or copy it again from where it was saved."
+        ) from error
+
+
+def write_json(path: str | os.PathLike, content) -> None:
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(content, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def write_heads(save_directory: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
+    """Save the weights outside the encoder; removes a stale file when there are none."""
+    path = os.path.join(save_directory, HEADS_WEIGHTS_NAME)
+    if not state:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    # contiguous CPU copies; tied tensors (an MLM head sharing the input embeddings) are not among them
+    save_file({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, path)
+
+
+def split_state_dict(
+    state_dict: dict[str, torch.Tensor], encoder_prefixes: dict[str, str], strip: str = ""
+) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, torch.Tensor]]:
+    """Split a model's state dict into each encoder's own weights and the rest.
+
+    Args:
+        state_dict: the saving model's state dict (e.g. DeepSpeed's consolidated one).
+        encoder_prefixes: ``{name: prefix}`` of each encoder in it, e.g. ``{"encoder": "contrastive.encoder."}``.
+        strip: a prefix removed from the names of the other weights (``"contrastive."``), so that a checkpoint's head
+            names do not depend on which model class saved it.
+
+    Returns:
+        ``({name: encoder state dict under the encoder's own names}, other weights)``.
+    """
+    encoders: dict[str, dict[str, torch.Tensor]] = {name: {} for name in encoder_prefixes}
+    rest = {}
+    for key, tensor in state_dict.items():
+        owner = next((name for name, prefix in encoder_prefixes.items() if key.startswith(prefix)), None)
+        if owner is not None:
+            encoders[owner][key[len(encoder_prefixes[owner]) :]] = tensor
+        else:
+            rest[key[len(strip) :] if strip and key.startswith(strip) else key] = tensor
+    return encoders, rest
+
+
+class EmbeddingCheckpointMixin:
+    """`save_pretrained` / `from_pretrained` in the layout of this module, for a `PreTrainedModel` made of
+    transformers encoders and small heads. A model family provides:
+
+    - ``checkpoint_config_name``: the file of its own configuration;
+    - `checkpoint_encoders`: ``{name: (folder, state-dict prefix, encoder)}``, folder ``""`` for the root;
+    - `checkpoint_config` / `config_from_checkpoint`: its configuration without the encoders, and back;
+    - `saved_encoder_folders`: where a saved configuration puts each encoder;
+    - `load_pretrained_encoder` / `install_encoders`: load one encoder from a checkpoint, and put loaded encoders into
+      a freshly built model;
+    - `sentence_transformers_stacks`: its embedding as sentence-transformers modules.
+    """
+
+    checkpoint_config_name = CONTRASTIVE_CONFIG_NAME
+    # removed from the names of the weights outside the encoders, so that they do not depend on the saving class
+    head_prefix = "contrastive."
+
+    # ---------------------------------------------------------------------------------------------------------
+    # Saving
+    # ---------------------------------------------------------------------------------------------------------
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        is_main_process: bool = True,
+        state_dict: dict | None = None,
+        push_to_hub: bool = False,
+        max_shard_size: int | str = "5GB",
+        safe_serialization: bool = True,
+        **kwargs,
+    ) -> None:
+        """Save the encoder(s) in their own architecture, the heads, this model's configuration and the
+        sentence-transformers files (module docstring), safetensors only. ``state_dict``: the model's weights when
+        they are not in the model (e.g. DeepSpeed ZeRO-3's consolidated copy). ``push_to_hub``: then upload the
+        folder to ``repo_id`` (default: the folder's name) with ``token``, ``private`` and ``commit_message``."""
+        if not safe_serialization:
+            raise ValueError("contrastive_hf saves safetensors only: leave safe_serialization=True.")
+        hub = {name: kwargs.pop(name) for name in ("repo_id", "token", "private", "commit_message") if name in kwargs}
+        kwargs.pop("save_function", None)  # torch.save is never used: safetensors only
+        if kwargs:
+            raise TypeError(f"save_pretrained() got unexpected argument(s) {sorted(kwargs)}.")
+        if is_main_process:
+            self._write_checkpoint(os.fspath(save_directory), state_dict, max_shard_size)
+        if push_to_hub and is_main_process:
+            from huggingface_hub import create_repo, upload_folder
+
+            repo_id = hub.get("repo_id") or os.path.basename(os.path.normpath(os.fspath(save_directory)))
+            create_repo(repo_id, token=hub.get("token"), private=hub.get("private"), exist_ok=True)
+            upload_folder(
+                repo_id=repo_id,
+                folder_path=save_directory,
+                token=hub.get("token"),
+                commit_message=hub.get("commit_message") or "Upload model",
+            )
+
+    def _write_checkpoint(self, save_directory: str, state_dict: dict | None, max_shard_size) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from .sentence_transformers_files import write_sentence_transformers_files
+
+        os.makedirs(save_directory, exist_ok=True)
+        encoders = self.checkpoint_encoders()
+        state_dict = self.state_dict() if state_dict is None else state_dict
+        prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
+        encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
+        for name, (folder, _, encoder) in encoders.items():
+            encoder.save_pretrained(
+                os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
+            )
+            if folder and self.tokenizer is not None:  # a tower in a sub-folder carries its tokenizer
+                self.tokenizer.save_pretrained(os.path.join(save_directory, folder))
+        write_heads(save_directory, heads)
+        try:
+            package_version = version("contrastive_hf")
+        except PackageNotFoundError:
+            package_version = None
+        saved = {**self.checkpoint_config(), "architectures": [type(self).__name__]}
+        saved["contrastive_hf_version"] = package_version
+        write_json(os.path.join(save_directory, self.checkpoint_config_name), saved)
+        write_sentence_transformers_files(
+            save_directory,
+            self.sentence_transformers_stacks(),
+            similarity=self.similarity_fn_name,
+            prompts=getattr(self.config, "prompts", None),
+            default_prompt_name=getattr(self.config, "default_prompt_name", None),
+            tower_folders={
+                "query" if name.startswith("query") else "document": folder
+                for name, (folder, _, _) in encoders.items()
+            },
+        )
+
+    # ---------------------------------------------------------------------------------------------------------
+    # Loading
+    # ---------------------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *model_args, **kwargs):
+        """Load a checkpoint saved in this layout, or one saved by contrastive_hf 0.1 (transformers' own layout).
+
+        Takes transformers' loading arguments (``dtype``, ``revision``, ``token``, ``cache_dir``,
+        ``attn_implementation``, ``local_files_only``, ``subfolder``...); any other keyword sets a field of the
+        model's configuration, and an unknown one is an error listing the valid names.
+        """
+        download = download_kwargs(kwargs)
+        saved = read_json(pretrained_model_name_or_path, cls.checkpoint_config_name, **download)
+        if saved is None:  # the layout of contrastive_hf 0.1: a config.json of our model type
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        if model_args:
+            raise TypeError("from_pretrained takes no positional model arguments besides the path.")
+        kwargs.pop("config", None)  # AutoModel passes the root config.json's config; ours is the saved file
+        for name in [name for name in kwargs if name.startswith("_") or name in _AUTO_CLASS_KWARGS]:
+            kwargs.pop(name)  # what the Auto classes pass along for transformers' own loader
+        loading = {name: kwargs.pop(name) for name in LOADING_KWARGS if name in kwargs}
+        overrides = cls.check_config_overrides(kwargs)
+        download = download_kwargs(loading)
+        from transformers import AutoConfig
+
+        encoder_configs = {}
+        for name, folder in cls.saved_encoder_folders(saved).items():
+            location = {**download, "subfolder": os.path.join(download.get("subfolder", ""), folder)}
+            encoder_configs[name] = AutoConfig.from_pretrained(
+                pretrained_model_name_or_path,
+                trust_remote_code=loading.get("trust_remote_code", False),
+                **{key: value for key, value in location.items() if value != ""},
+            )
+        config = cls.config_from_checkpoint(saved, encoder_configs, overrides)
+        sources = {
+            name: (pretrained_model_name_or_path, folder) for name, folder in cls.saved_encoder_folders(saved).items()
+        }
+        model = cls.assemble(config, sources, loading)
+        model.load_heads(read_heads(pretrained_model_name_or_path, **download))
+        model.config._name_or_path = str(pretrained_model_name_or_path)
+        return model
+
+    @classmethod
+    def assemble(cls, config, sources: dict[str, tuple[str, str]], loading: dict):
+        """A model of ``config`` whose encoders are loaded from ``sources`` (``{name: (path or Hub id, folder)}``)
+        with transformers' ``loading`` arguments; its other weights are fresh (the caller loads them)."""
+        loading = dict(loading)
+        dtype = loading.pop("dtype", None) or loading.pop("torch_dtype", None)
+        model = cls(config)
+        encoders = {}
+        for name, (source, folder) in sources.items():
+            kwargs = dict(loading)
+            subfolder = os.path.join(kwargs.pop("subfolder", "") or "", folder)
+            if subfolder:
+                kwargs["subfolder"] = subfolder
+            if dtype is not None:
+                kwargs["dtype"] = dtype
+            encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
+        model.install_encoders(encoders)
+        if dtype is not None and dtype != "auto":
+            model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+        return model
+
+    @classmethod
+    def check_config_overrides(cls, overrides: dict) -> dict:
+        """``overrides`` when each names a field of the model's configuration; else a TypeError listing the valid
+        configuration fields and loading arguments."""
+        fields = cls.config_field_names()
+        unknown = sorted(set(overrides) - set(fields))
+        if unknown:
+            raise TypeError(
+                f"Unknown argument(s) {', '.join(unknown)} for {cls.__name__}: give fields of "
+                f"{cls.config_class.__name__} ({', '.join(fields)}) or transformers' loading arguments "
+                f"({', '.join(LOADING_KWARGS)})."
+            )
+        return overrides
+
+    def load_heads(self, heads: dict[str, torch.Tensor]) -> None:
+        """Load the saved weights outside the encoders. Weights this model does not have (an MLM head loaded into
+        a `ContrastiveModel`) are skipped; weights it has but the checkpoint lacks, or whose shape changed (a
+        projection overridden at load time), keep their fresh values and are reported."""
+        own = self.state_dict()
+        matched, mismatched = {}, []
+        for name, tensor in heads.items():
+            target = name if name in own else self.head_prefix + name
+            if target not in own:
+                continue
+            if own[target].shape != tensor.shape:
+                mismatched.append(f"{name} {tuple(tensor.shape)} -> {tuple(own[target].shape)}")
+                continue
+            matched[target] = tensor
+        self.load_state_dict(matched, strict=False)
+        encoder_prefixes = tuple(prefix for _, prefix, _ in self.checkpoint_encoders().values())
+        missing = sorted(name for name in own if not name.startswith(encoder_prefixes) and name not in matched)
+        if missing or mismatched:
+            logger.warning(
+                "%s: weights not in the checkpoint, initialised afresh: %s%s",
+                type(self).__name__,
+                ", ".join(missing) or "none",
+                f"; of another shape in the checkpoint (skipped): {', '.join(mismatched)}" if mismatched else "",
+            )
+
+    def load_saved_weights(self, folder: str | os.PathLike) -> None:
+        """Load every weight of a checkpoint folder saved in this layout into this model (a Trainer resuming, or
+        loading its best checkpoint): the encoders strictly, then the heads."""
+        from transformers.trainer_utils import load_sharded_checkpoint
+
+        folder = os.fspath(folder)
+        for folder_name, _, encoder in self.checkpoint_encoders().values():
+            location = os.path.join(folder, folder_name)
+            weights = os.path.join(location, "model.safetensors")
+            if os.path.isfile(weights):
+                try:
+                    state = load_file(weights, device="cpu")
+                except Exception as error:  # safetensors' own errors for truncated files
+                    raise OSError(
+                        f"{weights} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: "
+                        "resume from an earlier checkpoint."
+                    ) from error
+                encoder.load_state_dict(state, strict=True)
+            elif os.path.isfile(os.path.join(location, "model.safetensors.index.json")):
+                load_sharded_checkpoint(encoder, location, strict=True)
+            else:
+                raise FileNotFoundError(f"{location} has no model.safetensors: not a complete checkpoint.")
+        self.load_heads(read_heads(folder))

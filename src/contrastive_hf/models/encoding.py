@@ -1,0 +1,252 @@
+"""Texts in, sentence vectors out, as sentence-transformers spells it: one ``encode`` for every model of the library.
+
+`SentenceEmbeddingMixin.encode` takes sentence-transformers' arguments (``batch_size``, ``show_progress_bar``,
+``convert_to_numpy`` / ``convert_to_tensor``, ``normalize_embeddings``, ``device``, ``prompt`` / ``prompt_name``,
+``truncate_dim``) and returns what `SentenceTransformer.encode` returns: a float32 numpy array ``(n, d)`` by default
+(``(d,)`` for one sentence). It tokenizes once, encodes in batches of sentences of similar length (little padding
+is computed), in eval mode under ``no_grad`` in the model's dtype, and restores the model's mode afterwards.
+`similarity` scores embeddings with the model's similarity function (cosine, or dot for DPR), as
+`SentenceTransformer.similarity` does.
+
+A model provides `embed_tokens(input_ids, attention_mask, token_type_ids, task, prompt_length)` (vectors of a
+padded batch) and, optionally, prompts in its config (``prompts``, ``default_prompt_name``) and ``include_prompt``.
+`pool_encoder_outputs` is the one path from an encoder's token states to pooled, projected vectors that every model
+uses.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SentenceEmbeddingMixin", "encode_with", "mask_prompt_tokens"]
+
+
+def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
+    """The attention mask with the first ``prompt_length`` tokens (the leading special token and the prompt) left
+    out, for pooling only (sentence-transformers' ``include_prompt=False``). Unchanged when there is no prompt."""
+    if prompt_length is None or (not torch.is_tensor(prompt_length) and prompt_length <= 0):
+        return attention_mask
+    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
+    keep = positions >= torch.as_tensor(prompt_length, device=attention_mask.device).reshape(-1, 1)  # (B or 1, L)
+    return attention_mask * keep.to(attention_mask.dtype)
+
+
+def encode_with(
+    encoder,
+    pooler,
+    projection,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    prompt_length: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and an
+    optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given."""
+    leading = input_ids.shape[:-1]
+    flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
+    input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
+    if token_type_ids is not None:
+        encoder_kwargs["token_type_ids"] = token_type_ids
+    if pooler.needs_hidden_states:
+        encoder_kwargs["output_hidden_states"] = True
+    pooled = pooler(encoder(**encoder_kwargs), mask_prompt_tokens(attention_mask, prompt_length))  # (N, h)
+    if projection is not None:
+        pooled = projection(pooled)
+    return pooled.reshape(*leading, pooled.shape[-1])
+
+
+class SentenceEmbeddingMixin:
+    """`encode` and `similarity` in sentence-transformers' spelling, for a model with `embed_tokens`."""
+
+    tokenizer = None  # set by callers or loaders; not saved with the weights
+
+    def embed_tokens(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        task: str | None = None,
+        prompt_length: int | None = None,
+    ) -> torch.Tensor:
+        """The sentence vectors ``(B, d)`` of a padded batch, as the model embeds at inference."""
+        raise NotImplementedError
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """``cosine`` or ``dot``: how this model's embeddings are compared (sentence-transformers' name)."""
+        return getattr(self.config, "similarity", "cosine")
+
+    @torch.no_grad()
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: str | torch.device | None = None,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+        task: str | None = None,
+        tokenizer=None,
+        max_length: int | None = None,
+        **deprecated,
+    ) -> np.ndarray | torch.Tensor:
+        """Sentence embeddings, in the input order, as `SentenceTransformer.encode` returns them.
+
+        Args:
+            sentences: a sentence or a list of them.
+            prompt_name: a key of the model's ``config.prompts`` (e.g. ``"query"``), prepended to every sentence;
+                defaults to ``config.default_prompt_name``.
+            prompt: a prompt text instead (wins over ``prompt_name``).
+            batch_size: sentences per forward pass.
+            show_progress_bar: a progress bar over the batches (default: when logging at INFO or below).
+            convert_to_numpy: a float32 numpy array (the default), else a list of tensors.
+            convert_to_tensor: one tensor (on the encoding device); wins over ``convert_to_numpy``.
+            device: where to encode (default: the model's device); the model is moved there.
+            normalize_embeddings: L2-normalise the embeddings (then dot product = cosine similarity).
+            truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings).
+            task: for models with several towers, ``"query"`` or ``"document"``; see `encode_query` and
+                `encode_document`.
+            tokenizer: the tokenizer (default: ``self.tokenizer``, then the one saved with the checkpoint).
+            max_length: truncation length in tokens (default: what the encoder takes).
+        """
+        if "normalize" in deprecated:
+            warnings.warn(
+                "encode(normalize=...) is deprecated; use normalize_embeddings=..., as sentence-transformers does.",
+                FutureWarning,
+                stacklevel=2,
+            )
+            normalize_embeddings = deprecated.pop("normalize")
+        if deprecated:
+            raise TypeError(f"encode() got unexpected argument(s) {sorted(deprecated)}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        single = isinstance(sentences, str)
+        sentences = [sentences] if single else list(sentences)
+        tokenizer = tokenizer or self.tokenizer or self._load_saved_tokenizer()
+        prompt, prompt_length = self._resolve_prompt(tokenizer, prompt_name, prompt)
+        if prompt:
+            sentences = [prompt + sentence for sentence in sentences]
+        if device is not None:
+            self.to(device)
+        device = next(self.parameters()).device
+        max_length = max_length or self._max_length(tokenizer)
+        encoded = tokenizer(sentences, truncation=True, max_length=max_length)
+        order = sorted(range(len(sentences)), key=lambda index: -len(encoded["input_ids"][index]))
+        if show_progress_bar is None:
+            show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(order) > batch_size
+        batches = range(0, len(order), batch_size)
+        if show_progress_bar:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc="Batches", unit="batch")
+        parts: list[torch.Tensor] = []
+        was_training = self.training
+        self.eval()
+        try:
+            for start in batches:
+                rows = order[start : start + batch_size]
+                batch = tokenizer.pad(
+                    {name: [encoded[name][row] for row in rows] for name in encoded}, return_tensors="pt"
+                )
+                vectors = self.embed_tokens(
+                    batch["input_ids"].to(device),
+                    batch["attention_mask"].to(device),
+                    batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
+                    task=task,
+                    prompt_length=prompt_length,
+                )
+                parts.append(vectors.float())
+        finally:
+            self.train(was_training)
+        width = getattr(self.config, "embedding_size", 0)
+        embeddings = torch.cat(parts) if parts else torch.empty(0, width, device=device)
+        embeddings = embeddings[torch.argsort(torch.tensor(order, device=device))] if parts else embeddings
+        if truncate_dim is not None:
+            embeddings = embeddings[:, :truncate_dim]
+        if normalize_embeddings:
+            embeddings = F.normalize(embeddings, dim=-1)
+        if convert_to_tensor:
+            return embeddings[0] if single else embeddings
+        if convert_to_numpy:
+            array = embeddings.cpu().numpy()
+            return array[0] if single else array
+        rows = list(embeddings)
+        return rows[0] if single else rows
+
+    def similarity(self, embeddings1, embeddings2) -> torch.Tensor:
+        """``(n, d), (m, d) -> (n, m)`` similarities under the model's similarity function (cosine, or dot)."""
+        a = torch.as_tensor(np.asarray(embeddings1) if not torch.is_tensor(embeddings1) else embeddings1).float()
+        b = torch.as_tensor(np.asarray(embeddings2) if not torch.is_tensor(embeddings2) else embeddings2).float()
+        a, b = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+        if self.similarity_fn_name == "cosine":
+            a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+        return a @ b.T
+
+    def _resolve_prompt(self, tokenizer, prompt_name: str | None, prompt: str | None) -> tuple[str, int | None]:
+        """The prompt text, and how many leading tokens to leave out of the pooling (None: pool them)."""
+        prompts = getattr(self.config, "prompts", None) or {}
+        if prompt is None:
+            prompt_name = prompt_name or getattr(self.config, "default_prompt_name", None)
+            if prompt_name is not None:
+                if prompt_name not in prompts:
+                    raise ValueError(
+                        f"Unknown prompt_name {prompt_name!r}: this model's prompts are {sorted(prompts) or 'none'} "
+                        "(config.prompts); pass prompt='...' for another prompt."
+                    )
+                prompt = prompts[prompt_name]
+        if not prompt:
+            return "", None
+        if getattr(self.config, "include_prompt", True):
+            return prompt, None
+        # the leading special token and the prompt's tokens, as sentence-transformers counts them
+        return prompt, len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
+
+    def _max_length(self, tokenizer) -> int:
+        """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""
+        limits = []
+        model_max = getattr(tokenizer, "model_max_length", None)
+        if model_max is not None and model_max < 1_000_000:  # transformers uses ~1e30 for "unset"
+            limits.append(int(model_max))
+        for encoder_config in self.encoder_configs():
+            positions = getattr(encoder_config, "max_position_embeddings", None)
+            if positions:
+                # RoBERTa-style models reserve padding_idx + 1 positions before the first token
+                roberta_like = encoder_config.model_type in ("roberta", "xlm-roberta", "camembert")
+                offset = (getattr(encoder_config, "pad_token_id", None) or 0) + 1 if roberta_like else 0
+                limits.append(int(positions) - offset)
+        return min(limits) if limits else 512
+
+    def encoder_configs(self) -> list:
+        """The configs of the model's encoders (one, or a query and a passage tower)."""
+        raise NotImplementedError
+
+    def _load_saved_tokenizer(self):
+        path = getattr(self.config, "_name_or_path", "")
+        if not path:
+            raise ValueError(
+                "encode() needs a tokenizer: pass tokenizer=AutoTokenizer.from_pretrained(...) or set model.tokenizer."
+            )
+        from transformers import AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as error:
+            where = path if os.path.isdir(path) else f"the Hub repository {path!r}"
+            raise ValueError(f"encode() found no tokenizer in {where}; pass tokenizer=... explicitly.") from error
+        return self.tokenizer
