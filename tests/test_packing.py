@@ -416,6 +416,22 @@ def test_padded_calls_through_the_packed_implementation_keep_their_mask():
     assert PACKED_ATTENTION not in json.dumps(model.config.to_dict())  # never saved into a checkpoint
 
 
+def test_a_checkpoint_saved_after_packed_training_names_no_packed_attention(tmp_path):
+    model = make("bert", "cls", ContrastiveForPreTraining)
+    input_ids, mask, token_type_ids = mixed_views(model.config.encoder)
+    model(input_ids=input_ids, attention_mask=mask, token_type_ids=token_type_ids, return_loss=False)
+    assert model.contrastive.encoder.config._attn_implementation == PACKED_ATTENTION
+    model.save_pretrained(tmp_path)
+    saved = [path for path in tmp_path.rglob("*.json")]
+    assert saved and not any(PACKED_ATTENTION in path.read_text() for path in saved)
+    reloaded = ContrastiveModel.from_pretrained(tmp_path).eval()
+    assert reloaded.encoder.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(
+        reloaded.sentence_embeddings(input_ids, mask, token_type_ids),
+        model.eval().contrastive.sentence_embeddings(input_ids, mask, token_type_ids),
+    )
+
+
 def test_inputs_that_cannot_be_packed_take_the_padded_pass():
     model = make("bert").eval()
     input_ids, mask, _ = mixed_views(model.config.encoder)
