@@ -16,7 +16,7 @@ sentences apart:
 
 Only encoders whose attention and positions work this way are packed (`packing_unsupported_reason`): the model types
 of `PACKABLE_MODEL_TYPES`, each checked against the padded pass in tests/test_packing.py. Like the rest of
-``models/``, this file imports torch, transformers and its siblings only: it travels inside saved checkpoints.
+``models/``, this file imports torch, transformers and its siblings only.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ __all__ = [
     "can_pack",
     "length_sorted_groups",
     "choose_attention_kernel",
-    "varlen_attention_available",
 ]
 
 # The name under which the packed attention function is registered with transformers (the encoder's
@@ -367,11 +366,6 @@ def _varlen_parameters() -> frozenset[str] | None:
     return frozenset(inspect.signature(varlen_attn).parameters)
 
 
-def varlen_attention_available() -> bool:
-    """Whether this torch has ``torch.nn.attention.varlen.varlen_attn`` and a GPU to run it."""
-    return _varlen_parameters() is not None and torch.cuda.is_available()
-
-
 def varlen_problem(
     query: torch.Tensor, dropout: float, scaling: float | None, sliding_window: int | None, max_length: int
 ) -> str | None:
@@ -514,7 +508,11 @@ def packed_encoder_forward(
     outputs = encoder(
         input_ids=packed.input_ids, output_hidden_states=output_hidden_states, return_dict=True, **kwargs
     )
+    # The encoder's own pooler output read the packed sequence's first token only (the first sentence's [CLS]).
     pooler = getattr(encoder, "pooler", None) if with_pooler else None
-    first = packed.first_tokens(outputs.last_hidden_state[0]) if pooler is not None else None
-    outputs["pooler_output"] = None if pooler is None else pooler(first.unsqueeze(1))  # BertPooler reads [:, 0]
+    if pooler is not None:
+        first = packed.first_tokens(outputs.last_hidden_state[0])  # (N, h)
+        outputs["pooler_output"] = pooler(first.unsqueeze(1))  # BertPooler reads hidden_states[:, 0]
+    elif "pooler_output" in outputs:
+        outputs["pooler_output"] = None
     return outputs, packed
