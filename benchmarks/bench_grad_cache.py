@@ -30,6 +30,9 @@ linearly with the batch) would exceed ``--memory-fraction`` of the memory availa
 table (markdown) to stdout and the plot to ``docs/images/grad_cache_memory.png``. Usage (from the repository root):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_grad_cache.py
+
+``--smoke`` runs every part in seconds on the repository's sample (batch 8 with and without chunks of 4, length 16,
+the default allocator, the plot to a temporary file; tests/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations
@@ -307,9 +310,23 @@ def main() -> None:
     parser.add_argument("--plot", default=str(PLOT))
     parser.add_argument("--json", default=None, help="Also write every result to this JSON file.")
     parser.add_argument("--replot", default=None, help="Tables and plot from a --json file, measuring nothing.")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="Seconds: the shipped sample, batch 8, chunk 4, length 16, default allocator, plot to a temporary file.",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--chunk-size", type=int, default=0, help=argparse.SUPPRESS)
+    if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
+        parser.set_defaults(
+            corpus=str(WIKI1M_SAMPLE),
+            batch_sizes=[8],
+            chunk=4,
+            max_length=16,
+            allocators=["default"],
+            plot=os.path.join(tempfile.gettempdir(), "grad_cache_memory_smoke.png"),
+        )
     args = parser.parse_args()
     if args.worker:
         worker(args)

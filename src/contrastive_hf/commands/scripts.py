@@ -131,11 +131,12 @@ class ContrastiveModelArguments(MatryoshkaArguments):
     cl_weight: float | None = field(
         default=None, metadata={"help": f"Weight of L_CL ({_config_default('cl_weight')})."}
     )
-    sub_batch_size: int | None = field(
+    sub_batch_size: str | None = field(
         default=None,
         metadata={
-            "help": "Encode views sorted by length, this many at a time, without their padding; 0: one padded pass "
-            f"({_config_default('sub_batch_size')})."
+            "help": "How views are encoded: packed (one sequence of real tokens), sorted (length-sorted groups), "
+            "N (sorted groups of N views), 0 (one padded pass) or auto (packed where the encoder allows, else "
+            f"sorted on CPU, padded on a GPU) ({_config_default('sub_batch_size')})."
         },
     )
 

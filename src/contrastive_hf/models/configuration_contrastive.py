@@ -13,6 +13,23 @@ from .transformers_compat import SubConfigSpec, build_sub_config
 POOLER_TYPES = ("cls", "cls_before_pooler", "mean", "max", "avg_first_last", "avg_top2")
 PROJECTION_TYPES = ("none", "linear", "mlp")
 CONTRASTIVE_LOSSES = ("nt_xent", "info_nce")
+# The named ways of encoding a batch's views (`ContrastiveConfig.sub_batch_size`; an integer is the fourth).
+ENCODING_PATHS = ("auto", "packed", "sorted")
+
+
+def parse_sub_batch_size(value) -> int | str:
+    """A valid `sub_batch_size`: one of `ENCODING_PATHS`, or an integer >= 0 (also given as a string of digits, as a
+    command-line flag or a JSON file gives it)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, str) and value in ENCODING_PATHS:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(
+        f"sub_batch_size must be one of {', '.join(repr(path) for path in ENCODING_PATHS)} or an integer >= 0 "
+        f"(0: one padded pass; N: length-sorted groups of N views), got {value!r}."
+    )
 
 
 def without_sub_config_paths(config_dict: dict) -> dict:
@@ -59,13 +76,23 @@ class ContrastiveConfig(PreTrainedConfig):
             Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
         hard_negative_weight (`float`, defaults to 0.0):
             SimCSE's weight added to the logit of each anchor's own hard negative.
-        sub_batch_size (`int`, defaults to 16):
-            How training batches are encoded. 0: all views in one forward pass, padded to the longest. N > 0: the
-            views sorted by length and encoded N at a time, each group padded only to its own longest, so that
-            padding (most of the tokens of a batch of short and long sentences) is not computed. The negatives of
-            a batch stay the same random sentences and the embeddings equal those of the padded pass (with
-            dropout off; with dropout on, each view draws its own masks either way). 16 measured fastest on
-            Wikipedia sentences (docs/benchmarks.md: 1.3x at max length 32, 2.3x at 128, against 0).
+        sub_batch_size (`int` or `str`, defaults to `"auto"`):
+            How training batches are encoded; the negatives of a batch stay the same random sentences, and the
+            embeddings equal those of one padded pass (with dropout off; with dropout on, each view draws its own
+            masks either way):
+
+            - `"packed"`: all views as one sequence of their real tokens, attention kept inside each sentence
+              (`models/packing.py`): no layer computes padding. BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT,
+              ELECTRA and ModernBERT encoders; on a GPU torch's variable-length flash attention where it applies.
+            - `"sorted"`: the views sorted by length and encoded in groups of at most `sub_batch_tokens` token
+              slots (sentences x the group's longest), each group padded only to its own longest (any encoder).
+            - N > 0: sorted the same way, N views per group (the meaning of an integer in earlier releases).
+            - 0: one forward pass over all views padded to the longest.
+            - `"auto"`: `"packed"` where the encoder supports it, else `"sorted"` on CPU and 0 on a GPU (small
+              groups leave a GPU idle). The log says once which path runs and why. Measured in
+              docs/benchmarks.md.
+        sub_batch_tokens (`int`, defaults to 1024):
+            The token budget of a `"sorted"` group.
         prompts (`dict[str, str]`, *optional*):
             Texts prepended to sentences by role, as sentence-transformers' prompts (E5's ``{"query": "query: ",
             "document": "passage: "}``): ``encode(..., prompt_name="query")`` applies one, and the checkpoint's
@@ -109,7 +136,8 @@ class ContrastiveConfig(PreTrainedConfig):
     mlm_weight: float = 1.0
     cl_weight: float = 1.0
     hard_negative_weight: float = 0.0
-    sub_batch_size: int = 16
+    sub_batch_size: int | str = "auto"
+    sub_batch_tokens: int = 1024
     prompts: dict | None = None
     default_prompt_name: str | None = None
     include_prompt: bool = True
@@ -148,8 +176,13 @@ class ContrastiveConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive size or None, got {value}.")
-        if self.sub_batch_size < 0:
-            raise ValueError(f"sub_batch_size must be >= 0 (0: one padded pass), got {self.sub_batch_size}.")
+        self.sub_batch_size = parse_sub_batch_size(self.sub_batch_size)
+        if (
+            isinstance(self.sub_batch_tokens, bool)
+            or not isinstance(self.sub_batch_tokens, int)
+            or self.sub_batch_tokens < 1
+        ):
+            raise ValueError(f"sub_batch_tokens must be a positive number of tokens, got {self.sub_batch_tokens!r}.")
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
@@ -238,6 +271,7 @@ CONFIG_FIELDS = (
     "cl_weight",
     "hard_negative_weight",
     "sub_batch_size",
+    "sub_batch_tokens",
     "prompts",
     "default_prompt_name",
     "include_prompt",
@@ -254,4 +288,5 @@ __all__ = [
     "PROJECTION_TYPES",
     "CONTRASTIVE_LOSSES",
     "validate_embedding_dims",
+    "ENCODING_PATHS",
 ]

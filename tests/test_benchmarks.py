@@ -1,0 +1,68 @@
+"""Every benchmark's smoke run (a tiny configuration on the repository's own samples), so that none breaks unseen.
+
+Each script under benchmarks/ runs as a user runs it, in a subprocess, with its smoke flag; the figures mean nothing,
+the test checks that every part ran to its end. The full runs and their figures are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+SAMPLES = REPO_ROOT / "examples" / "demo" / "data"
+# Modules the scripts import, not benchmarks of their own.
+HELPERS = {"machine_info.py", "parity.py"}
+
+# script: (arguments, text its output must hold at the end of every part)
+SMOKE_RUNS = {
+    "bench_training.py": (["--smoke"], ["parity (dropout off)", "contrastive_hf sub_batch=auto", "by wall time"]),
+    "bench_collator.py": (["--smoke"], ["speed-up:", "whole collator call"]),
+    "bench_evaluation.py": (["--smoke"], ["ratio st-distinct / contrastive_hf", "STS-B:"]),
+    "bench_distributed.py": (["--smoke"], ["gather of negatives, per step", "2 processes (gather off) vs 1"]),
+    "bench_grad_cache.py": (["--smoke"], ["| 8 | 4 |", "| 8 | none |", "plot:"]),
+    "bench_gpu.py": (
+        ["--device", "cpu", "--tiny", "--corpus_file", str(SAMPLES / "enwiki_paragraphs_sample.txt")],
+        [
+            "sub_batch_size packed (packed) vs padded",
+            "minimal-loop-simcse",
+            "contrastive_hf-clear sub_batch_size=packed",
+        ],
+    ),
+    "bench_gpu.py --check_flops": (
+        ["--check_flops", "--corpus_file", str(SAMPLES / "wiki1m_sample.txt")],
+        ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
+    ),
+    "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
+}
+
+
+def test_every_benchmark_has_a_smoke_run():
+    scripts = {path.name for path in BENCHMARKS.glob("*.py")} - HELPERS
+    assert scripts == {name.split()[0] for name in SMOKE_RUNS}
+
+
+@pytest.mark.parametrize("name", list(SMOKE_RUNS))
+def test_benchmark_smoke_run(name, tmp_path):
+    arguments, expected = SMOKE_RUNS[name]
+    if name == "bench_grad_cache.py":
+        arguments = [*arguments, "--plot", str(tmp_path / "grad_cache.png")]
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "TQDM_DISABLE": "1",
+    }
+    command = [sys.executable, str(BENCHMARKS / name.split()[0]), *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=1200)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    for text in expected:
+        assert text in output, f"{text!r} missing from the output of {name}:\n{output[-4000:]}"
