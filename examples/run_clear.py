@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from transformers import HfArgumentParser
 
@@ -27,6 +28,7 @@ from contrastive_hf.commands.scripts import (
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_script,
     setup_logging,
     training_data_name,
 )
@@ -55,6 +57,8 @@ class AdapterArguments:
 
 @dataclass
 class ViewArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("synonyms_file",)
+
     augmentations: str = field(
         default="del_word",
         metadata={
@@ -181,4 +185,4 @@ def _split(names: str | None) -> list[str] | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -100,8 +100,8 @@ def load_model_point(path: str | os.PathLike, name: str | None = None) -> ModelP
     align = results.get("align") if isinstance(results, dict) else None
     if not align or align.get("alignment") is None:
         raise ValueError(
-            f"{path} holds no alignment/uniformity figures; write it with `contrastive-hf evaluate MODEL --tasks "
-            "align --data-dir DIR --output FILE`."
+            f"{path} holds no alignment/uniformity figures; write them with `contrastive-hf evaluate MODEL "
+            "--stsb-file sts-dev.csv --output FILE` (or --tasks align with --data-dir DIR for STS-B test)."
         )
     if name is None:
         # the last two parts of the model's path or Hub id: "org/model", "run/checkpoint-500"
@@ -121,6 +121,19 @@ def alignment_uniformity_trajectory(run: TrainingRun) -> list[tuple[int, float, 
                     points.append((int(entry["step"]), float(entry[key]), float(entry[f"{prefix}_uniformity"])))
                     break
     return sorted(points)
+
+
+MIN_UNIFORMITY_SPAN = 0.5
+MIN_ALIGNMENT_SPAN = 0.2
+
+
+def _at_least(limits: tuple[float, float], span: float) -> tuple[float, float]:
+    """``limits`` widened about their middle to ``span`` when narrower."""
+    low, high = limits
+    if high - low >= span:
+        return low, high
+    middle = (low + high) / 2
+    return middle - span / 2, middle + span / 2
 
 
 def _figure(width: float, height: float):
@@ -184,6 +197,10 @@ def plot_alignment_uniformity(
         uniformities = [point.uniformity for point in points]
         alignments = [point.alignment for point in points]
         axes.plot(uniformities, alignments, "*", linestyle="none", color=next(colors), markersize=13, label=name)
+    # matplotlib zooms onto a single point (axes of +/-0.008): show at least this much of the plane, so that a
+    # small change looks small (SimCSE's Figure 2 spans about 3 in uniformity and 0.5 in alignment)
+    axes.set_xlim(*_at_least(axes.get_xlim(), MIN_UNIFORMITY_SPAN))
+    axes.set_ylim(*_at_least(axes.get_ylim(), MIN_ALIGNMENT_SPAN))
     axes.set_xlabel("ℓ_uniform  (uniformity; lower = more uniform)")
     axes.set_ylabel("ℓ_align  (alignment of positive pairs; lower = closer)")
     steps = " (numbers: training step)" if trajectories else ""

@@ -24,7 +24,8 @@ from transformers import Trainer, TrainingArguments
 from transformers.trainer_utils import seed_worker
 
 from ...data import seeding
-from ...training.training_args import SecretFreeOutputs
+from ...training.progress import show_losses_on_progress_bar
+from ...training.training_args import RunDefaults, SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .modeling import TaskSpec
 from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
@@ -39,7 +40,7 @@ __all__ = [
 
 
 @dataclass
-class MultitaskTrainingArguments(TrainingArguments):
+class MultitaskTrainingArguments(RunDefaults, TrainingArguments):
     """`TrainingArguments` plus how the tasks' batches are scheduled and whether PCGrad combines their gradients.
 
     The tasks themselves (type, head, loss weight) live in the model's `MultitaskConfig`, their single source of
@@ -173,6 +174,7 @@ class MultitaskTrainer(SecretFreeOutputs, Trainer):
             eval_dataset=eval_dataset,
             **kwargs,
         )
+        show_losses_on_progress_bar(self)
         self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts: dict[str, int] = {}
         self._pcgrad_buffers: dict[str, list[torch.Tensor | None]] = {}
