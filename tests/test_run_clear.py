@@ -78,10 +78,21 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
     assert "Skipped 2 empty line(s)" in log
     assert "AutoModel.from_pretrained(" in log  # the printed loading lines
 
+    # the log holds what matters: no DeepSpeed notice (DeepSpeed is installed, not used), no pin_memory warning
+    # on CPU, the losses on the progress bar rather than a dict printed at every logging step
+    assert "Setting accelerator to CPU" not in log and "pin_memory" not in log
+    assert "{'loss'" not in log and "cl_loss=" in result.stderr
+    assert "Before and after training:\n  stsb_spearman" in result.stdout
+
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     assert -100 <= metrics["eval_stsb_spearman"] <= 100
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     assert any("mlm_loss" in entry and "cl_loss" in entry for entry in history)
+    # STS-B dev before and after training, as evaluations at steps 0 and 3: `contrastive-hf plot` draws the run
+    evaluations = {entry["step"]: entry for entry in history if "eval_stsb_spearman" in entry}
+    assert sorted(evaluations) == [0, 3]
+    assert evaluations[0]["eval_stsb_spearman"] == metrics["eval_stsb_spearman_before"]
+    assert evaluations[3]["eval_stsb_alignment"] == metrics["eval_stsb_alignment"]
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert "[DEL]" in tokenizer.get_vocab()
@@ -114,12 +125,26 @@ def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, f
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--augmentaions", "reorder"], "unrecognized argument(s) --augmentaions (did you mean --augmentations?)."),
+        (["--train_file", "missing.txt"], "--train_file missing.txt: no such file or folder"),
+    ],
+)
+def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp_path, flags, message):
+    result, _ = run_clear(repo_root, tmp_path, *flags, check=False)
+    assert result.returncode == 2
+    usage, error = result.stderr.splitlines()  # no traceback
+    assert usage.startswith("usage: run_clear.py ") and error.startswith("run_clear.py: error: ") and message in error
+
+
 def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
     corpus = tmp_path / "empty.txt"
     corpus.write_text("\n  \n\n")
     result, _ = run_clear(repo_root, tmp_path, "--train_file", str(corpus), check=False)
-    assert result.returncode != 0
-    assert "The corpus has no text" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("run_clear.py: error: The corpus has no text") and "Traceback" not in result.stderr
 
 
 def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):

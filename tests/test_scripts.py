@@ -136,3 +136,27 @@ def test_before_and_after_are_printed_side_by_side():
         "  stsb_alignment  0.2500 -> 0.3123  (+0.0623)"
     )
     assert format_before_after({"held_out_mrr": 0.5}) == "After training:\n  held_out_mrr  0.5000"
+
+
+def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):
+    from contrastive_hf.commands.scripts import load_sentences
+    from contrastive_hf.data import corpus as corpus_module
+
+    lines = (DEMO_DATA / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:200]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines[:3] + ["", "  "] + lines[3:]) + "\n", encoding="utf-8")  # 2 empty lines early
+    training = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none")
+    tokenized_rows = []
+    tokenize_corpus = corpus_module.tokenize_corpus
+
+    def counting(corpus, *args, **kwargs):
+        tokenized_rows.append(len(corpus))
+        return tokenize_corpus(corpus, *args, **kwargs)
+
+    monkeypatch.setattr(corpus_module, "tokenize_corpus", counting)
+    whole = load_sentences(CorpusArguments(train_file=str(path), max_seq_length=24), tokenizer, training)
+    first = load_sentences(
+        CorpusArguments(train_file=str(path), max_seq_length=24, max_train_samples=10), tokenizer, training
+    )
+    assert tokenized_rows == [202, 12]  # the 10 lines asked for and the 2 empty lines among them
+    assert first[:] == whole.select(range(10))[:]  # the same examples, with the same identities

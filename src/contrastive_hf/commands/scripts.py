@@ -49,12 +49,14 @@ class UsageError(ValueError):
 
 
 def run_script(main: Callable[[], object]) -> None:
-    """Run an example script's ``main``. A `UsageError` or a missing file ends the run with one line on stderr,
-    ``<script>: error: <what was wrong>``, and exit status 2 (argparse's for a bad command line); any other error
-    keeps its traceback, which is what a bug needs."""
+    """Run an example script's ``main``. A `UsageError`, a missing file or a corpus without text (`EmptyCorpusError`)
+    ends the run with one line on stderr, ``<script>: error: <what was wrong>``, and exit status 2 (argparse's for a
+    bad command line); any other error keeps its traceback, which is what a bug needs."""
+    from ..data.corpus import EmptyCorpusError
+
     try:
         main()
-    except (UsageError, FileNotFoundError) as error:
+    except (UsageError, FileNotFoundError, EmptyCorpusError) as error:
         print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
         sys.exit(2)
 
