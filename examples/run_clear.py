@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """CLEAR: pre-train or continue pre-training a sentence encoder with MLM + a contrastive loss on augmented views.
 
-Runs as ``python examples/run_clear.py ...`` or ``accelerate launch examples/run_clear.py ...``; flags or a single
-JSON file (``python examples/run_clear.py examples/demo/clear_demo.json``). Flag names follow run_mlm.py where they
-overlap, and every TrainingArguments flag works.
+Runs as ``python examples/run_clear.py ...`` or ``accelerate launch examples/run_clear.py ...``; flags, or a JSON
+file of the same keys followed by any flags that override it (``python examples/run_clear.py
+examples/demo/clear_scratch.json --seed 1``). Flag names follow run_mlm.py where they overlap, and every
+TrainingArguments flag works.
 
     python examples/run_clear.py --model_name_or_path bert-base-uncased --dataset_name wikitext \
         --dataset_config_name wikitext-103-raw-v1 --augmentations del_word --output_dir clear-bert

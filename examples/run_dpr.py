@@ -31,6 +31,7 @@ from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
     UsageError,
+    corpus_progress_bars,
     log_before_after,
     parse_arguments,
     publish,
@@ -196,7 +197,8 @@ def main():
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
     model = build_model(model_args, tokenizer)
 
-    with training_args.main_process_first(desc="loading and tokenizing the pairs"):
+    loading = training_args.main_process_first(desc="loading and tokenizing the pairs")
+    with loading, corpus_progress_bars(data_args.train_file):
         pairs = load_corpus(
             data_args.train_file,
             data_args.dataset_name,

@@ -31,6 +31,7 @@ __all__ = [
     "load_tokenizer",
     "training_data_name",
     "load_sentences",
+    "corpus_progress_bars",
     "load_sts_dev",
     "save_trained_model",
     "log_before_after",
@@ -242,7 +243,7 @@ def check_paths(arguments) -> None:
         names += [(name, False) for name in getattr(group, "hub_ids_or_paths", ())]
         for name, always_local in names:
             value = getattr(group, name, None)
-            if not isinstance(value, str) or os.path.exists(os.path.expanduser(value)):
+            if not isinstance(value, str) or not value or os.path.exists(os.path.expanduser(value)):
                 continue
             if always_local or os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1:
                 raise UsageError(f"--{name} {value}: no such file or folder (relative to {os.getcwd()}).")
@@ -327,7 +328,7 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
     from ..data.corpus import first_examples, load_corpus, prepare_streaming, rows_holding_lines, tokenize_corpus
 
     count = data_args.max_train_samples
-    with training_args.main_process_first(desc="corpus tokenization"), _datasets_progress_bars(data_args):
+    with training_args.main_process_first(desc="corpus tokenization"), corpus_progress_bars(data_args.train_file):
         corpus = load_corpus(
             data_args.train_file,
             data_args.dataset_name,
@@ -355,12 +356,11 @@ SMALL_CORPUS_BYTES = 10_000_000  # read and tokenized in seconds: no progress ba
 
 
 @contextmanager
-def _datasets_progress_bars(data_args: CorpusArguments):
-    """datasets' progress bars while a corpus is read and tokenized: off for a small local file (they flash by)
-    unless the log level is INFO or lower; a Hub dataset or a large file keeps them."""
+def corpus_progress_bars(path: str | None):
+    """datasets' progress bars while the corpus file ``path`` is read and tokenized: off for a small file (they
+    flash by) unless the log level is INFO or lower; a Hub dataset (None) or a large file keeps them."""
     import datasets
 
-    path = data_args.train_file
     small = path is not None and os.path.isfile(path) and os.path.getsize(path) < SMALL_CORPUS_BYTES
     quiet = small and logging.getLogger("contrastive_hf").getEffectiveLevel() > logging.INFO
     if not quiet or datasets.are_progress_bars_disabled():
