@@ -153,6 +153,16 @@ def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
     assert (tmp_path / "pictures" / "alignment_uniformity.png").is_file()
 
 
+def test_no_progress_shows_no_bar_of_loading_the_model(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    from transformers.utils import logging as transformers_logging
+
+    stsb = TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
+    monkeypatch.setattr(transformers_logging, "_tqdm_active", True)  # restored after the test
+    arguments = ["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(tmp_path / "r.json")]
+    assert main([*arguments, "--no-progress"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
+
+
 def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where the default --output, eval_results.json, would be written
     assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(tmp_path / "nope.csv")]) == 2
