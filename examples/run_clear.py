@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """CLEAR: pre-train or continue pre-training a sentence encoder with MLM + a contrastive loss on augmented views.
 
-Runs as ``python examples/run_clear.py ...`` or ``accelerate launch examples/run_clear.py ...``; flags or a single
-JSON file (``python examples/run_clear.py examples/demo/clear_demo.json``). Flag names follow run_mlm.py where they
-overlap, and every TrainingArguments flag works.
+Runs as ``python examples/run_clear.py ...`` or ``accelerate launch examples/run_clear.py ...``; flags, or a JSON
+file of the same keys followed by any flags that override it (``python examples/run_clear.py
+examples/demo/clear_scratch.json --seed 1``). Flag names follow run_mlm.py where they overlap, and every
+TrainingArguments flag works.
 
     python examples/run_clear.py --model_name_or_path bert-base-uncased --dataset_name wikitext \
         --dataset_config_name wikitext-103-raw-v1 --augmentations del_word --output_dir clear-bert
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from transformers import HfArgumentParser
 
@@ -27,6 +29,7 @@ from contrastive_hf.commands.scripts import (
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_script,
     setup_logging,
     training_data_name,
 )
@@ -55,6 +58,8 @@ class AdapterArguments:
 
 @dataclass
 class ViewArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("synonyms_file",)
+
     augmentations: str = field(
         default="del_word",
         metadata={
@@ -83,17 +88,18 @@ class ViewArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
 
 
+ARGUMENTS = (
+    EncoderArguments,
+    ContrastiveModelArguments,
+    CorpusArguments,
+    ViewArguments,
+    AdapterArguments,
+    ContrastiveTrainingArguments,
+)
+
+
 def main():
-    parser = HfArgumentParser(
-        (
-            EncoderArguments,
-            ContrastiveModelArguments,
-            CorpusArguments,
-            ViewArguments,
-            AdapterArguments,
-            ContrastiveTrainingArguments,
-        )
-    )
+    parser = HfArgumentParser(ARGUMENTS)
     encoder_args, model_args, data_args, view_args, adapter_args, training_args = parse_arguments(parser)
     setup_logging(training_args, logger)
 
@@ -181,4 +187,4 @@ def _split(names: str | None) -> list[str] | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,10 +30,12 @@ from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
+    UsageError,
     finish_sentence_encoder_run,
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_script,
     setup_logging,
     training_data_name,
 )
@@ -70,12 +72,11 @@ def main():
     parser = HfArgumentParser(
         (EncoderArguments, ContrastiveModelArguments, CorpusArguments, SpanArguments, ContrastiveTrainingArguments)
     )
-    parser.set_defaults(**DEFAULTS)
-    encoder_args, model_args, data_args, span_args, training_args = parse_arguments(parser)
+    encoder_args, model_args, data_args, span_args, training_args = parse_arguments(parser, defaults=DEFAULTS)
     setup_logging(training_args, logger)
 
     if span_args.hard_negatives and model_args.contrastive_loss != "info_nce":
-        raise ValueError("--hard_negatives gives three views per document: use --contrastive_loss info_nce.")
+        raise UsageError("--hard_negatives gives three views per document: use --contrastive_loss info_nce.")
     tokenizer = load_tokenizer(encoder_args)
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model: ContrastiveForPreTraining = load_pretraining_model(
@@ -144,4 +145,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -25,15 +25,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
     MatryoshkaArguments,
     PromptArguments,
+    UsageError,
+    corpus_progress_bars,
     log_before_after,
     parse_arguments,
     publish,
+    run_script,
     save_trained_model,
     setup_logging,
 )
@@ -55,6 +59,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ModelArguments(PromptArguments, MatryoshkaArguments):
+    hub_ids_or_paths: ClassVar[tuple[str, ...]] = (
+        "model_name_or_path",
+        "passage_model_name_or_path",
+        "config_name",
+        "tokenizer_name",
+    )
+
     model_name_or_path: str | None = field(
         default=None,
         metadata={
@@ -88,6 +99,8 @@ class ModelArguments(PromptArguments, MatryoshkaArguments):
 
 @dataclass
 class DataArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("train_file",)
+
     train_file: str | None = field(default=None, metadata={"help": "A .csv or .json(l) file of pairs or triples."})
     dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset of pairs or triples."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
@@ -161,9 +174,9 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
             **loss_overrides,
         )
     if not model_args.config_name:
-        raise ValueError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
+        raise UsageError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
     if model_args.passage_model_name_or_path:
-        raise ValueError("--passage_model_name_or_path needs --model_name_or_path for the query tower.")
+        raise UsageError("--passage_model_name_or_path needs --model_name_or_path for the query tower.")
     encoder_config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
@@ -182,9 +195,9 @@ def parse_k_values(text: str) -> list[int]:
     try:
         values = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError as error:
-        raise ValueError(f"--retrieval_k must be comma-separated integers, got {text!r}.") from error
+        raise UsageError(f"--retrieval_k must be comma-separated integers, got {text!r}.") from error
     if not values or values[0] < 1:
-        raise ValueError(f"--retrieval_k needs positive integers, got {text!r}.")
+        raise UsageError(f"--retrieval_k needs positive integers, got {text!r}.")
     return values
 
 
@@ -194,15 +207,16 @@ def main():
     setup_logging(training_args, logger, summary=True)
     k_values = parse_k_values(data_args.retrieval_k)
     if data_args.eval_size < 0:
-        raise ValueError(f"--eval_size must be >= 0, got {data_args.eval_size}.")
+        raise UsageError(f"--eval_size must be >= 0, got {data_args.eval_size}.")
 
     tokenizer_name = model_args.tokenizer_name or model_args.model_name_or_path
     if tokenizer_name is None:
-        raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
+        raise UsageError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
     model = build_model(model_args, tokenizer)
 
-    with training_args.main_process_first(desc="loading and tokenizing the pairs"):
+    loading = training_args.main_process_first(desc="loading and tokenizing the pairs")
+    with loading, corpus_progress_bars(data_args.train_file):
         pairs = load_corpus(
             data_args.train_file,
             data_args.dataset_name,
@@ -236,7 +250,7 @@ def main():
             held_out, train_pairs = drop_incomplete_rows(held_out, eval_columns), pairs
         else:
             if data_args.eval_size >= len(pairs):
-                raise ValueError(
+                raise UsageError(
                     f"--eval_size {data_args.eval_size} leaves nothing to train on: the data has {len(pairs)} pairs."
                 )
             eval_columns = columns
@@ -323,4 +337,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -24,13 +24,21 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveConfig
 from contrastive_hf.commands.loading import verify_reload
-from contrastive_hf.commands.scripts import parse_arguments, publish, save_trained_model, setup_logging
+from contrastive_hf.commands.scripts import (
+    UsageError,
+    parse_arguments,
+    publish,
+    run_script,
+    save_trained_model,
+    setup_logging,
+)
 from contrastive_hf.evaluation.sts import read_stsbenchmark
 from contrastive_hf.evaluation.transfer import read_mrpc, read_sst2
 from contrastive_hf.recipes.multitask import (
@@ -51,6 +59,8 @@ STSB_SCALE = 5.0  # STS-B's 0-5 scores are divided by 5, so that a cosine head c
 
 @dataclass
 class ModelArguments:
+    hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "tokenizer_name")
+
     model_name_or_path: str = field(
         metadata={
             "help": "A pretrained encoder (Hub id or folder), a contrastive_hf checkpoint (run_clear.py, "
@@ -82,6 +92,8 @@ class ModelArguments:
 
 @dataclass
 class DataArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("sst_dir", "mrpc_dir", "stsb_dir")
+
     sst_dir: str | None = field(
         default=None, metadata={"help": "SST-2 folder (SentEval SST/binary: sentiment-train, -dev, -test)."}
     )
@@ -113,7 +125,7 @@ def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
         train["sst"], dev["sst"], test["sst"] = (task_dataset(splits[name]) for name in ("train", "dev", "test"))
     if data_args.mrpc_dir:
         if not 0 < data_args.mrpc_dev_fraction < 1:
-            raise ValueError(f"--mrpc_dev_fraction must be in (0, 1), got {data_args.mrpc_dev_fraction}.")
+            raise UsageError(f"--mrpc_dev_fraction must be in (0, 1), got {data_args.mrpc_dev_fraction}.")
         splits = read_mrpc(data_args.mrpc_dir)
         held_out = task_dataset(splits["train"]).train_test_split(
             test_size=data_args.mrpc_dev_fraction, seed=data_args.split_seed
@@ -125,7 +137,7 @@ def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
             for split in ("train", "dev", "test")
         )
     if not train:
-        raise ValueError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir.")
+        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir.")
     for splits, limit in ((train, data_args.max_train_samples), (dev, data_args.max_eval_samples)):
         for name, dataset in splits.items():
             if limit is not None:
@@ -154,7 +166,7 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
     if model_type == MultitaskConfig.model_type:  # continue a multitask run
         model = MultitaskModel.from_pretrained(model_args.model_name_or_path)
         if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
-            raise ValueError(
+            raise UsageError(
                 f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
                 f"but the data given is for {[s.name for s in tasks]}: give the folders of the same tasks."
             )
@@ -244,4 +256,4 @@ def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str,
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

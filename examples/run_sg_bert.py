@@ -24,11 +24,13 @@ from transformers import HfArgumentParser
 from contrastive_hf.commands.scripts import (
     CorpusArguments,
     EncoderArguments,
+    UsageError,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_script,
     setup_logging,
     training_data_name,
 )
@@ -74,7 +76,7 @@ def main():
     encoder_args, sg_args, data_args, training_args = parse_arguments(parser)
     setup_logging(training_args, logger, summary=True)
     if encoder_args.model_name_or_path is None:
-        raise ValueError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
+        raise UsageError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
 
     tokenizer = load_tokenizer(encoder_args)
     model = SelfGuidedModel.from_encoder_pretrained(
@@ -121,4 +123,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -26,7 +26,6 @@ and supervised, on SimCSE's NLI triples (nli_for_simcse.csv from its repository,
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from dataclasses import dataclass, field, fields
@@ -34,16 +33,20 @@ from dataclasses import dataclass, field, fields
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
+from contrastive_hf.commands import scripts
 from contrastive_hf.commands.loading import built_whole, load_pretraining_model
 from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
     PromptArguments,
+    UsageError,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
     load_tokenizer,
+    read_json_settings,
+    run_script,
     setup_logging,
     training_data_name,
 )
@@ -121,21 +124,17 @@ class DataArguments(CorpusArguments):
 
 
 def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
-    """Flags or one JSON file, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
+    """Flags, or a JSON file and flags, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        with open(argv[0], encoding="utf-8") as handle:
-            given = json.load(handle)
-        if given.get("mode") not in simcse.MODES:
-            raise ValueError(
-                f'{argv[0]} must set "mode" to one of {", ".join(simcse.MODES)}, got {given.get("mode")!r}.'
-            )
-        return parser.parse_dict({**simcse.mode_defaults(given["mode"]), **given})
+    json_file = argv[0] if argv and argv[0].endswith(".json") else None
     probe = argparse.ArgumentParser(add_help=False)
     probe.add_argument("--mode")
-    mode = probe.parse_known_args(argv)[0].mode
-    parser.set_defaults(**simcse.mode_defaults(mode))  # argparse applies a default only where the flag is absent
-    return parser.parse_args_into_dataclasses(args=argv)
+    mode = probe.parse_known_args(argv[1:] if json_file else argv)[0].mode  # argparse checks it later
+    if mode is None and json_file:
+        mode = read_json_settings(json_file).get("mode")
+        if mode not in simcse.MODES:
+            raise UsageError(f'{json_file} must set "mode" to one of {", ".join(simcse.MODES)}, got {mode!r}.')
+    return scripts.parse_arguments(parser, argv, defaults=simcse.mode_defaults(mode))
 
 
 def describe_hyperparameters(mode: str, *argument_groups) -> str:
@@ -262,4 +261,4 @@ def simcse_queue(training_args) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -147,6 +147,20 @@ def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
     assert main(["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(output)]) == 0
     results = json.loads(output.read_text())
     assert results["sts"]["tasks"]["STS-B"]["pairs"] == 40 and results["sts"]["tasks"]["STS-B"]["split"] == "dev"
+    assert results["align"]["data"] == "STS-B dev"  # on the same embeddings, so that `plot` can draw the model
+
+    assert main(["plot", str(output), "--output-dir", str(tmp_path / "pictures")]) == 0
+    assert (tmp_path / "pictures" / "alignment_uniformity.png").is_file()
+
+
+def test_no_progress_shows_no_bar_of_loading_the_model(tiny_checkpoint, tmp_path, capsys, monkeypatch):
+    from transformers.utils import logging as transformers_logging
+
+    stsb = TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
+    monkeypatch.setattr(transformers_logging, "_tqdm_active", True)  # restored after the test
+    arguments = ["evaluate", tiny_checkpoint, "--stsb-file", str(stsb), "--output", str(tmp_path / "r.json")]
+    assert main([*arguments, "--no-progress"]) == 0
+    assert "Loading weights" not in capsys.readouterr().err
 
 
 def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_path, capsys, monkeypatch):
@@ -201,6 +215,25 @@ def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, caps
             assert image.format == "PNG" and image.width > 600
     assert "Wrote" in capsys.readouterr().out
 
+    # results without alignment/uniformity (`evaluate --tasks sts`): left out, with the reason, when there is a run
+    # to draw; alone, nothing can be drawn and the reason is the error
     (tmp_path / "no_align.json").write_text(json.dumps({"model": "m", "sts": {}}))
+    assert main(["plot", str(tmp_path / "run"), str(tmp_path / "no_align.json"), "--output-dir", str(tmp_path)]) == 0
+    assert "Left out of alignment_uniformity.png: " in capsys.readouterr().out
     assert main(["plot", str(tmp_path / "no_align.json"), "--output-dir", str(tmp_path)]) == 2
-    assert "holds no alignment/uniformity figures" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "holds no alignment/uniformity figures" in error and "--stsb-file sts-dev.csv" in error
+    assert error.endswith(".\n") and error.count("\n") == 1
+
+
+def test_one_model_is_drawn_on_a_readable_part_of_the_plane(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from contrastive_hf.evaluation.plots import ModelPoint, plot_alignment_uniformity
+
+    limits = []
+    monkeypatch.setattr(Figure, "savefig", lambda figure, path, **_: limits.append(figure.axes[0].axis()))
+    plot_alignment_uniformity([], [ModelPoint("m", alignment=0.3, uniformity=-2.5)], tmp_path / "plane.png")
+    left, right, bottom, top = limits[0]
+    assert right - left >= 0.5 and top - bottom >= 0.2  # not matplotlib's +/-0.008 around a single point
+    assert left < -2.5 < right and bottom < 0.3 < top

