@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
+from contrastive_hf.commands.loading import loading_instructions
 from contrastive_hf.commands.scripts import (
     MatryoshkaArguments,
     PromptArguments,
@@ -325,15 +326,7 @@ def main():
         log_before_after(trainer, score(), before)
     publish(trainer)
     if trainer.is_world_process_zero():
-        print(
-            f"\nSaved to {training_args.output_dir}. Load it with:\n\n"
-            "    import contrastive_hf  # registers dual_encoder with the Auto classes\n"
-            "    from transformers import AutoModel, AutoTokenizer\n"
-            f"    model = AutoModel.from_pretrained({training_args.output_dir!r}).eval()\n"
-            f"    tokenizer = AutoTokenizer.from_pretrained({training_args.output_dir!r})\n"
-            "    questions = model.encode_queries(['who wrote hamlet?'], tokenizer=tokenizer)\n"
-            "    passages = model.encode_passages(['Hamlet is a tragedy by Shakespeare.'], tokenizer=tokenizer)\n"
-        )
+        print(loading_instructions(training_args.output_dir, dual_encoder=True))
 
 
 if __name__ == "__main__":

@@ -122,8 +122,23 @@ def hub_id_or_none(name_or_path: str | None) -> str | None:
     return name_or_path
 
 
-def loading_instructions(path: str) -> str:
-    """The lines a script prints at the end: how to load and use the checkpoint it saved in ``path``."""
+def loading_instructions(path: str, dual_encoder: bool = False) -> str:
+    """The lines a script prints at the end: how to load and use the checkpoint it saved in ``path`` (a
+    `DualEncoderModel`'s with ``dual_encoder``: queries and documents through their own towers)."""
+    if dual_encoder:
+        return (
+            f"\nSaved to {path}. Load it with sentence-transformers (no remote code; each tower is a route of its "
+            "Router):\n\n"
+            "    from sentence_transformers import SentenceTransformer\n"
+            f"    model = SentenceTransformer({path!r})\n"
+            "    questions = model.encode_query(['who wrote hamlet?'])\n"
+            "    passages = model.encode_document(['Hamlet is a tragedy by Shakespeare.'])\n"
+            "    scores = model.similarity(questions, passages)\n\n"
+            "or with contrastive_hf (the whole model, e.g. to continue training):\n\n"
+            "    from contrastive_hf import DualEncoderModel\n"
+            f"    model = DualEncoderModel.from_pretrained({path!r})\n"
+            "    questions = model.encode_query(['who wrote hamlet?'])\n"
+        )
     return (
         f"\nSaved to {path}. Load it with sentence-transformers (no remote code; the pooling and any projection are "
         "in its modules):\n\n"
