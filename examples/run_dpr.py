@@ -137,7 +137,8 @@ class DataArguments:
         metadata={
             "help": "A .csv or .json(l) file of (question, positive[, hard negatives]) pairs to score retrieval on, "
             "instead of holding out --eval_size pairs of the training data (which is then all trained on): the same "
-            "evaluation for runs on different training files, e.g. with and without mined negatives."
+            "evaluation for runs on different training files, e.g. with and without mined negatives. Its columns are "
+            "the training file's where it has them, else detected as for the training file."
         },
     )
     eval_hard_negatives: bool = field(
@@ -242,12 +243,14 @@ def main():
         pairs = pairs.shuffle(seed=training_args.seed)
         if data_args.eval_file:
             held_out = load_corpus(data_args.eval_file)
+            # --query_column / --positive_column name the training file's columns; the evaluation file's are taken
+            # from them where it has them and detected otherwise (a mined file's query, positive beside sent0, sent1)
             eval_columns = resolve_query_passage_columns(
                 held_out.column_names,
-                data_args.query_column,
-                data_args.positive_column,
+                *(name if name in held_out.column_names else None for name in (columns[0], columns[1])),
                 use_hard_negatives=data_args.eval_hard_negatives,
             )
+            logger.info("Evaluation file: questions from %r, positive passages from %r.", *eval_columns[:2])
             held_out, train_pairs = drop_incomplete_rows(held_out, eval_columns), pairs
         else:
             if data_args.eval_size >= len(pairs):

@@ -85,7 +85,7 @@ def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(rep
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "AutoModel.from_pretrained(" in result.stdout  # the printed loading lines
+    assert "SentenceTransformer(" in result.stdout and "model.encode_query(" in result.stdout  # how to load it
     assert "hard negatives from 'hard_neg'" in result.stdout and "100 held-out questions" in result.stdout
     output_dir = tmp_path / "out"
 
@@ -129,6 +129,32 @@ def test_dataset_name_with_column_flags_shared_encoders_and_pairs_only(repo_root
     assert model.config.share_encoders and model.passage_encoder is None and model.config.temperature == 0.05
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     assert metrics["eval_passages"] == 40 and "eval_mrr_before" not in metrics  # pairs only: no distractors
+
+
+def test_an_eval_file_with_other_column_names_than_the_training_file(repo_root, tmp_path):
+    """A mined training file (query, positive, negative_1, negative_2) evaluated on SNLI's own columns: the column
+    flags name the training file's columns, and the evaluation file's are detected (sent0, sent1, hard_neg)."""
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
+        sample = list(csv.DictReader(handle))[:160]
+    mined = tmp_path / "mined.csv"
+    with open(mined, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["query", "positive", "negative_1", "negative_2"])
+        writer.writerows([row["sent0"], row["sent1"], row["hard_neg"], row["sent0"][::-1]] for row in sample[:120])
+    held_out = tmp_path / "eval.csv"
+    write_snli_sample(held_out, rows=PAIRS)
+    output_dir = run_dpr_in_process(
+        repo_root,
+        tmp_path,
+        "--query_column", "query",
+        "--positive_column", "positive",
+        "--hard_negative_column", "negative_1,negative_2",
+        "--eval_file", str(held_out),
+        data=("--train_file", str(mined)),
+    )  # fmt: skip
+    metrics = json.loads((output_dir / "eval_results.json").read_text())
+    assert metrics["eval_queries"] == PAIRS and metrics["eval_passages"] > PAIRS  # positives and hard negatives
+    assert json.loads((output_dir / "train_results.json").read_text())["train_pairs"] == 120
 
 
 @pytest.mark.parametrize(
