@@ -187,6 +187,9 @@ class EncoderShape:
     hidden: int
     intermediate: int
     vocab: int
+    # Whether the encoder keeps BERT's pooler layer unused (contrastive_hf keeps it, frozen, so that a checkpoint is
+    # the whole encoder): it still runs forward on each sequence the encoder is called on, without a backward.
+    unused_pooler: bool = False
 
 
 def encoder_forward_flops(shape: EncoderShape, num_sequences: int, length: int) -> int:
@@ -281,11 +284,16 @@ class StepWork:
 
     padded_tokens: int = 0
     real_tokens: int = 0
-    forward_flops: int = 0
+    forward_flops: int = 0  # of the computation that takes gradients
+    frozen_flops: int = 0  # forward only: the encoder's unused pooler layer
+
+    @property
+    def model_forward_flops(self) -> int:
+        return self.forward_flops + self.frozen_flops
 
     @property
     def training_flops(self) -> int:
-        return 3 * self.forward_flops  # backward = 2 x forward
+        return 3 * self.forward_flops + self.frozen_flops  # backward = 2 x forward, where there is one
 
     def add_encoder_pass(self, shape: EncoderShape, attention_mask: torch.Tensor, encoding: Encoding) -> None:
         """Sequences ``(N, L)`` as contrastive_hf encodes them (`Encoding`)."""
@@ -297,6 +305,8 @@ class StepWork:
             sum(dense_forward_flops(shape, count * width) for count, width in dense)
             + sum(attention_forward_flops(shape, count, width) for count, width in attention)
         )
+        if shape.unused_pooler:  # its dense layer on each sequence's first token: one packed sequence, or every row
+            self.frozen_flops += 2 * shape.hidden**2 * (1 if encoding.path == "packed" else len(lengths))
 
 
 def contrastive_hf_work(shape: EncoderShape, batch: dict, encoding: Encoding, contrastive_loss: str) -> StepWork:
@@ -539,7 +549,8 @@ class ContrastiveHF:
         if args.attn_implementation:
             self.model.set_attn_implementation(args.attn_implementation)
         self.model.contrastive.packed_attention_kernel = args.packed_kernel
-        self.shape = EncoderShape(args.layers, args.hidden, args.intermediate, len(tokenizer))
+        unused_pooler = getattr(self.model.contrastive.encoder, "pooler", None) is not None
+        self.shape = EncoderShape(args.layers, args.hidden, args.intermediate, len(tokenizer), unused_pooler)
 
     def variant(self, sub_batch_size) -> ContrastiveHF:
         """The same model (and tokenizer), encoding its views as ``sub_batch_size`` says."""
@@ -871,7 +882,7 @@ def check_flops(args) -> None:
         work = contrastive_hf_work(ours.shape, batch, ours.encoding(), ours.model.config.contrastive_loss)
         name = f"contrastive_hf {'CLEAR' if clear else 'SimCSE'} sub_batch_size={sub_batch_size}"
         loss = functools.partial(lambda model, inputs: model(**inputs).loss, ours.model, batch)
-        differences.append(report_flops(f"{name} forward", work.forward_flops, loss))
+        differences.append(report_flops(f"{name} forward", work.model_forward_flops, loss))
         differences.append(report_flops(f"{name} forward+backward", work.training_flops, loss, backward=True))
         if not clear and sub_batch_size == 0:
             with tempfile.TemporaryDirectory() as folder:
@@ -880,7 +891,7 @@ def check_flops(args) -> None:
                 work = padded_simcse_work(ours.shape, lengths)
                 features = [theirs.model.preprocess(texts), theirs.model.preprocess(texts)]  # anchors, positives
                 loss = functools.partial(theirs.loss, features, None)
-                differences.append(report_flops("sentence-transformers MNRL forward", work.forward_flops, loss))
+                differences.append(report_flops("sentence-transformers MNRL forward", work.model_forward_flops, loss))
                 differences.append(
                     report_flops("sentence-transformers MNRL forward+backward", work.training_flops, loss, True)
                 )

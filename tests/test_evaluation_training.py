@@ -107,7 +107,7 @@ def test_run_clear_evaluates_every_eval_steps_and_plot_draws_the_run(repo_root, 
 
     state = json.loads((output_dir / "trainer_state.json").read_text())
     steps = [entry["step"] for entry in state["log_history"] if "eval_stsb_spearman" in entry]
-    assert steps == [2, 4]
+    assert steps == [0, 2, 4]  # STS-B before training recorded as step 0; step 4's evaluation is not repeated
     assert state["best_model_checkpoint"] is not None and state["best_metric"] is not None
 
     assert cli_main(["plot", str(output_dir), "--output-dir", str(tmp_path / "pictures")]) == 0
