@@ -203,6 +203,15 @@ def parse_k_values(text: str) -> list[int]:
     return values
 
 
+def data_columns(*args, **kwargs) -> tuple[str, ...]:
+    """`resolve_query_passage_columns`, with its errors (a flag naming a column the data lacks, no column found) as
+    usage errors: one line naming the columns there are, no traceback."""
+    try:
+        return resolve_query_passage_columns(*args, **kwargs)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+
+
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
     model_args, data_args, training_args = parse_arguments(parser)
@@ -226,7 +235,7 @@ def main():
             split=data_args.dataset_split,
             cache_dir=model_args.cache_dir,
         )
-        columns = resolve_query_passage_columns(
+        columns = data_columns(
             pairs.column_names,
             data_args.query_column,
             data_args.positive_column,
@@ -245,7 +254,7 @@ def main():
             held_out = load_corpus(data_args.eval_file)
             # --query_column / --positive_column name the training file's columns; the evaluation file's are taken
             # from them where it has them and detected otherwise (a mined file's query, positive beside sent0, sent1)
-            eval_columns = resolve_query_passage_columns(
+            eval_columns = data_columns(
                 held_out.column_names,
                 *(name if name in held_out.column_names else None for name in (columns[0], columns[1])),
                 use_hard_negatives=data_args.eval_hard_negatives,
