@@ -113,6 +113,17 @@ def test_global_batch_is_split_over_processes(run_simcse, monkeypatch):
     assert training_args.per_device_train_batch_size == 128  # SimCSE's 512 = 4 GPUs x 128
 
 
+def test_pair_columns_the_data_lacks_are_a_usage_error(run_simcse, tmp_path):
+    _, data_args, _ = run_simcse.parse_arguments(
+        ["--mode", "sup", "--train_file", snli_slice(tmp_path / "triples.csv", 8), "--pair_columns", "foo,bar",
+         "--output_dir", str(tmp_path / "out")]
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(DEMO / "tokenizer")
+    collator = run_simcse.simcse.build_collator("sup", tokenizer, pair_columns=["foo", "bar"])
+    with pytest.raises(run_simcse.UsageError, match=r"\['foo', 'bar'\] are not in .* --pair_columns"):
+        run_simcse.load_pairs(data_args, collator, None)
+
+
 def test_mode_is_required_and_checked(run_simcse, tmp_path, capsys):
     with pytest.raises(SystemExit):
         run_simcse.parse_arguments(["--output_dir", "x"])
