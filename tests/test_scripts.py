@@ -136,6 +136,14 @@ def test_before_and_after_are_printed_side_by_side():
         "  stsb_alignment  0.2500 -> 0.3123  (+0.0623)"
     )
     assert format_before_after({"held_out_mrr": 0.5}) == "After training:\n  held_out_mrr  0.5000"
+    # a retrieval evaluation's counts name what was scored, once, instead of "300.00 -> 300.00 (+0.00)" rows
+    after = {"recall@1": 0.7433, "mrr": 0.8201, "queries": 300, "passages": 599}
+    before = {"recall@1": 0.7633, "mrr": 0.8343, "queries": 300, "passages": 599}
+    assert format_before_after(after, before) == (
+        "Before and after training (300 queries, 599 passages):\n"
+        "  recall@1  0.7633 -> 0.7433  (-0.0200)\n"
+        "  mrr       0.8343 -> 0.8201  (-0.0142)"
+    )
 
 
 def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):

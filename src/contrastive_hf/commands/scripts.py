@@ -525,10 +525,14 @@ def log_before_after(trainer, after: dict[str, float], before: dict[str, float] 
 
 
 def format_before_after(after: dict[str, float], before: dict[str, float] | None = None) -> str:
-    """The figures after training, one per line, each with its value before training and the change when known."""
-    width = max(map(len, after), default=0)
+    """The figures after training, one per line, each with its value before training and the change when known.
+    Counts (integers, e.g. a retrieval evaluation's ``queries`` and ``passages``) name what was scored, in the
+    heading, once."""
+    counts = {name: value for name, value in after.items() if isinstance(value, int) and not isinstance(value, bool)}
+    figures = {name: value for name, value in after.items() if name not in counts}
+    width = max(map(len, figures), default=0)
     lines = []
-    for name, value in after.items():
+    for name, value in figures.items():
         old = before.get(name) if before else None
         decimals = 2 if max(abs(value), abs(old or 0)) >= 10 else 4  # Spearman x 100: 2; alignment, uniformity: 4
         line = f"  {name:<{width}}  "
@@ -536,7 +540,10 @@ def format_before_after(after: dict[str, float], before: dict[str, float] | None
             lines.append(line + f"{value:.{decimals}f}")
         else:
             lines.append(line + f"{old:.{decimals}f} -> {value:.{decimals}f}  ({value - old:+.{decimals}f})")
-    return ("Before and after training:\n" if before else "After training:\n") + "\n".join(lines)
+    heading = "Before and after training" if before else "After training"
+    if counts:
+        heading += f" ({', '.join(f'{value} {name}' for name, value in counts.items())})"
+    return heading + ":\n" + "\n".join(lines)
 
 
 def record_before_after(trainer, after: dict[str, float], before: dict[str, float] | None = None) -> None:
