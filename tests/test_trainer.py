@@ -204,3 +204,22 @@ def test_a_stream_on_several_processes_stops_all_together(tokenizer, tmp_path, t
     with pytest.raises(RuntimeError) as error:
         trainer.get_batch_samples(iter(batches), 2, "cpu")
     assert "No training example on process(es) 1 of 2 (process 1: shards 32-63 of the stream's 64)" in str(error.value)
+
+
+def test_logged_means_are_gathered_in_one_shape_whatever_each_process_counted():
+    """`means_over_processes` on rank 0 of 2 (the collective replaced): this process counted only ``a``, the other
+    only ``b``; both names come back, each the mean over the steps that counted it, from one gather of one shape."""
+    from contrastive_hf.training.trainer import means_over_processes
+
+    class TwoProcesses:
+        shapes: list = []
+
+        def gather(self, tensor):
+            self.shapes.append(tuple(tensor.shape))
+            other = torch.tensor([[[0.0, 6.0], [0.0, 2.0]]])  # sums (a, b), counts (a, b) of the other process
+            return torch.cat([tensor, other])
+
+    accelerator = TwoProcesses()
+    means = means_over_processes(accelerator, ["a", "b"], {"a": torch.tensor(3.0)}, {"a": 3}, torch.device("cpu"))
+    assert means == {"a": 1.0, "b": 3.0} and accelerator.shapes == [(1, 2, 2)]
+    assert means_over_processes(accelerator, ["a", "b"], {}, {}, "cpu") == {"b": 3.0}  # nothing counted here

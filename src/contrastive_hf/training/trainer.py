@@ -27,7 +27,7 @@ from .progress import show_losses_on_progress_bar
 from .sanity import TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
-__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE"]
+__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE", "means_over_processes"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,18 +207,14 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         super().log(logs, start_time)
 
     def _gathered_step_metrics(self) -> dict[str, float]:
-        """Each step metric's mean over the steps of every process since the last log, in one gather of the same
-        shape on every process: a process may lack a metric another has (uniformity needs two rows in a batch)."""
-        device = self.args.device
+        """Each step metric's mean over the steps of every process since the last log (`means_over_processes`): a
+        process may lack a metric another has (uniformity needs two rows in a batch)."""
         names = list(self.step_metrics)
         if isinstance(self.train_dataset, DatasetMixture):  # every process knows every dataset's name
             names += [f"cl_loss_{name}" for name in self.train_dataset.names]
-        sums = [self._metric_sums.get(name, torch.zeros((), device=device)).float() for name in names]
-        counts = [float(self._metric_counts.get(name, 0)) for name in names]
-        local = torch.stack([torch.stack(sums), torch.tensor(counts, device=device)])  # (2, metrics)
-        totals = self.accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, metrics) -> (2, metrics)
+        means = means_over_processes(self.accelerator, names, self._metric_sums, self._metric_counts, self.args.device)
         self._metric_sums, self._metric_counts = {}, {}
-        return {name: round(total / count, 4) for name, total, count in zip(names, *totals, strict=True) if count > 0}
+        return means
 
     def get_train_dataloader(self):
         """The Trainer's training dataloader, refused when the processes would get different numbers of batches per
@@ -433,6 +429,18 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return None if plugin is None else plugin.zero_stage
+
+
+def means_over_processes(accelerator, names, sums: dict, counts: dict, device) -> dict[str, float]:
+    """``{name: sum over processes of sums[name] / sum of counts[name]}`` (rounded to 4 places) for each of ``names``
+    that some process counted, in one gather of the same shape on every process: a process may lack a name another
+    has (a metric that needs two rows, a task it drew no batch of), and gathering per name present would then leave
+    the processes in different collectives."""
+    local_sums = [torch.as_tensor(sums.get(name, 0.0), device=device).float() for name in names]
+    local_counts = torch.tensor([float(counts.get(name, 0)) for name in names], device=device)
+    local = torch.stack([torch.stack(local_sums), local_counts])  # (2, names)
+    totals = accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, names) -> (2, names)
+    return {name: round(total / count, 4) for name, total, count in zip(names, *totals, strict=True) if count > 0}
 
 
 @contextmanager

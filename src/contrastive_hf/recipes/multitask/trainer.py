@@ -24,6 +24,7 @@ from transformers import Trainer, TrainingArguments
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
 from ...training.progress import show_losses_on_progress_bar
+from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .modeling import TaskSpec
@@ -296,10 +297,10 @@ class MultitaskTrainer(SecretFreeOutputs, Trainer):
         return update
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:
-            for name in [name for name in self.task_specs if name in self._loss_sums]:
-                mean = self._loss_sums[name] / self._loss_counts[name]
-                logs[f"loss_{name}"] = round(self.accelerator.gather(mean.reshape(1)).mean().item(), 4)
+        if "loss" in logs:  # each task's mean loss over every process's steps since the last log, one gather
+            names = list(self.task_specs)
+            means = means_over_processes(self.accelerator, names, self._loss_sums, self._loss_counts, self.args.device)
+            logs.update({f"loss_{name}": mean for name, mean in means.items()})
             if self._conflict_fractions:
                 logs["pcgrad_conflict_fraction"] = round(float(np.mean(self._conflict_fractions)), 4)
             self._loss_sums, self._loss_counts, self._conflict_fractions = {}, {}, []
