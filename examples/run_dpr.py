@@ -34,6 +34,7 @@ from contrastive_hf.commands.scripts import (
     MatryoshkaArguments,
     PromptArguments,
     UsageError,
+    as_usage_error,
     corpus_progress_bars,
     log_before_after,
     parse_arguments,
@@ -206,10 +207,8 @@ def parse_k_values(text: str) -> list[int]:
 def data_columns(*args, **kwargs) -> tuple[str, ...]:
     """`resolve_query_passage_columns`, with its errors (a flag naming a column the data lacks, no column found) as
     usage errors: one line naming the columns there are, no traceback."""
-    try:
+    with as_usage_error():
         return resolve_query_passage_columns(*args, **kwargs)
-    except ValueError as error:
-        raise UsageError(str(error)) from error
 
 
 def main():

@@ -41,6 +41,7 @@ from contrastive_hf.commands.scripts import (
     EncoderArguments,
     PromptArguments,
     UsageError,
+    as_usage_error,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
@@ -158,12 +159,8 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
     corpus = load_corpus(
         data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir
     )
-    try:
+    with as_usage_error("Name the anchor, positive and any hard negative columns with --pair_columns."):
         pairs = simcse.prepare_pairs(corpus, collator, data_args.preprocessing_num_workers)
-    except ValueError as error:  # columns the data lacks: a usage error, one line
-        raise UsageError(
-            f"{error} Name the anchor, positive and any hard negative columns with --pair_columns."
-        ) from error
     negatives = len(collator.columns) - 2
     kinds = {0: "(anchor, positive) pairs", 1: "(anchor, positive, hard negative) triplets"}.get(
         negatives, f"(anchor, positive, {negatives} hard negatives) rows"

@@ -22,6 +22,7 @@ from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES,
 
 __all__ = [
     "UsageError",
+    "as_usage_error",
     "run_script",
     "EncoderArguments",
     "ContrastiveModelArguments",
@@ -50,6 +51,18 @@ logger = logging.getLogger(__name__)
 class UsageError(ValueError):
     """A mistake in how a script was called (a flag, a file it names), which the user fixes in the command:
     `run_script` prints it as one line, without a traceback."""
+
+
+@contextmanager
+def as_usage_error(hint: str = ""):
+    """Within this block, a `ValueError` of library code (e.g. a column flag naming a column the data lacks) is a
+    `UsageError`: one line, with ``hint`` after the library's message, no traceback."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except ValueError as error:
+        raise UsageError(f"{error} {hint}".rstrip()) from error
 
 
 def run_script(main: Callable[[], object]) -> None:

@@ -65,6 +65,28 @@ def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.
     return attention_mask * keep.to(attention_mask.dtype)
 
 
+def encoder_inputs(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    output_hidden_states: bool = False,
+) -> dict:
+    """The keyword arguments of an encoder's forward for ``(..., L)`` inputs, flattened to ``(N, L)``: an all-ones
+    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked."""
+    flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
+    input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
+    kwargs = {
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids) if attention_mask is None else attention_mask,
+        "return_dict": True,
+    }
+    if token_type_ids is not None:
+        kwargs["token_type_ids"] = token_type_ids
+    if output_hidden_states:
+        kwargs["output_hidden_states"] = True
+    return kwargs
+
+
 def encode_with(
     encoder,
     pooler,
@@ -77,15 +99,8 @@ def encode_with(
     """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and an
     optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given."""
     leading = input_ids.shape[:-1]
-    flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
-    input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-    if token_type_ids is not None:
-        encoder_kwargs["token_type_ids"] = token_type_ids
-    if pooler.needs_hidden_states:
-        encoder_kwargs["output_hidden_states"] = True
+    encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
+    attention_mask = encoder_kwargs["attention_mask"]
     pooled = pooler(encoder(**encoder_kwargs), mask_prompt_tokens(attention_mask, prompt_length))  # (N, h)
     if projection is not None:
         pooled = projection(pooled)

@@ -24,7 +24,7 @@ from transformers.utils import ModelOutput
 
 from .checkpoint_files import CONTRASTIVE_CONFIG_NAME, LOADING_KWARGS, EmbeddingCheckpointMixin, download_kwargs
 from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, parse_sub_batch_size
-from .encoding import SentenceEmbeddingMixin, encode_with
+from .encoding import SentenceEmbeddingMixin, encode_with, encoder_inputs
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import (
     PackedSequences,
@@ -444,20 +444,12 @@ class ContrastiveModel(ContrastivePreTrainedModel):
     ) -> ContrastiveModelOutput:
         """Encode ``(B, L)`` or ``(B, S, L)`` inputs into ``(B, d)`` or ``(B, S, d)`` sentence vectors."""
         views_shape = input_ids.shape[:-1]  # (B,) or (B, S)
-        flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
-        input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        encoder_kwargs = {"input_ids": input_ids, "attention_mask": attention_mask, "return_dict": True}
-        if token_type_ids is not None:
-            encoder_kwargs["token_type_ids"] = token_type_ids
         wants_hidden = bool(output_hidden_states) or self.pooler.needs_hidden_states
-        if wants_hidden:
-            encoder_kwargs["output_hidden_states"] = True
+        encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, wants_hidden)
         if output_attentions:
             encoder_kwargs["output_attentions"] = True
         outputs = self.encoder(**encoder_kwargs)
-        pooled = self.pooler(outputs, attention_mask)  # (B*S, h)
+        pooled = self.pooler(outputs, encoder_kwargs["attention_mask"])  # (B*S, h)
         if project:
             pooled = self.projection(pooled)
         last_hidden = outputs.last_hidden_state
