@@ -25,6 +25,7 @@ from contrastive_hf.data.corpus import (
     load_corpus,
     prepare_streaming,
     split_into_sentences,
+    stream_passes,
     text_shards,
     text_stream,
     tokenize_corpus,
@@ -349,9 +350,9 @@ def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     opened = []
     original = data_module._read_text_shards
 
-    def recording(shards, passes):
+    def recording(shards):
         opened.append(list(shards))
-        yield from original(shards, passes)
+        yield from original(shards)
 
     monkeypatch.setattr(data_module, "_read_text_shards", recording)
     stream = text_stream(str(path))
@@ -398,26 +399,68 @@ def test_consecutive_blocks_of_shards_hold_about_as_many_bytes_whatever_the_file
 
 def test_an_endless_text_stream_gives_each_pass_new_identities(tmp_path):
     path = _write_text(tmp_path / "corpus.txt", LINES)
-    rows = list(itertools.islice(text_stream(str(path), passes=None), 3 * len(NON_EMPTY)))
+    rows = list(itertools.islice(stream_passes(text_stream(str(path)), None), 3 * len(NON_EMPTY)))
     passes = [rows[i : i + len(NON_EMPTY)] for i in range(0, len(rows), len(NON_EMPTY))]
     assert all([row["text"] for row in part] == NON_EMPTY for part in passes)  # the same lines, in order, each pass
     identities = [[row["example_index"] for row in part] for part in passes]
     assert identities[0] == [row["example_index"] for row in text_stream(str(path))]  # the first: file and offset
     assert len({index for part in identities for index in part}) == len(rows)  # each pass: new ones
-    assert [row["example_index"] for row in text_stream(str(path), passes=3)] == sum(identities, [])
+    assert [row["example_index"] for row in stream_passes(text_stream(str(path)), 3)] == sum(identities, [])
+    assert [row["example_index"] for row in load_corpus(str(path), streaming=True, passes=3)] == sum(identities, [])
+
+
+def _pass_counts(caplog) -> list[int]:
+    """The example counts of the passes logged so far ("Read pass 1 of ...: 2,497 examples.")."""
+    messages = [record.getMessage() for record in caplog.records if record.name == "contrastive_hf.data_counts"]
+    return [int(message.rsplit(": ", 1)[1].split()[0].replace(",", "")) for message in messages]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_each_pass_of_an_endless_stream_reads_every_line_of_every_shard_once(tmp_path, caplog, processes):
+    """The reported defect: read endlessly, a stream of many byte ranges cycled through the lines of its first range
+    (54 of 5,000 distinct lines). Each reader (a process) now reads its whole part before reading it again,
+    reshuffled each pass, and the readers' parts cover the corpus."""
+    path, lines, _ = _big_text(tmp_path, count=2000)
+    non_empty = [line for line in lines if line]
+    stream = text_stream(str(path))
+    assert stream.n_shards > 8
+    endless = stream_passes(stream, None, processes=processes, seed=7)
+    assert endless.n_shards == processes
+    passes_seen, per_process = [], []
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.data_counts"):
+        for process in range(processes):
+            reader = endless.shard(num_shards=processes, index=process) if processes > 1 else endless
+            caplog.clear()
+            passes_seen.append(
+                list(itertools.islice(reader, 2 * len(non_empty) + 1))
+            )  # 2 passes of any part, and more
+            counts = set(_pass_counts(caplog))  # logged at the end of each pass read whole: the part's length
+            assert len(counts) == 1
+            per_process.append(counts.pop())
+    assert sum(per_process) == len(non_empty)  # the parts: the corpus, split
+    parts = []
+    for rows, count in zip(passes_seen, per_process, strict=True):
+        first, second = rows[:count], rows[count : 2 * count]
+        assert len({row["text"] for row in first}) == count  # every line of the part once
+        assert {row["text"] for row in second} == {row["text"] for row in first}  # the same part again
+        assert [row["text"] for row in second] != [row["text"] for row in first]  # reshuffled
+        assert not {row["example_index"] for row in first} & {row["example_index"] for row in second}  # new views
+        parts.append({row["text"] for row in first})
+    assert sorted(text for part in parts for text in part) == sorted(non_empty)  # disjoint, and every line
 
 
 def test_shards_without_a_line_end_the_stream_instead_of_spinning(tmp_path, caplog):
     path = tmp_path / "one_line.txt"
     path.write_text(" ".join(["word"] * 2000) + "\n")  # 10 KB: two byte ranges, the line starts in the first
-    stream = text_stream(str(path), passes=None)
+    stream = stream_passes(text_stream(str(path)), None, processes=2, shard_names=text_shards(str(path)))
     assert stream.n_shards == 2
     assert len(list(itertools.islice(stream.shard(num_shards=2, index=0), 5))) == 5  # one line, read endlessly
     with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
         assert list(stream.shard(num_shards=2, index=1)) == []
-    assert "No non-empty line starts in one_line.txt bytes 5000-10000" in caplog.text
+    expected = "no example for process 1 of 2 (shards 1-1 of the stream's 2: one_line.txt bytes 5000-10000)"
+    assert expected in caplog.text
     with pytest.raises(ValueError, match="passes must be >= 1"):
-        text_stream(str(path), passes=0)
+        stream_passes(text_stream(str(path)), passes=0)
 
 
 def _streaming_args(world_size=4, max_steps=10, dispatch_batches=None):
@@ -425,17 +468,30 @@ def _streaming_args(world_size=4, max_steps=10, dispatch_batches=None):
     return SimpleNamespace(world_size=world_size, max_steps=max_steps, accelerator_config=config)
 
 
-def test_prepare_streaming_sets_each_process_to_its_shards_of_an_endless_stream(tmp_path):
+def _first_pass(reader) -> list[str]:
+    """The lines a reader of an endless stream of distinct lines reads before it reads one again: its first pass."""
+    seen = []
+    for row in reader:
+        if row["text"] in seen:
+            return seen
+        seen.append(row["text"])
+    return seen
+
+
+def test_prepare_streaming_sets_each_process_to_its_part_of_an_endless_stream(tmp_path):
     path, lines, _ = _big_text(tmp_path)
+    non_empty = [line for line in lines if line]
     stream = text_stream(str(path))
-    args = _streaming_args()
+    args = _streaming_args(world_size=2)
     endless = prepare_streaming(stream, args)
     assert args.accelerator_config.dispatch_batches is False
-    assert endless.n_shards == stream.n_shards
-    non_empty = [line for line in lines if line]
-    assert [row["text"] for row in itertools.islice(endless, 2 * len(non_empty))] == 2 * non_empty
-    first = prepare_streaming(stream, _streaming_args(), max_examples=5)  # --max_train_samples: 5, again and again
-    assert [row["text"] for row in itertools.islice(first, 12)] == (non_empty[:5] * 3)[:12]
+    assert endless.n_shards == 2  # a part per process, each a block of the byte ranges
+    parts = [_first_pass(endless.shard(num_shards=2, index=rank)) for rank in range(2)]
+    assert not set(parts[0]) & set(parts[1])
+    assert sorted(parts[0] + parts[1]) == sorted(non_empty)
+    first = prepare_streaming(stream, _streaming_args(world_size=1), max_examples=5)  # --max_train_samples
+    rows = [row["text"] for row in itertools.islice(first, 15)]
+    assert [set(rows[i : i + 5]) for i in (0, 5, 10)] == [set(non_empty[:5])] * 3  # the first 5, again and again
     with pytest.raises(ValueError, match="dispatch_batches"):
         prepare_streaming(stream, _streaming_args(dispatch_batches=True))
     with pytest.raises(ValueError, match="give --max_steps N"):
@@ -514,7 +570,7 @@ def _train_on_an_endless_stream(path, tokenizer, output_dir, resume_from_checkpo
         output_dir=str(output_dir), per_device_train_batch_size=8, max_steps=8, learning_rate=1e-3,
         logging_steps=1, save_strategy="steps", save_steps=5, report_to="none", disable_tqdm=True, use_cpu=True,
     )  # fmt: skip
-    stream = tokenize_corpus(load_corpus(str(path), streaming=True, passes=None), tokenizer, max_seq_length=16)
+    stream = tokenize_corpus(load_corpus(str(path), streaming=True), tokenizer, max_seq_length=16)
     collator = _RecordingCollator(tokenizer, augmentation="del_span", seed=0)
     collator.batches = []
     trainer = ContrastiveTrainer(

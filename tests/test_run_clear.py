@@ -167,7 +167,8 @@ def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatc
 
 
 def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
-    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is the progress bar and the STS-B lines."""
+    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is the progress bar, the STS-B lines and what
+    the epoch held."""
     command = [sys.executable, "examples/run_clear.py", "examples/demo/clear_demo.json"]
     command += ["--model_name_or_path", MINILM, "--max_steps", "2", "--per_device_train_batch_size", "8"]
     command += ["--max_train_samples", "16"]
@@ -178,7 +179,8 @@ def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("STS-B dev Spearman before training: ")
-    assert lines[1] == "Before and after training:" and lines[2].startswith("  stsb_spearman ")
+    assert lines[1].endswith("data_counts - Epoch 1: 16 examples, all 16 of the training set once.")  # what it saw
+    assert lines[2] == "Before and after training:" and lines[3].startswith("  stsb_spearman ")
     assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
     # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
     for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",
@@ -260,9 +262,9 @@ def test_streaming_on_two_processes_stops_both_when_one_has_no_line(repo_root, t
     )  # fmt: skip
     log = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "No training example on process(es) 1 of 2 (process 1: shards 1-1 of the stream's 2)" in log
-    size = corpus.stat().st_size
-    assert f"No non-empty line starts in one_line.txt bytes {size // 2}-{size}" in log  # process 1's file and range
+    assert "No training example on process(es) 1 of 2, while the others have some" in log
+    size = corpus.stat().st_size  # process 1's file and range:
+    assert f"process 1 of 2 (shards 1-1 of the stream's 2: one_line.txt bytes {size // 2}-{size})" in log
 
 
 def test_two_processes_with_a_ragged_last_batch(repo_root, tmp_path):

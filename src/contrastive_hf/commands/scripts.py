@@ -396,6 +396,8 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     wherever DeepSpeed is installed because accelerate imports it, is hidden unless ``--deepspeed`` is given.
     ``--log_level info`` shows everything.
     """
+    from ..data.corpus import data_counts_logger
+
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
@@ -404,6 +406,7 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     log_level = training_args.get_process_log_level()
     logger.setLevel(logging.INFO if summary and training_args.should_log else log_level)
     logging.getLogger("contrastive_hf").setLevel(log_level)
+    data_counts_logger.setLevel(min(log_level, logging.INFO))  # what each epoch or stream pass held, always shown
     transformers.utils.logging.set_verbosity(log_level)
     if log_level > logging.INFO:
         _hide_transformers_progress_bars()
@@ -450,7 +453,6 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             data_args.dataset_config_name,
             cache_dir=cache_dir,
             streaming=data_args.streaming,
-            passes=None if data_args.streaming else 1,
         )
         if count is not None and count > 0 and tokenize.get("line_by_line", True) and not data_args.streaming:
             corpus = rows_holding_lines(corpus, count, data_args.text_column)  # a line gives one example or more

@@ -6,10 +6,11 @@ Two ways to hold a corpus, both giving ``input_ids`` (and ``example_index``) exa
   num_proc=...)``, cached on disk and memory-mapped, so each process touches only the rows it samples.
 * **streaming** (`datasets.IterableDataset`, ``streaming=True``): for corpora larger than memory or disk cache;
   read and tokenized on the fly. Local text files (plain or ``.gz``) are read by `text_stream`, whose shards are
-  byte ranges of the files (whole files for ``.gz``), so that in multi-process training each process reads only
-  its own shards (`prepare_streaming` sets accelerate up for that). A training stream is endless: each process
-  reads its own shards again and again (``passes=None``), so that processes whose shards hold different numbers of
-  lines never run out at different times; ``max_steps`` sets the length of training.
+  byte ranges of the files (whole files for ``.gz``). A training stream (`prepare_streaming`) is endless and split
+  into one part per reader (a process, or a dataloader worker): each reader reads its own part of the shards whole,
+  again and again (`stream_passes`), reshuffled each pass from the seed, so that every pass of a reader sees each of
+  its examples once, processes whose parts hold different numbers of lines never run out at different times, and
+  ``max_steps`` sets the length of training. The end of each pass is logged with its count of examples.
 
 Paragraph corpora (a paragraph per line) can be used a line per example (``line_by_line=True``), a sentence per
 example (``split_sentences=True``), or packed into blocks of ``max_seq_length`` tokens as transformers' run_mlm.py
@@ -17,8 +18,8 @@ does (``line_by_line=False``).
 
 ``example_index`` is each example's stable identity, from which the collators derive its random views (with the
 seed, epoch and view): the row number of a map-style corpus, the file and byte offset of a streamed line (mixed with
-the pass number after the first pass, so that each pass draws new views), or a hash of (line, offset) for packed
-blocks.
+the pass number after a reader's first pass, so that each pass draws new views), or a hash of (line, offset) for
+packed blocks.
 """
 
 from __future__ import annotations
@@ -47,12 +48,18 @@ __all__ = [
     "text_shards",
     "split_into_sentences",
     "prepare_streaming",
+    "stream_passes",
     "special_token_frame",
     "EmptyCorpusError",
     "EXAMPLE_INDEX_COLUMN",
+    "data_counts_logger",
 ]
 
 logger = logging.getLogger(__name__)
+# What reached training, counted: each stream pass (`stream_passes`) and each epoch of a map-style corpus
+# (`ContrastiveTrainer`) say how many examples they held. The scripts show it at INFO on every process whatever the
+# log level (`commands.scripts.setup_logging`), so that a user sees lost data where a test cannot.
+data_counts_logger = logging.getLogger("contrastive_hf.data_counts")
 
 _EXTENSION_BUILDERS = {"txt": "text", "text": "text", "csv": "csv", "tsv": "csv", "json": "json", "jsonl": "json"}
 # A streamed plain-text file is cut into about this many byte ranges (enough shards for many processes times
@@ -78,9 +85,9 @@ def load_corpus(
     """One split of a corpus: local text (one sentence or paragraph per line, optionally ``.gz``), csv or json
     files, or a Hub dataset; a `datasets.IterableDataset` read on the fly when ``streaming``.
 
-    ``passes`` (streaming only): how many times the stream is read, None for again and again (training for
-    ``max_steps``). Text files give the lines of each pass new identities (``example_index``), hence new views;
-    other streams repeat their examples as they are.
+    ``passes`` (streaming only): how many times the stream is read, None for again and again (`stream_passes`, by
+    one reader; a training stream is split between its readers by `prepare_streaming` instead). Each pass after the
+    first gives the examples new identities (``example_index``, where the stream has one), hence new views.
 
     Empty (0-byte) files are skipped and named in the log. Raises a `ValueError` naming the problem and the file when
     neither or both sources are given, a file is missing or not UTF-8 text (with the byte offset and line of the
@@ -90,7 +97,7 @@ def load_corpus(
         raise ValueError("Give exactly one corpus: --train_file PATH (text/csv/json) or --dataset_name NAME.")
     if dataset_name is not None:
         corpus = load_dataset(dataset_name, dataset_config_name, split=split, cache_dir=cache_dir, streaming=streaming)
-        return _repeated(corpus, passes)
+        return _repeated(corpus, passes, streaming)
     files = [train_files] if isinstance(train_files, (str, os.PathLike)) else list(train_files)
     missing = [str(path) for path in files if not os.path.isfile(path)]
     if missing:
@@ -113,7 +120,7 @@ def load_corpus(
         raise ValueError(f"Mixed corpus file types {sorted(extensions)}: give files of one type.")
     builder = builders.pop()
     if streaming and builder == "text":
-        return text_stream(files, passes=passes)
+        return _repeated(text_stream(files), passes, streaming)
     if builder == "json" and not streaming:  # Arrow's JSON reader keeps bytes that are not UTF-8 and fails later
         for path in files:
             _check_utf8(str(path))
@@ -131,13 +138,13 @@ def load_corpus(
             for path in files:
                 _check_utf8(str(path), cause=error)
         raise
-    return _repeated(corpus[split], passes)
+    return _repeated(corpus[split], passes, streaming)
 
 
-def _repeated(corpus, passes: int | None):
-    if not isinstance(corpus, IterableDataset) or passes == 1:
+def _repeated(corpus, passes: int | None, streaming: bool):
+    if not streaming or passes == 1:
         return corpus
-    return corpus.repeat(passes)
+    return stream_passes(corpus, passes)
 
 
 def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
@@ -197,28 +204,17 @@ def _extension(path) -> str:
 # ----------------------------------------------------------------------------------------------------
 
 
-def text_stream(
-    files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE, passes: int | None = 1
-) -> IterableDataset:
-    """A streamed text corpus (one example per non-empty line) with ``text`` and ``example_index`` columns.
+def text_stream(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> IterableDataset:
+    """A streamed text corpus (one example per non-empty line) with ``text`` and ``example_index`` columns, read once.
 
     Its shards are byte ranges of the files, about ``shards_per_file`` per plain file and one per ``.gz`` file
-    (gzip cannot be read from the middle), so ``dataset.shard(num_shards, index)`` (what accelerate does for each
-    process) and dataloader workers read disjoint parts of the corpus. A line belongs to the range holding its
-    first byte. Empty lines are skipped and counted in the log, per shard.
-
-    ``passes``: how many times each reader (a process, or a dataloader worker) reads its own shards; None reads
-    them again and again, each pass giving its lines new identities (``example_index`` mixed with the pass number),
-    so that each pass draws new views and a resumed run reads exactly what the uninterrupted one did. Shards that
-    hold no line end their reader's stream at once instead of being read forever.
+    (gzip cannot be read from the middle), so ``dataset.shard(num_shards, index)`` and dataloader workers read
+    disjoint parts of the corpus. A line belongs to the range holding its first byte. Empty lines are skipped and
+    counted in the log, per shard. `stream_passes` reads it again and again (a training stream).
     """
-    if passes is not None and passes < 1:
-        raise ValueError(f"passes must be >= 1, or None to read the stream endlessly; got {passes}.")
     shards = text_shards(files, shards_per_file)
     features = Features({"text": Value("string"), EXAMPLE_INDEX_COLUMN: Value("int64")})
-    return IterableDataset.from_generator(
-        _read_text_shards, features=features, gen_kwargs={"shards": shards, "passes": passes}
-    )
+    return IterableDataset.from_generator(_read_text_shards, features=features, gen_kwargs={"shards": shards})
 
 
 def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FILE) -> list[tuple[str, int, int, int]]:
@@ -247,38 +243,8 @@ def text_shards(files: str | Sequence[str], shards_per_file: int = SHARDS_PER_FI
     return shards
 
 
-def _read_text_shards(shards, passes: int | None = 1):
-    for pass_number in itertools.count() if passes is None else range(passes):
-        found = False
-        for example in _read_text_pass(shards, count_empty_lines=pass_number == 0):
-            found = True
-            if pass_number:  # a new identity each pass (hence new views); the first pass keeps file and offset
-                identity = combine(np.uint64(example[EXAMPLE_INDEX_COLUMN]), pass_number)
-                example[EXAMPLE_INDEX_COLUMN] = int(identity.view(np.int64))
-            yield example
-        if not found:
-            logger.warning(
-                "No non-empty line starts in %s: this reader of the stream (a process, or a dataloader worker) has no "
-                "example.",
-                _describe(shards),
-            )
-            return
-
-
-def _describe(shards) -> str:
-    """``big.txt bytes 0-8192, small.txt.gz``: the shards' files and byte ranges, adjacent ranges merged."""
-    merged = []
-    for path, _, start, end in shards:
-        if merged and merged[-1][0] == path and merged[-1][2] == start >= 0:
-            merged[-1][2] = end
-        else:
-            merged.append([path, start, end])
-    parts = [os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "") for path, start, end in merged]
-    return ", ".join(parts) or "no shard"
-
-
-def _read_text_pass(shards, count_empty_lines: bool):
-    for path, file_number, start, end in shards:
+def _read_text_shards(shards):
+    for path, file_number, start, end in shards:  # datasets calls this once per shard
         opener = gzip.open if path.lower().endswith(".gz") else open
         skipped = total = 0
         with opener(path, "rb") as handle:
@@ -301,10 +267,26 @@ def _read_text_pass(shards, count_empty_lines: bool):
                 else:
                     skipped += 1
                 position += len(line)
-        if skipped and count_empty_lines:
+        if skipped and (path, start) not in _EMPTY_LINES_REPORTED:  # once per range, not at every pass
+            _EMPTY_LINES_REPORTED.add((path, start))
             logger.warning(
                 "Skipped %d empty line(s) of %d in %s.", skipped, total, _describe([(path, file_number, start, end)])
             )
+
+
+_EMPTY_LINES_REPORTED: set[tuple[str, int]] = set()
+
+
+def _describe(shards) -> str:
+    """``big.txt bytes 0-8192, small.txt.gz``: the shards' files and byte ranges, adjacent ranges merged."""
+    merged = []
+    for path, _, start, end in shards:
+        if merged and merged[-1][0] == path and merged[-1][2] == start >= 0:
+            merged[-1][2] = end
+        else:
+            merged.append([path, start, end])
+    parts = [os.path.basename(path) + (f" bytes {start}-{end}" if end >= 0 else "") for path, start, end in merged]
+    return ", ".join(parts) or "no shard"
 
 
 def first_examples(dataset: Dataset | IterableDataset, count: int | None):
@@ -337,15 +319,17 @@ def prepare_streaming(
     max_examples: int | None = None,
     train_files: str | Sequence[str] | None = None,
 ) -> IterableDataset:
-    """The stream to train on, endless, with ``training_args`` set up so that each process reads its own shards.
+    """The stream to train on, endless, with ``training_args`` set up so that each process reads its own part.
 
     By default accelerate lets process 0 read every batch of an iterable dataset and send slices to the others;
-    with ``dispatch_batches=False`` it gives each process ``dataset.shard(num_processes, process_index)`` instead, a
-    block of consecutive shards. Shards rarely hold equal numbers of examples, so the returned stream is endless:
-    each process reads its own shards again and again (a `text_stream` read with ``passes=None`` gives each pass new
-    views), no process runs out before another, and ``max_steps`` sets the length of training. ``max_examples``
-    (``--max_train_samples``) keeps the first ones only (each process its share), read again and again as they are.
-    A process whose shards hold no example at all is stopped, with every other one, by `ContrastiveTrainer`.
+    with ``dispatch_batches=False`` it gives each process ``dataset.shard(num_processes, process_index)`` instead.
+    The returned stream (`stream_passes`) has one shard per reader (each process, times its dataloader workers), and
+    each reader reads its part of ``dataset``'s shards whole, again and again, reshuffled each pass from the data
+    seed: every pass of a reader sees each of its examples once, and the parts of all readers cover the corpus. Parts
+    rarely hold equal numbers of examples, which is why the stream is endless: no process runs out before another,
+    and ``max_steps`` sets the length of training. ``max_examples`` (``--max_train_samples``) keeps the first ones
+    only (each reader its share). A process whose part holds no example at all is stopped, with every other one, by
+    `ContrastiveTrainer`.
 
     Raises a `ValueError` without ``max_steps``, with ``dispatch_batches=True``, and when the dataset has fewer shards
     than processes (each would then read all of it; ``train_files``, the corpus files, are described in the error).
@@ -374,7 +358,103 @@ def prepare_streaming(
     config.dispatch_batches = False
     if max_examples is not None:
         dataset = dataset.take(max_examples)
-    return dataset.repeat(None)  # an empty stream ends instead of repeating forever
+    workers = max(1, getattr(training_args, "dataloader_num_workers", 0) or 0)
+    while workers > 1 and world_size * workers > dataset.n_shards:  # a worker without a shard would read nothing
+        workers -= 1
+    seed = getattr(training_args, "data_seed", None)
+    seed = getattr(training_args, "seed", 0) if seed is None else seed
+    shards = _text_shards_of(train_files)
+    return stream_passes(
+        dataset, None, processes=world_size, workers=workers, seed=seed,
+        shard_names=shards if shards and len(shards) == dataset.n_shards else None,
+    )  # fmt: skip
+
+
+def _text_shards_of(files) -> list | None:
+    """The byte ranges `text_stream` cuts plain-text training ``files`` into (None for other files), for messages."""
+    if not files:
+        return None
+    files = [str(path) for path in ([files] if isinstance(files, (str, os.PathLike)) else files)]
+    if any(_EXTENSION_BUILDERS.get(_extension(path)) != "text" for path in files):
+        return None
+    return text_shards([path for path in files if os.path.getsize(path) > 0])
+
+
+def stream_passes(
+    stream: IterableDataset,
+    passes: int | None = None,
+    processes: int = 1,
+    workers: int = 1,
+    seed: int | None = None,
+    shuffle_buffer: int = 1000,
+    shard_names: list | None = None,
+) -> IterableDataset:
+    """``stream`` read ``passes`` times (None: endlessly) by each of ``processes * workers`` readers, each reading its
+    own part of the shards whole before it reads it again.
+
+    The result has one shard per reader, so that accelerate's ``shard(processes, process_index)`` and the
+    dataloader's workers give reader ``process * workers + worker`` its part: the contiguous block
+    ``stream.shard(readers, reader)``. With a ``seed``, each pass is shuffled (`datasets.IterableDataset.shuffle`:
+    the order of the part's shards and a buffer of ``shuffle_buffer`` examples) with the seed of its pass, so that
+    the passes come in different orders and a resumed run reads what the uninterrupted one did. Each pass after the
+    first gives the examples new identities (``example_index`` mixed with the pass number, where the stream has
+    that column), hence new views. The end of each pass is logged with its count; a part without any example ends
+    its reader's stream at once (logged) instead of being read forever. ``shard_names``: `text_shards`'s byte ranges
+    of the stream's shards, named in those messages.
+    """
+    if passes is not None and passes < 1:
+        raise ValueError(f"passes must be >= 1, or None to read the stream endlessly; got {passes}.")
+    readers = processes * workers
+    if readers > stream.n_shards:
+        raise ValueError(f"{readers} readers need at least as many shards; the stream has {stream.n_shards}.")
+    parts = [
+        _StreamPart(stream, reader, readers, workers, passes, seed, shuffle_buffer, shard_names)
+        for reader in range(readers)
+    ]
+    return IterableDataset.from_generator(_read_passes, features=stream.features, gen_kwargs={"parts": parts})
+
+
+class _StreamPart:
+    """What one reader of `stream_passes` reads (an object, not a list, so that datasets does not split it)."""
+
+    def __init__(self, stream, reader, readers, workers, passes, seed, shuffle_buffer, shard_names):
+        self.stream, self.reader, self.readers, self.workers = stream, reader, readers, workers
+        self.passes, self.seed, self.shuffle_buffer = passes, seed, shuffle_buffer
+        shards = stream.n_shards  # datasets' contiguous split: the first (shards % readers) parts hold one more
+        self.first = reader * (shards // readers) + min(reader, shards % readers)
+        self.last = self.first + shards // readers + (reader < shards % readers) - 1
+        self.files = _describe(shard_names[self.first : self.last + 1]) if shard_names else None
+
+    def describe(self) -> str:
+        """``process 1 of 2 (shards 32-62 of the stream's 63: corpus.txt bytes 81920-163840)``; ``the whole
+        stream (corpus.txt)`` for a single reader."""
+        files = f": {self.files}" if self.files else ""
+        if self.readers == 1:
+            return f"the whole stream{f' ({self.files})' if self.files else ''}"
+        who = f"process {self.reader // self.workers} of {self.readers // self.workers}"
+        if self.workers > 1:
+            who += f", dataloader worker {self.reader % self.workers} of {self.workers}"
+        return f"{who} (shards {self.first}-{self.last} of the stream's {self.stream.n_shards}{files})"
+
+
+def _read_passes(parts):
+    for part in parts:
+        stream = part.stream.shard(num_shards=part.readers, index=part.reader) if part.readers > 1 else part.stream
+        if part.seed is not None:
+            stream = stream.shuffle(seed=part.seed, buffer_size=part.shuffle_buffer)
+        for pass_number in itertools.count() if part.passes is None else range(part.passes):
+            stream.set_epoch(pass_number)
+            count = 0
+            for example in stream:
+                count += 1
+                if pass_number and EXAMPLE_INDEX_COLUMN in example:  # new identities each pass: new views
+                    identity = combine(np.uint64(example[EXAMPLE_INDEX_COLUMN]), pass_number)
+                    example = {**example, EXAMPLE_INDEX_COLUMN: int(identity.view(np.int64))}
+                yield example
+            if count == 0:
+                logger.warning("The training stream holds no example for %s.", part.describe())
+                return
+            data_counts_logger.info("Read pass %d of %s: %s examples.", pass_number + 1, part.describe(), f"{count:,}")
 
 
 def _describe_files(files) -> str:

@@ -14,6 +14,7 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
 from ..data.collators import CollatorEpochCallback
+from ..data.corpus import data_counts_logger
 from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
@@ -106,6 +107,8 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 )
         check_training_setup(self)  # refuse what can never learn; warn when a logged window shows it has stopped
         self.add_callback(TrainingSanityCallback())
+        self._epoch_examples = _EpochExampleCount(self)  # says at each epoch's end how many examples it held
+        self.add_callback(self._epoch_examples)
 
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
@@ -136,11 +139,12 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
         self._batch_dataset = inputs.pop(DATASET_KEY, None)  # a `DatasetMixture`'s batch names its dataset
+        names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
+        batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
+        self._epoch_examples.count(batch_size)
         chunk_size = self._option("grad_cache_chunk_size")
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
-        names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
-        batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
         backward = chunk_backward(self.accelerator, model)
         backward.check_batch_sizes(batch_size, self.args.device)
         if batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
@@ -257,21 +261,14 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         return super().get_batch_samples(iter(batches), len(batches), device)
 
     def _no_batch_message(self, counts: list[int]) -> str:
-        """What went wrong when some processes have no training batch at all, naming them and their shards."""
-        world = len(counts)
+        """What went wrong when some processes have no training batch at all, naming them."""
         empty = [index for index, count in enumerate(counts) if count == 0]
-        where = ""
-        shards = getattr(self.train_dataset, "n_shards", None)
-        if shards is not None and shards >= world:  # accelerate gives process r dataset.shard(world, r): a block
-            sizes = [self.train_dataset.shard(num_shards=world, index=index).n_shards for index in range(world)]
-            blocks = [f"process {i}: shards {sum(sizes[:i])}-{sum(sizes[: i + 1]) - 1}" for i in empty]
-            where = f" ({'; '.join(blocks)} of the stream's {shards})"
         return (
-            f"No training example on process(es) {', '.join(map(str, empty))} of {world}{where}, while the others "
-            "have some: the shards of the stream each process reads hold none (the log names their files and byte "
-            "ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its first "
-            "byte, so a corpus of a few long lines can leave a process without any. Stopping every process: give a "
-            "corpus with more lines, train on fewer processes, or train without --streaming."
+            f"No training example on process(es) {', '.join(map(str, empty))} of {len(counts)}, while the others "
+            "have some: the part of the stream each of them reads holds none (the log names its shards, files and "
+            "byte ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its "
+            "first byte, so a corpus of a few long lines can leave a process without any. Stopping every process: "
+            "give a corpus with more lines, train on fewer processes, or train without --streaming."
         )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -454,6 +451,60 @@ def _arguments_set(args, **values):
     finally:
         for name, value in saved.items():
             setattr(args, name, value)
+
+
+class _EpochExampleCount(TrainerCallback):
+    """Counts the examples each epoch of a map-style training set gives the model, on every process, and says at the
+    epoch's end how they compare with the training set (`data_counts_logger`): each once, some again to complete the
+    last batches (accelerate's ``even_batches``), some left out (``--dataloader_drop_last``), or an epoch cut short
+    by a resume or by ``max_steps``. A stream's passes are counted where they are read (`data.corpus.stream_passes`).
+    """
+
+    def __init__(self, trainer: ContrastiveTrainer):
+        self.trainer = trainer
+        self.examples = 0
+        self.batches_per_epoch = self.skipped_batches = None
+
+    def count(self, examples: int) -> None:
+        self.examples += examples
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        self.examples = 0
+        if train_dataloader is None or not has_length(train_dataloader) or not has_length(self.trainer.train_dataset):
+            return
+        self.batches_per_epoch = len(train_dataloader)  # on each process
+        steps_per_epoch = max(self.batches_per_epoch // args.gradient_accumulation_steps, 1)
+        self.skipped_batches = (state.global_step % steps_per_epoch) * args.gradient_accumulation_steps  # resumed
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if self.batches_per_epoch is None:
+            return
+        examples = sum(gather_sizes(self.examples, args.device))  # every process ends the epoch at the same step
+        batches = round(state.epoch * self.batches_per_epoch) % self.batches_per_epoch or self.batches_per_epoch
+        size, epoch = len(self.trainer.train_dataset), int(-(-state.epoch // 1))
+        if self.skipped_batches:
+            cut = f"resumed after {self.skipped_batches} of its {self.batches_per_epoch} batches per process"
+        elif batches < self.batches_per_epoch:
+            cut = f"ended by max_steps after {batches} of its {self.batches_per_epoch} batches per process"
+        else:
+            cut = None
+        if cut:
+            message = f"Epoch {epoch} ({cut}): {examples:,} examples."
+        elif examples == size:
+            message = f"Epoch {epoch}: {examples:,} examples, all {size:,} of the training set once."
+        elif examples > size:
+            message = (
+                f"Epoch {epoch}: {examples:,} examples, the {size:,} of the training set once and {examples - size:,} "
+                "of them again to complete the last batch of each process (accelerate's even_batches)."
+            )
+        else:
+            message = (
+                f"Epoch {epoch}: {examples:,} examples of the {size:,} of the training set; {size - examples:,} left "
+                "out (--dataloader_drop_last drops each process's incomplete last batch)."
+            )
+        if self.trainer.is_world_process_zero():
+            data_counts_logger.info(message)
+        self.examples, self.skipped_batches = 0, None
 
 
 class _ResetQueueEachEpoch(TrainerCallback):
