@@ -94,7 +94,6 @@ def main():
             data_args.dataset_config_name,
             cache_dir=encoder_args.cache_dir,
             streaming=data_args.streaming,
-            passes=None if data_args.streaming else 1,
         )
         if not data_args.streaming:  # a stream is cut by prepare_streaming, after the short documents are dropped
             corpus = first_examples(corpus, data_args.max_train_samples)

@@ -36,7 +36,7 @@ HUB_ROWS = 2 * 60  # hub/: two parquet files, the shards of a Hub-style dataset
 PAIR_ROWS = 40  # pairs.csv (sent0, sent1), triplets.jsonl (query, positive, negative_1..3), mined.csv
 DPR_ROWS, DPR_HELD_OUT = 45, 5  # dpr.csv: the first 5 pairs are held out for evaluation
 MIXTURE_TEXT_FIRST, MIXTURE_TEXT_ROWS = 1000, 30  # mixture: pairs.csv and text of ids 1000-1029
-DOCUMENT_ROWS = 30  # documents.txt: Wikipedia paragraphs
+DOCUMENT_ROWS = 30  # documents.txt: Wikipedia paragraphs, about 30 KB (7 byte ranges when streamed)
 
 
 def _sentences(count: int, start: int = 0) -> list[str]:
@@ -160,6 +160,9 @@ def _jobs(files: dict[str, Path], processes: int, folder: Path) -> dict[str, dic
                                         "--max_passage_length", "24", *map_style(DPR_ROWS - DPR_HELD_OUT)]),
         "documents": ("examples/run_declutr.py", ["--train_file", str(files["documents"]), "--span_words", "8",
                                                   "--max_seq_length", "32", *map_style(DOCUMENT_ROWS)]),
+        "documents_stream": ("examples/run_declutr.py", ["--train_file", str(files["documents"]),
+                                                         "--span_words", "8", "--max_seq_length", "32",
+                                                         *streamed(DOCUMENT_ROWS)]),
     }  # fmt: skip
     result = {}
     for name, (script, argv) in jobs.items():
@@ -209,7 +212,7 @@ MAP_STYLE = {  # job: (the rows each epoch must hold, the column naming a row: N
     "dpr": (range(DPR_ROWS), "query"),  # less the 5 pairs held out at random for evaluation
     "documents": (range(DOCUMENT_ROWS), "input_ids"),
 }
-STREAMS = {"text_stream": range(STREAM_ROWS), "hub_stream": range(HUB_ROWS)}
+STREAMS = {"text_stream": range(STREAM_ROWS), "hub_stream": range(HUB_ROWS), "documents_stream": range(DOCUMENT_ROWS)}
 
 
 def _batches(run: dict, job: str, rank: int) -> list[dict]:
