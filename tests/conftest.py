@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig
@@ -42,6 +44,25 @@ def tiny_bert_config(vocab_size: int = 8192, **overrides) -> BertConfig:
     )
     values.update(overrides)
     return BertConfig(**values)
+
+
+def run_bounded(command: list[str], timeout: float | None, **popen_kwargs) -> subprocess.CompletedProcess:
+    """Run ``command`` with its output captured; with a ``timeout`` in seconds, a command still going then (a hang)
+    is killed with every process it started and fails the test."""
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with subprocess.Popen(command, **pipes, **popen_kwargs) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            launcher = psutil.Process(process.pid)
+            for child in launcher.children(recursive=True):  # torch.distributed.run's workers: sessions of their own
+                child.kill()
+            launcher.kill()
+            stdout, stderr = process.communicate()
+            script = Path(next((str(part) for part in command if str(part).endswith(".py")), str(command[0]))).name
+            message = f"{script} still running after {timeout} s:\n{stdout[-3000:]}{stderr[-3000:]}"
+            raise AssertionError(message) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def free_port() -> int:

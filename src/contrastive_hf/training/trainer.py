@@ -22,7 +22,7 @@ from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
 from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
-from .grad_cache import GradCacheModel, chunk_backward, grad_cache_step
+from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
 from .sanity import TrainingSanityCallback, check_training_setup
@@ -145,9 +145,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         chunk_size = self._option("grad_cache_chunk_size")
         if not chunk_size:
             return super().training_step(model, inputs, num_items_in_batch)
-        backward = chunk_backward(self.accelerator, model)
-        backward.check_batch_sizes(batch_size, self.args.device)
-        if batch_size <= chunk_size:  # one chunk: the plain step, without the second pass
+        # Every process takes the same path, and runs as many chunks as the others: their passes are collective.
+        batch_sizes = gather_sizes(batch_size, self.args.device)
+        if chunk_count(batch_sizes, chunk_size) <= 1:  # one chunk everywhere: the plain step, without the second pass
             return super().training_step(model, inputs, num_items_in_batch)
         model.train()
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
@@ -160,10 +160,11 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 self.accelerator.unwrap_model(model),
                 inputs,
                 chunk_size,
-                backward=backward,
+                backward=chunk_backward(self.accelerator, model),
                 loss_scale=scale,
                 negatives_kwargs=self._negatives_kwargs(model),
                 check_finite=lambda parts: self._check_finite(None, parts),
+                batch_sizes=batch_sizes,
             )
         self._after_step(result, inputs)
         return result.loss * scale
