@@ -94,7 +94,13 @@ class ContrastivePreTrainingOutput(ModelOutput):
 
 
 class SentencePooler(nn.Module):
-    """Turns an encoder's token representations into one vector per sentence (SimCSE's pooler types)."""
+    """Turns an encoder's token representations into one vector per sentence (SimCSE's pooler types).
+
+    The attention mask it is given says which tokens are pooled: ``mean`` and ``max`` reduce over them, and ``cls`` /
+    ``cls_before_pooler`` read the first of them, as sentence-transformers' ``Pooling`` does. With a prompt left out
+    of the pooling (``include_prompt=False``, `encoding.mask_prompt_tokens`) that is the sentence's first token after
+    the prompt, the token sentence-transformers pools from the same checkpoint; otherwise it is the [CLS] token.
+    """
 
     def __init__(self, pooler_type: str):
         super().__init__()
@@ -104,21 +110,31 @@ class SentencePooler(nn.Module):
     def needs_hidden_states(self) -> bool:
         return self.pooler_type in ("avg_first_last", "avg_top2")
 
-    def forward(self, encoder_outputs: ModelOutput, attention_mask: torch.Tensor | PackedSequences) -> torch.Tensor:
-        """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` attention mask,
-        or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence boundaries)."""
-        if self.pooler_type == "cls":
-            return encoder_outputs.pooler_output
+    def forward(
+        self,
+        encoder_outputs: ModelOutput,
+        attention_mask: torch.Tensor | PackedSequences,
+        encoder_pooler: nn.Module | None = None,
+    ) -> torch.Tensor:
+        """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` mask of the
+        pooled tokens, or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence
+        boundaries). ``encoder_pooler``: the encoder's pooler layer (BERT's dense + tanh over its input's first
+        position), which ``cls`` then applies to the first pooled token; without it ``cls`` takes the encoder's own
+        ``pooler_output`` (its pooler layer over each sentence's first position)."""
         if isinstance(attention_mask, PackedSequences):
             packed = attention_mask
             tokens = lambda states: states[0]  # (1, T, h) -> (T, h)
             first, mean, maximum = packed.first_tokens, packed.segment_mean, packed.segment_max
         else:
             tokens = lambda states: states  # (B, L, h)
-            first = lambda states: states[:, 0]
+            first = lambda states: first_pooled_tokens(states, attention_mask)
             mean = lambda states: masked_mean(states, attention_mask)
             maximum = lambda states: masked_max(states, attention_mask)
         last_hidden = tokens(encoder_outputs.last_hidden_state)
+        if self.pooler_type == "cls":
+            if encoder_pooler is None:
+                return encoder_outputs.pooler_output
+            return encoder_pooler(first(last_hidden).unsqueeze(1))  # BertPooler reads position 0 of its input
         if self.pooler_type == "cls_before_pooler":
             return first(last_hidden)
         if self.pooler_type == "max":
@@ -133,6 +149,13 @@ class SentencePooler(nn.Module):
             else (hidden_states[-1], hidden_states[-2])
         )
         return mean((tokens(first_layer) + tokens(second_layer)) / 2)
+
+
+def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each sentence's first token that ``attention_mask`` keeps: ``(B, L, h), (B, L) -> (B, h)`` (the
+    first position of a row that keeps none)."""
+    first = attention_mask.to(torch.int).argmax(dim=1)  # (B,) argmax returns the first of equal maxima
+    return token_states[torch.arange(token_states.shape[0], device=token_states.device), first]
 
 
 def masked_mean(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
