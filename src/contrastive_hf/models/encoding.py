@@ -107,10 +107,7 @@ def encode_with(
     leading = input_ids.shape[:-1]
     encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
     pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
-    # With a prompt left out, `cls` applies the encoder's pooler layer to the first token after it (the encoder's
-    # own pooler output read the [CLS] token), as sentence-transformers' Pooling and Dense modules do.
-    encoder_pooler = None if prompt_length is None else getattr(encoder, "pooler", None)
-    pooled = pooler(encoder(**encoder_kwargs), pooling_mask, encoder_pooler)  # (N, h)
+    pooled = pooler(encoder(**encoder_kwargs), pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
     if projection is not None:
         pooled = projection(pooled)
     return pooled.reshape(*leading, pooled.shape[-1])
