@@ -25,6 +25,7 @@ keeps copies apart instead). The batches here hold distinct sentences only (asse
 
 from __future__ import annotations
 
+import copy
 import csv
 
 import numpy as np
@@ -36,10 +37,12 @@ from sentence_transformers.losses import (
     MatryoshkaLoss,
     MultipleNegativesRankingLoss,
 )
-from transformers import AutoTokenizer
+from tokenizers.processors import TemplateProcessing
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.collators import PairCollator
+from contrastive_hf.models.encoding import prompt_token_count
 from contrastive_hf.models.modeling_contrastive import dense_stages
 from contrastive_hf.training.grad_cache import grad_cache_step
 
@@ -294,6 +297,26 @@ def test_encode_with_prompts_equals_sentence_transformers_encode(tmp_path, poole
         reference = theirs.encode(SENTENCES, batch_size=8, **how)
         np.testing.assert_allclose(mine, reference, rtol=0, atol=1e-6, err_msg=str(how))
     assert ours.tokenizer.padding_side == theirs.tokenizer.padding_side == padding_side  # the saved tokenizer's
+
+
+def test_a_prompt_is_counted_as_sentence_transformers_counts_it_without_a_trailing_special_token(tmp_path):
+    """A tokenizer that adds a leading special token only (as BOS-only tokenizers do): the prompt's tokens and the
+    leading one are left out of the pooling, with no trailing token to take off the count."""
+    bert = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+    backend = copy.deepcopy(bert.backend_tokenizer)
+    backend.post_processor = TemplateProcessing(single="[CLS] $A", special_tokens=[("[CLS]", bert.cls_token_id)])
+    specials = ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **{name: getattr(bert, name) for name in specials})
+    assert prompt_token_count(tokenizer, "query: ") == len(tokenizer("query: ")["input_ids"]) == 4
+    encoder = tiny_bert_config(vocab_size=len(tokenizer), initializer_range=INITIALIZER_RANGE)
+    config = ContrastiveConfig(
+        encoder=encoder, pooler_type="mean", projection_type="none", prompts=PROMPTS, include_prompt=False
+    )
+    ContrastiveModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    mine = ContrastiveModel.from_pretrained(tmp_path).encode(SENTENCES, prompt_name="query")
+    reference = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES, prompt_name="query")
+    np.testing.assert_allclose(mine, reference, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("include_prompt", [True, False])
