@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformers import (
+    AlbertConfig,
     AutoModel,
     BertForMaskedLM,
     DistilBertConfig,
@@ -305,6 +306,11 @@ def test_cls_pooler_on_an_encoder_without_pooler_layer_says_what_to_use():
         ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="cls"))
     model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="cls_before_pooler")).eval()
     assert model(input_ids=torch.randint(5, VOCAB, (2, 5))).pooler_output.shape == (2, 32)
+    # ALBERT's pooler is a bare Linear that AlbertModel's forward applies with tanh: not BERT's layer, which `cls`
+    # applies to the first token after a left-out prompt and saves as sentence-transformers' Dense module
+    albert = AlbertConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_attention_heads=2)
+    with pytest.raises(ValueError, match=r"AlbertModel has in another form \(Linear\); use pooler_type='cls_before"):
+        ContrastiveModel(ContrastiveConfig(encoder=albert, pooler_type="cls"))
 
 
 def test_resizing_updates_the_saved_vocabulary(tmp_path):

@@ -100,9 +100,10 @@ class ContrastiveConfig(PreTrainedConfig):
         default_prompt_name (`str`, *optional*):
             The prompt ``encode`` applies when none is named (a key of ``prompts``).
         include_prompt (`bool`, defaults to `True`):
-            Pool the prompt's tokens with the sentence's; False leaves them out of mean and max pooling
-            (sentence-transformers' ``include_prompt``), in training too (the collators give each view's prompt
-            length).
+            Pool the prompt's tokens with the sentence's; False leaves them (with the leading [CLS]) out of the
+            pooling, in training too (the collators give each view's prompt length), as sentence-transformers'
+            ``include_prompt`` does: mean and max pool the sentence's tokens, and `cls` / `cls_before_pooler` read
+            the first token after the prompt.
         matryoshka_dims (`list[int]`, *optional*):
             Matryoshka representation learning (Kusupati et al., 2022): the contrastive loss is computed on the first
             m dimensions of the embeddings for each m here and summed, weighted by ``matryoshka_weights``, so that

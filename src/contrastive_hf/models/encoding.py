@@ -50,19 +50,25 @@ def role_prompt(prompts: dict[str, str] | None, role: str) -> str | None:
 
 
 def prompt_token_count(tokenizer, prompt: str) -> int:
-    """How many leading tokens a prompt takes: the leading special token and the prompt's tokens, as
-    sentence-transformers counts them for ``include_prompt=False`` (what `mask_prompt_tokens` leaves out)."""
-    return len(tokenizer(prompt, add_special_tokens=True)["input_ids"]) - 1
+    """How many leading tokens a prompt takes, as sentence-transformers counts them for ``include_prompt=False`` (what
+    `mask_prompt_tokens` leaves out): the prompt tokenized alone, its leading special token included, less a trailing
+    special token ([SEP], </s>) where the tokenizer adds one."""
+    input_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
+    trailing_special = bool(input_ids) and input_ids[-1] in tokenizer.all_special_ids
+    return len(input_ids) - int(trailing_special)
 
 
 def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
-    """The attention mask with the first ``prompt_length`` tokens (the leading special token and the prompt) left
-    out, for pooling only (sentence-transformers' ``include_prompt=False``). Unchanged when there is no prompt."""
+    """The attention mask with each row's first ``prompt_length`` real tokens (the leading special token and the
+    prompt; after the padding of a left-padded row) left out, for pooling only, as sentence-transformers'
+    ``include_prompt=False`` leaves them out. Unchanged when there is no prompt."""
     if prompt_length is None or (not torch.is_tensor(prompt_length) and prompt_length <= 0):
         return attention_mask
     positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
-    keep = positions >= torch.as_tensor(prompt_length, device=attention_mask.device).reshape(-1, 1)  # (B or 1, L)
-    return attention_mask * keep.to(attention_mask.dtype)
+    first_real = attention_mask.to(torch.int).argmax(dim=-1, keepdim=True)  # (..., 1): 0 unless left-padded
+    prompt_length = torch.as_tensor(prompt_length, device=attention_mask.device).reshape(-1, 1)  # (B or 1, 1)
+    keep = positions >= first_real.reshape(-1, 1) + prompt_length  # (B, L)
+    return attention_mask * keep.reshape(attention_mask.shape).to(attention_mask.dtype)
 
 
 def encoder_inputs(
@@ -100,8 +106,8 @@ def encode_with(
     optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given."""
     leading = input_ids.shape[:-1]
     encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
-    attention_mask = encoder_kwargs["attention_mask"]
-    pooled = pooler(encoder(**encoder_kwargs), mask_prompt_tokens(attention_mask, prompt_length))  # (N, h)
+    pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
+    pooled = pooler(encoder(**encoder_kwargs), pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
     if projection is not None:
         pooled = projection(pooled)
     return pooled.reshape(*leading, pooled.shape[-1])

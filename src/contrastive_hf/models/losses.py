@@ -3,8 +3,9 @@
 This module imports nothing but torch: it travels inside saved checkpoints with the modeling code, so that
 ``AutoModel.from_pretrained(path, trust_remote_code=True)`` works where contrastive_hf is not installed.
 
-Every similarity and logit is computed in float32, also under fp16/bf16 autocast: with tau = 0.05 a cosine of 1
-becomes a logit of 20, and half precision loses the small differences between negatives that the loss learns from.
+Every similarity and logit is computed in float32 at least (`loss_dtype`), also under fp16/bf16 autocast: with
+tau = 0.05 a cosine of 1 becomes a logit of 20, and half precision loses the small differences between negatives that
+the loss learns from.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 
 __all__ = [
     "SIMILARITIES",
+    "loss_dtype",
     "cosine_logits",
     "dot_logits",
     "similarity_logits",
@@ -28,26 +30,40 @@ __all__ = [
 SIMILARITIES = ("cosine", "dot")
 
 
+def loss_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The precision similarities and losses of ``tensors`` are computed in: float32 for fp16, bf16 and float32
+    inputs, float64 when one is float64 (a float64 model's loss keeps its precision, as the parity tests against
+    sentence-transformers need)."""
+    dtype = torch.float32
+    for tensor in tensors:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
+
+
 def cosine_logits(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Cosine similarities of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32."""
+    """Cosine similarities of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32 (or
+    float64 for float64 inputs)."""
     with torch.autocast(device_type=a.device.type, enabled=False):
-        a = F.normalize(a.float(), dim=-1)
-        b = F.normalize(b.float(), dim=-1)
+        dtype = loss_dtype(a, b)
+        a = F.normalize(a.to(dtype), dim=-1)
+        b = F.normalize(b.to(dtype), dim=-1)
         return a @ b.T / temperature
 
 
 def dot_logits(a: torch.Tensor, b: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Inner products of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32.
+    """Inner products of every row of ``a`` with every row of ``b``, divided by ``temperature``, in float32 (or
+    float64 for float64 inputs).
 
     DPR's scores are unnormalised and grow with the vectors' norms (a BERT [CLS] vector has a norm around 10-20),
     so they are computed in float32 also under fp16/bf16 autocast.
     """
     with torch.autocast(device_type=a.device.type, enabled=False):
-        return a.float() @ b.float().T / temperature
+        dtype = loss_dtype(a, b)
+        return a.to(dtype) @ b.to(dtype).T / temperature
 
 
 def similarity_logits(a: torch.Tensor, b: torch.Tensor, similarity: str, temperature: float) -> torch.Tensor:
-    """``(N, d), (C, d) -> (N, C)``: ``cosine`` or ``dot`` similarities over ``temperature``, in float32."""
+    """``(N, d), (C, d) -> (N, C)``: ``cosine`` or ``dot`` similarities over ``temperature``, in float32 at least."""
     if similarity == "cosine":
         return cosine_logits(a, b, temperature)
     if similarity == "dot":
@@ -119,7 +135,7 @@ def info_nce(
         similarity: ``cosine`` or ``dot``.
 
     Returns:
-        Scalar loss (float32).
+        Scalar loss (float32; float64 for float64 inputs).
 
     Inputs: (anchor, positive) pairs, optionally with hard negatives (SimCSE's NLI triples, DPR's question,
     passage, negative passage); the pairing is the rows' order.
@@ -187,7 +203,7 @@ def nt_xent(
         similarity: ``cosine`` (SimCLR's) or ``dot``.
 
     Returns:
-        Scalar loss (float32).
+        Scalar loss (float32; float64 for float64 inputs).
 
     Inputs: two views of each sentence (CLEAR's augmentations, SimCSE's dropout), no labels: the pairing is the
     rows' order.
@@ -209,7 +225,7 @@ def nt_xent(
     rows = torch.arange(2 * n, device=local.device)
     own = torch.cat([torch.arange(n), torch.arange(n) + m]).to(local.device) + offset  # each view's own column
     other = torch.cat([torch.arange(n) + m, torch.arange(n)]).to(local.device) + offset  # its other view
-    logits = logits.index_put((rows, own), torch.tensor(float("-inf"), device=local.device))
+    logits = logits.index_put((rows, own), torch.tensor(float("-inf"), dtype=logits.dtype, device=local.device))
     if negatives_mask is not None:
         logits = logits.masked_fill(negatives_mask, float("-inf"))
     return F.cross_entropy(logits, other)
@@ -224,8 +240,9 @@ def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Ten
     scored >= 4). Example: ``alignment(views[:, 0], views[:, 1])`` is 0 when every pair's two sides coincide.
     """
     with torch.autocast(device_type=x.device.type, enabled=False):
-        x = F.normalize(x.float(), dim=-1)
-        y = F.normalize(y.float(), dim=-1)
+        dtype = loss_dtype(x, y)
+        x = F.normalize(x.to(dtype), dim=-1)
+        y = F.normalize(y.to(dtype), dim=-1)
         return (x - y).norm(p=2, dim=1).pow(alpha).mean()
 
 
@@ -240,6 +257,6 @@ def uniformity(x: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     if x.shape[0] < 2:
         raise ValueError("uniformity needs at least two embeddings.")
     with torch.autocast(device_type=x.device.type, enabled=False):
-        x = F.normalize(x.float(), dim=-1)
+        x = F.normalize(x.to(loss_dtype(x)), dim=-1)
         squared_distances = torch.pdist(x, p=2).pow(2)  # (n(n-1)/2,)
         return squared_distances.mul(-t).exp().mean().log()

@@ -94,7 +94,14 @@ class ContrastivePreTrainingOutput(ModelOutput):
 
 
 class SentencePooler(nn.Module):
-    """Turns an encoder's token representations into one vector per sentence (SimCSE's pooler types)."""
+    """Turns an encoder's token representations into one vector per sentence (SimCSE's pooler types).
+
+    The attention mask it is given says which tokens are pooled: ``mean`` and ``max`` reduce over them, and ``cls`` /
+    ``cls_before_pooler`` read the first of them, as sentence-transformers' ``Pooling`` does: the [CLS] token (after
+    the padding of a left-padded row), or with a prompt left out of the pooling (``include_prompt=False``,
+    `encoding.mask_prompt_tokens`) the sentence's first token after the prompt, the token sentence-transformers pools
+    from the same checkpoint.
+    """
 
     def __init__(self, pooler_type: str):
         super().__init__()
@@ -104,21 +111,31 @@ class SentencePooler(nn.Module):
     def needs_hidden_states(self) -> bool:
         return self.pooler_type in ("avg_first_last", "avg_top2")
 
-    def forward(self, encoder_outputs: ModelOutput, attention_mask: torch.Tensor | PackedSequences) -> torch.Tensor:
-        """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` attention mask,
-        or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence boundaries)."""
-        if self.pooler_type == "cls":
-            return encoder_outputs.pooler_output
+    def forward(
+        self,
+        encoder_outputs: ModelOutput,
+        attention_mask: torch.Tensor | PackedSequences,
+        encoder_pooler: nn.Module | None = None,
+    ) -> torch.Tensor:
+        """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` mask of the
+        pooled tokens, or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence
+        boundaries). ``encoder_pooler``: the encoder's pooler layer (BERT's dense + tanh over its input's first
+        position), which ``cls`` applies to the first pooled token; a packed batch's ``pooler_output`` holds it
+        already (`packing.packed_encoder_forward`)."""
         if isinstance(attention_mask, PackedSequences):
             packed = attention_mask
             tokens = lambda states: states[0]  # (1, T, h) -> (T, h)
             first, mean, maximum = packed.first_tokens, packed.segment_mean, packed.segment_max
         else:
             tokens = lambda states: states  # (B, L, h)
-            first = lambda states: states[:, 0]
+            first = lambda states: first_pooled_tokens(states, attention_mask)
             mean = lambda states: masked_mean(states, attention_mask)
             maximum = lambda states: masked_max(states, attention_mask)
         last_hidden = tokens(encoder_outputs.last_hidden_state)
+        if self.pooler_type == "cls":
+            if encoder_pooler is None:
+                return encoder_outputs.pooler_output
+            return encoder_pooler(first(last_hidden).unsqueeze(1))  # BertPooler reads position 0 of its input
         if self.pooler_type == "cls_before_pooler":
             return first(last_hidden)
         if self.pooler_type == "max":
@@ -133,6 +150,13 @@ class SentencePooler(nn.Module):
             else (hidden_states[-1], hidden_states[-2])
         )
         return mean((tokens(first_layer) + tokens(second_layer)) / 2)
+
+
+def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each sentence's first token that ``attention_mask`` keeps: ``(B, L, h), (B, L) -> (B, h)`` (the
+    first position of a row that keeps none)."""
+    first = attention_mask.to(torch.int).argmax(dim=1)  # (B,) argmax returns the first of equal maxima
+    return token_states[torch.arange(token_states.shape[0], device=token_states.device), first]
 
 
 def masked_mean(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -210,10 +234,15 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
     else:
         encoder = AutoModel.from_config(encoder_config)
     pooler = getattr(encoder, "pooler", None)
-    if with_pooler and pooler is None:
+    if with_pooler and not isinstance(getattr(pooler, "dense", None), nn.Linear):
+        # `SentencePooler` applies the layer to the first pooled token (after a left-out prompt), and the saved
+        # sentence-transformers Dense module holds its dense weights: both need BERT's form, dense + tanh over the
+        # first position of its input (ALBERT's bare Linear is applied inside AlbertModel's forward).
+        what = "does not have" if pooler is None else f"has in another form ({type(pooler).__name__})"
         raise ValueError(
-            f"pooler_type='cls' uses the encoder's pooler layer, which {type(encoder).__name__} does not have; "
-            "use pooler_type='cls_before_pooler' (the [CLS] hidden state) or 'mean' instead."
+            f"pooler_type='cls' uses the encoder's pooler layer as BERT's (dense + tanh over the first token), which "
+            f"{type(encoder).__name__} {what}; use pooler_type='cls_before_pooler' (the [CLS] hidden state) or "
+            "'mean' instead."
         )
     if pooler is not None and not with_pooler:
         pooler.requires_grad_(False)
@@ -449,7 +478,7 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         if output_attentions:
             encoder_kwargs["output_attentions"] = True
         outputs = self.encoder(**encoder_kwargs)
-        pooled = self.pooler(outputs, encoder_kwargs["attention_mask"])  # (B*S, h)
+        pooled = self.pooler(outputs, encoder_kwargs["attention_mask"], getattr(self.encoder, "pooler", None))
         if project:
             pooled = self.projection(pooled)
         last_hidden = outputs.last_hidden_state

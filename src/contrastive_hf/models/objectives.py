@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
-from .losses import SIMILARITIES, duplicate_mask, info_nce, nt_xent
+from .losses import SIMILARITIES, duplicate_mask, info_nce, loss_dtype, nt_xent
 
 __all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "matryoshka_loss", "cached_gradient_surrogate"]
 
@@ -69,10 +69,10 @@ def in_batch_loss(
         matryoshka_weights: ``w_m``, one per dimension (default 1 each).
 
     Returns:
-        ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32; scaled by the process's
-        share of the global batch when the processes' sizes differ, so that the mean over processes is the global
-        batch's loss), and the mean number of negatives in their softmax after duplicates are left out (a detached
-        float32 scalar).
+        ``(loss, negatives_per_query)``: the mean loss of this process's queries (float32, float64 for float64
+        embeddings; scaled by the process's share of the global batch when the processes' sizes differ, so that the
+        mean over processes is the global batch's loss), and the mean number of negatives in their softmax after
+        duplicates are left out (a detached float32 scalar).
 
     Example:
 
@@ -190,10 +190,11 @@ def _mean_count(counts, device: torch.device) -> torch.Tensor:
 
 
 def cached_gradient_surrogate(embeddings: torch.Tensor, cached_gradients: torch.Tensor) -> torch.Tensor:
-    """GradCache's replayed loss for one chunk: ``sum(embeddings * cached_gradients)``, in float32.
+    """GradCache's replayed loss for one chunk: ``sum(embeddings * cached_gradients)``, in float32 at least.
 
     ``cached_gradients`` is the gradient of the whole batch's contrastive loss with respect to this chunk's
     embeddings, so the parameter gradient of this scalar is the chunk's share of the whole batch's
     (`contrastive_hf.training.grad_cache`).
     """
-    return (embeddings.float() * cached_gradients.float()).sum()
+    dtype = loss_dtype(embeddings, cached_gradients)
+    return (embeddings.to(dtype) * cached_gradients.to(dtype)).sum()

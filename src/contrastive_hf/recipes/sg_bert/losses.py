@@ -107,7 +107,8 @@ def self_guided_opt1_loss(
     batch, total = sentences.shape[0], all_sentences.shape[0]
     logits = cosine_logits(sentences, torch.cat([all_sentences, all_views], dim=0), temperature)  # (b, 2M)
     rows = torch.arange(batch, device=logits.device)
-    logits = logits.index_put((rows, rows + offset), torch.tensor(float("-inf"), device=logits.device))  # not itself
+    itself = torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
+    logits = logits.index_put((rows, rows + offset), itself)  # a sentence is not its own negative
     return F.cross_entropy(logits, rows + offset + total)
 
 
@@ -159,7 +160,9 @@ def self_guided_opt3_loss(
     logits = logits.view(batch, total, num_layers)  # (b, M, K)
     rows = torch.arange(batch, device=logits.device)
     positives = logits[rows, rows + offset]  # (b, K)
-    negatives = logits.index_put((rows, rows + offset), torch.tensor(float("-inf"), device=logits.device))
+    negatives = logits.index_put(
+        (rows, rows + offset), torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
+    )
     negative_mass = negatives.flatten(1).logsumexp(dim=1, keepdim=True)  # (b, 1): log sum over m != i, all n
     return (torch.logaddexp(positives, negative_mass) - positives).mean()
 
