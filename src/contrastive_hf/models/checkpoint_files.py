@@ -206,9 +206,9 @@ def check_whole_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tens
     elif missing:
         problems.append(f"{len(missing)} missing from the state dict ({_first_few(missing)})")
     raise PartialWeightsError(
-        f"Not saving {save_directory}: the weights to write are not whole: {'; '.join(problems)}. A checkpoint written "
-        "from them would not load, so nothing was written (a checkpoint already there is unchanged). Under DeepSpeed "
-        "ZeRO-3 each process holds only a shard of every parameter: save with Trainer.save_model and "
+        f"Not saving {save_directory}: the weights to write are not whole: {'; '.join(problems)}. A checkpoint "
+        "written from them would not load, so nothing was written (a checkpoint already there is unchanged). Under "
+        "DeepSpeed ZeRO-3 each process holds only a shard of every parameter: save with Trainer.save_model and "
         '"stage3_gather_16bit_weights_on_model_save": true in the DeepSpeed config (it gathers the weights and '
         "passes them as state_dict), give save_pretrained the consolidated weights (state_dict="
         "accelerator.get_state_dict(model), or DeepSpeed's zero_to_fp32 from a checkpoint), or save inside "

@@ -152,7 +152,8 @@ def write_sentence_transformers_files(
     types, structure = {}, {}
     for route, stack in stacks.items():
         tower = tower_folders[route]
-        folders = [tower] + [entry["path"] for entry in _write_stack(save_directory, route, stack, state_dict, start=1)]
+        modules = _write_stack(save_directory, route, stack, state_dict, start=1)
+        folders = [tower] + [entry["path"] for entry in modules]
         _write_json_module_config(os.path.join(save_directory, tower), stack)
         structure[route] = folders
         types.update({folder: _module_type(folder.rsplit("_", 1)[-1]) for folder in folders})
