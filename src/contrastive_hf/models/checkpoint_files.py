@@ -33,6 +33,8 @@ __all__ = [
     "HEADS_WEIGHTS_NAME",
     "DOWNLOAD_KWARGS",
     "LOADING_KWARGS",
+    "PartialWeightsError",
+    "check_whole_weights",
     "download_kwargs",
     "read_json",
     "read_heads",
@@ -167,6 +169,58 @@ def split_state_dict(
     return encoders, rest
 
 
+class PartialWeightsError(RuntimeError):
+    """A save would write weights that are not whole: DeepSpeed ZeRO-3 shards (empty in each process) or a state dict
+    that lacks some of the model's weights. Not a ValueError: transformers' ``Trainer.save_model`` takes a ValueError
+    from a DeepSpeed save for "ZeRO-3 cannot gather" and saves again without weights, which would hide this one."""
+
+
+def check_whole_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], save_directory: str) -> None:
+    """Raise `PartialWeightsError`, naming the weights, unless ``state_dict`` holds every weight ``model`` saves, each
+    at its full shape. Under DeepSpeed ZeRO-3 a parameter's full shape is its ``ds_shape``: the tensor itself is an
+    empty shard outside ``deepspeed.zero.GatheredParameters``, and so is its copy in ``model.state_dict()``."""
+    full_shapes = {
+        name: tuple(getattr(tensor, "ds_shape", tensor.shape))
+        for named in (model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))
+        for name, tensor in named
+    }
+    saved_names = list(model.state_dict())  # the names a save writes (persistent buffers included); no collective
+    missing = [name for name in saved_names if name not in state_dict]
+    partial = []
+    for name, tensor in state_dict.items():
+        shape, expected = tuple(tensor.shape), full_shapes.get(name)
+        if expected is not None and shape != expected:
+            partial.append(f"{name} of shape {shape} instead of {expected}")
+        elif expected is None and tensor.numel() == 0:  # not the model's: no full shape to compare, but never empty
+            partial.append(f"{name} of shape {shape}")
+    if not missing and not partial:
+        return
+    problems = []
+    if partial:
+        problems.append(f"{len(partial)} partitioned or empty ({_first_few(partial)})")
+    if missing and len(missing) == len(saved_names):
+        problems.append(
+            f"none of the model's {len(saved_names)} weights given (an empty state dict: what transformers' Trainer "
+            'saves under DeepSpeed ZeRO-3 when "stage3_gather_16bit_weights_on_model_save" is false)'
+        )
+    elif missing:
+        problems.append(f"{len(missing)} missing from the state dict ({_first_few(missing)})")
+    raise PartialWeightsError(
+        f"Not saving {save_directory}: the weights to write are not whole: {'; '.join(problems)}. A checkpoint "
+        "written from them would not load, so nothing was written (a checkpoint already there is unchanged). Under "
+        "DeepSpeed ZeRO-3 each process holds only a shard of every parameter: save with Trainer.save_model and "
+        '"stage3_gather_16bit_weights_on_model_save": true in the DeepSpeed config (it gathers the weights and '
+        "passes them as state_dict), give save_pretrained the consolidated weights (state_dict="
+        "accelerator.get_state_dict(model), or DeepSpeed's zero_to_fp32 from a checkpoint), or save inside "
+        "deepspeed.zero.GatheredParameters(model.parameters())."
+    )
+
+
+def _first_few(names: list[str], count: int = 5) -> str:
+    shown = ", ".join(names[:count])
+    return shown if len(names) <= count else f"{shown} and {len(names) - count} more"
+
+
 class EmbeddingCheckpointMixin:
     """`save_pretrained` / `from_pretrained` in the layout of this module, for a `PreTrainedModel` made of
     transformers encoders and small heads. A model family provides:
@@ -227,9 +281,12 @@ class EmbeddingCheckpointMixin:
 
         from .sentence_transformers_files import write_sentence_transformers_files
 
+        # Every file below is written from this one state dict (under DeepSpeed ZeRO-3, the consolidated copy the
+        # Trainer passes): the live parameters may be shards. Checked whole before the first file is touched.
+        state_dict = self.state_dict() if state_dict is None else state_dict
+        check_whole_weights(self, state_dict, save_directory)
         os.makedirs(save_directory, exist_ok=True)
         encoders = self.checkpoint_encoders()
-        state_dict = self.state_dict() if state_dict is None else state_dict
         prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
         encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
         for name, (folder, _, encoder) in encoders.items():
@@ -249,6 +306,7 @@ class EmbeddingCheckpointMixin:
         write_sentence_transformers_files(
             save_directory,
             self.sentence_transformers_stacks(),
+            state_dict,
             similarity=self.similarity_fn_name,
             prompts=getattr(self.config, "prompts", None),
             default_prompt_name=getattr(self.config, "default_prompt_name", None),

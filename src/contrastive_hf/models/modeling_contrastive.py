@@ -33,7 +33,7 @@ from .packing import (
     packed_encoder_forward,
     packing_unsupported_reason,
 )
-from .sentence_transformers_files import SentenceTransformersStack
+from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 logger = logging.getLogger(__name__)
 
@@ -268,19 +268,21 @@ def init_weights(module: nn.Module, std: float) -> None:
             init.normal_(module.decoder_weight, mean=0.0, std=std)
 
 
-def dense_stages(model: ContrastiveModel) -> list[tuple[nn.Linear, str | None]]:
+def dense_stages(model: ContrastiveModel, prefix: str = "") -> list[DenseLayer]:
     """The linear layers (and their activations) between the pooled token state and the inference embedding: BERT's
-    pooler layer for ``cls``, then the projection when it is kept at inference."""
+    pooler layer for ``cls``, then the projection when it is kept at inference; named as in the state dict of the
+    model that holds ``model`` under ``prefix`` (``"contrastive."`` for a `ContrastiveForPreTraining`)."""
     config = model.config
     stages = []
     if config.pooler_type == "cls":
-        stages.append((model.encoder.pooler.dense, "tanh"))
+        stages.append(DenseLayer(f"{prefix}encoder.pooler.dense", "tanh"))
     if config.projection_at_inference and config.projection_type != "none":
-        layers = list(model.projection.layers)
-        for index, layer in enumerate(layers):
-            is_last = index == len(layers) - 1
+        count = len(model.projection.layers)
+        for index in range(count):
+            is_last = index == count - 1
             activated = config.projection_type == "mlp" and (not is_last or config.projection_output_activation)
-            stages.append((layer, config.projection_activation if activated else None))
+            activation = config.projection_activation if activated else None
+            stages.append(DenseLayer(f"{prefix}projection.layers.{index}", activation))
     return stages
 
 
@@ -316,9 +318,12 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
 
     # The checkpoint layout (checkpoint_files.EmbeddingCheckpointMixin) ----------------------------------------
 
+    def sentence_model_prefix(self) -> str:
+        """Where `sentence_model` lies in this model's state dict: ``""`` (itself) or ``"contrastive."``."""
+        return "" if self.sentence_model() is self else f"{self.base_model_prefix}."
+
     def checkpoint_encoders(self) -> dict:
-        prefix = "encoder." if self.sentence_model() is self else "contrastive.encoder."
-        return {"encoder": ("", prefix, self.get_encoder_model())}
+        return {"encoder": ("", f"{self.sentence_model_prefix()}encoder.", self.get_encoder_model())}
 
     def checkpoint_config(self) -> dict:
         saved = {name: getattr(self.config, name) for name in CONFIG_FIELDS}
@@ -364,7 +369,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
                 pooler_type=self.config.pooler_type,
                 hidden_size=self.config.encoder.hidden_size,
                 max_seq_length=min(512, getattr(self.config.encoder, "max_position_embeddings", 512)),
-                dense=dense_stages(model),
+                dense=dense_stages(model, self.sentence_model_prefix()),
                 include_prompt=self.config.include_prompt,
             )
         }

@@ -40,7 +40,7 @@ from .encoding import SentenceEmbeddingMixin, encode_with, role_prompt
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
-from .sentence_transformers_files import SentenceTransformersStack
+from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 # Where a two-tower checkpoint keeps each encoder: sentence-transformers' Router folder names.
 TOWER_FOLDERS = {"query_encoder": "query_0_Transformer", "passage_encoder": "document_0_Transformer"}
@@ -451,10 +451,11 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         return [self.config.query_encoder] + ([] if self.config.share_encoders else [self.config.passage_encoder])
 
     def sentence_transformers_stacks(self) -> dict[str, SentenceTransformersStack]:
-        def stack(encoder, projection) -> SentenceTransformersStack:
-            dense = [(encoder.pooler.dense, "tanh")] if self.config.pooler_type == "cls" else []
-            if projection is not None:
-                dense.append((projection, None))
+        def stack(encoder_name: str, projection_name: str) -> SentenceTransformersStack:
+            encoder = getattr(self, encoder_name)
+            dense = [DenseLayer(f"{encoder_name}.pooler.dense", "tanh")] if self.config.pooler_type == "cls" else []
+            if getattr(self, projection_name) is not None:
+                dense.append(DenseLayer(projection_name))
             return SentenceTransformersStack(
                 pooler_type=self.config.pooler_type,
                 hidden_size=encoder.config.hidden_size,
@@ -464,10 +465,10 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             )
 
         if self.config.share_encoders:
-            return {"": stack(self.query_encoder, self.query_projection)}
+            return {"": stack("query_encoder", "query_projection")}
         return {
-            "query": stack(self.query_encoder, self.query_projection),
-            "document": stack(self.passage_encoder, self.passage_projection),
+            "query": stack("query_encoder", "query_projection"),
+            "document": stack("passage_encoder", "passage_projection"),
         }
 
     def _write_checkpoint(self, save_directory: str, state_dict: dict | None, max_shard_size) -> None:

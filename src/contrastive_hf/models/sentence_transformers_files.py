@@ -35,6 +35,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
+from typing import NamedTuple
 
 import torch
 from safetensors.torch import save_file
@@ -43,6 +44,7 @@ from .checkpoint_files import write_json
 
 __all__ = [
     "MODULE_FILES",
+    "DenseLayer",
     "SentenceTransformersStack",
     "sentence_transformers_unsupported_reason",
     "write_sentence_transformers_files",
@@ -62,6 +64,15 @@ MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_tr
 _ROUTES = ("query", "document")
 
 
+class DenseLayer(NamedTuple):
+    """One Dense module: the linear layer it holds, named as in the saving model's state dict (the Dense file is
+    written from that state dict's ``<name>.weight`` and ``<name>.bias``, as the encoder and heads are, never from the
+    live module, which DeepSpeed ZeRO-3 leaves as an empty shard), and the activation after it (None: identity)."""
+
+    name: str
+    activation: str | None = None
+
+
 @dataclass
 class SentenceTransformersStack:
     """One encoder's path to an embedding, as sentence-transformers modules.
@@ -70,15 +81,15 @@ class SentenceTransformersStack:
         pooler_type: the model's pooler (`configuration_contrastive.POOLER_TYPES`).
         hidden_size: the encoder's hidden size (the Pooling module's input).
         max_seq_length: the longest input the encoder takes.
-        dense: ``(linear layer, activation name or None)`` of each Dense module after pooling, in order; the
-            encoder's own pooler layer (BERT's dense + tanh) first for ``cls``.
+        dense: each Dense module after pooling (`DenseLayer`), in order; the encoder's own pooler layer (BERT's dense +
+            tanh) first for ``cls``.
         include_prompt: whether the prompt's tokens are pooled (sentence-transformers' ``include_prompt``).
     """
 
     pooler_type: str
     hidden_size: int
     max_seq_length: int = 512
-    dense: list[tuple[torch.nn.Linear, str | None]] = field(default_factory=list)
+    dense: list[DenseLayer] = field(default_factory=list)
     include_prompt: bool = True
 
     def unsupported_reason(self) -> str | None:
@@ -99,6 +110,7 @@ def sentence_transformers_unsupported_reason(model) -> str | None:
 def write_sentence_transformers_files(
     save_directory: str | os.PathLike,
     stacks: dict[str, SentenceTransformersStack],
+    state_dict: dict[str, torch.Tensor],
     similarity: str = "cosine",
     prompts: dict[str, str] | None = None,
     default_prompt_name: str | None = None,
@@ -112,6 +124,8 @@ def write_sentence_transformers_files(
         stacks: ``{"": stack}`` for one encoder saved at the root; ``{"query": ..., "document": ...}`` for two towers
             (a `Router`), whose encoders are saved in ``tower_folders[route]`` (sub-folders of the checkpoint); {}
             for a model that is not a sentence encoder (nothing is written).
+        state_dict: the saving model's whole weights, the very dict its encoder(s) and heads are written from (under
+            DeepSpeed ZeRO-3, the consolidated copy); the Dense modules' weights are read from it.
         similarity: ``cosine`` or ``dot``, sentence-transformers' ``similarity_fn_name``.
         prompts, default_prompt_name: sentence-transformers' prompts (e.g. ``{"query": "query: "}``).
         truncate_dim: the size sentence-transformers truncates embeddings to by default; written only when set.
@@ -131,14 +145,15 @@ def write_sentence_transformers_files(
     if any(stack.unsupported_reason() for stack in stacks.values()):
         return False
     if list(stacks) == [""]:
-        modules = _write_stack(save_directory, "", stacks[""], start=1)
+        modules = _write_stack(save_directory, "", stacks[""], state_dict, start=1)
         transformer = [_module(0, "Transformer", "")]
         write_json(os.path.join(save_directory, "modules.json"), transformer + modules)
         return True
     types, structure = {}, {}
     for route, stack in stacks.items():
         tower = tower_folders[route]
-        folders = [tower] + [entry["path"] for entry in _write_stack(save_directory, route, stack, start=1)]
+        modules = _write_stack(save_directory, route, stack, state_dict, start=1)
+        folders = [tower] + [entry["path"] for entry in modules]
         _write_json_module_config(os.path.join(save_directory, tower), stack)
         structure[route] = folders
         types.update({folder: _module_type(folder.rsplit("_", 1)[-1]) for folder in folders})
@@ -154,7 +169,9 @@ def write_sentence_transformers_files(
     return True
 
 
-def _write_stack(save_directory: str, route: str, stack: SentenceTransformersStack, start: int) -> list[dict]:
+def _write_stack(
+    save_directory: str, route: str, stack: SentenceTransformersStack, state_dict: dict[str, torch.Tensor], start: int
+) -> list[dict]:
     """The Pooling and Dense module folders of one stack; ``route`` prefixes their folder names (Router)."""
     prefix = f"{route}_" if route else ""
     if not route:
@@ -171,21 +188,23 @@ def _write_stack(save_directory: str, route: str, stack: SentenceTransformersSta
     folder = f"{prefix}{start}_Pooling"
     write_json(os.path.join(save_directory, folder, "config.json"), pooling)
     modules = [_module(start, "Pooling", folder)]
-    for index, (layer, activation) in enumerate(stack.dense, start=start + 1):
+    for index, (name, activation) in enumerate(stack.dense, start=start + 1):
         folder = f"{prefix}{index}_Dense"
         modules.append(_module(index, "Dense", folder))
+        tensors = {"linear.weight": state_dict[f"{name}.weight"]}  # (out_features, in_features)
+        if f"{name}.bias" in state_dict:
+            tensors["linear.bias"] = state_dict[f"{name}.bias"]
+        out_features, in_features = tensors["linear.weight"].shape
         write_json(
             os.path.join(save_directory, folder, "config.json"),
             {
-                "in_features": layer.in_features,
-                "out_features": layer.out_features,
-                "bias": layer.bias is not None,
+                "in_features": in_features,
+                "out_features": out_features,
+                "bias": "linear.bias" in tensors,
                 "activation_function": _TORCH_ACTIVATIONS[activation] if activation else _IDENTITY,
             },
         )
-        tensors = {"linear.weight": layer.weight.detach().float().cpu().contiguous()}
-        if layer.bias is not None:
-            tensors["linear.bias"] = layer.bias.detach().float().cpu().contiguous()
+        tensors = {key: tensor.detach().float().cpu().contiguous() for key, tensor in tensors.items()}
         save_file(tensors, os.path.join(save_directory, folder, "model.safetensors"))
     return modules
 

@@ -107,6 +107,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
                 )
         check_training_setup(self)  # refuse what can never learn; warn when a logged window shows it has stopped
         self.add_callback(TrainingSanityCallback())
+        self._check_zero3_can_save()
         self._epoch_examples = _EpochExampleCount(self)  # says at each epoch's end how many examples it held
         self.add_callback(self._epoch_examples)
 
@@ -423,6 +424,23 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             and isinstance(model, EmbeddingCheckpointMixin)
             and os.path.isfile(os.path.join(folder, model.checkpoint_config_name))
         )
+
+    def _check_zero3_can_save(self) -> None:
+        """Refuse, before any training, a DeepSpeed ZeRO-3 run whose model could not be saved. Without
+        ``stage3_gather_16bit_weights_on_model_save`` the Trainer has no whole weights to save (it passes an empty
+        state dict), and `save_pretrained` refuses to write shards (`PartialWeightsError`): at the first checkpoint,
+        or after the last step with the trained weights lost. A peft model is exempt: the Trainer gathers its
+        adapter without that setting."""
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if plugin is None or plugin.zero_stage != 3 or getattr(self.model, "peft_config", None):
+            return
+        if not plugin.deepspeed_config.get("zero_optimization", {}).get("stage3_gather_16bit_weights_on_model_save"):
+            raise ValueError(
+                'DeepSpeed ZeRO-3 without "stage3_gather_16bit_weights_on_model_save": true cannot save the model: '
+                "each process holds only a shard of every weight, and a checkpoint of shards would not load. Set it "
+                'to true in the DeepSpeed config\'s "zero_optimization" (as ds_configs/zero3.json does), or '
+                "zero3_save_16bit_model: true in the Accelerate config."
+            )
 
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
