@@ -23,10 +23,10 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.training.grad_cache import ChunkBackward, chunk_count, grad_cache_step
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
-from test_deepspeed import CPU_ENV, DS_CONFIGS, accelerate_launch, save_tiny_model, weights
 from test_grad_cache import batch, build, gradients
 
 from conftest import REPO_ROOT, free_port, run_bounded, tiny_bert_config
+from test_deepspeed import CPU_ENV, DS_CONFIGS, accelerate_launch, save_tiny_model, weights
 
 
 class RecordingBackward(ChunkBackward):
