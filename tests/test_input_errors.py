@@ -5,9 +5,11 @@ the value or file and what to do."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
+import torch
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.commands.scripts import UsageError
@@ -113,3 +115,65 @@ def test_truncate_dim_above_the_embedding_size_is_refused():
 def test_run_simcse_refuses_truncate_dim_above_the_embedding_size_as_a_usage_error(run_simcse, checkpoint, tmp_path):
     with pytest.raises(UsageError, match=r"truncate_dim must be a size in 1\.\.32 .* got 10000"):
         run_simcse.main(simcse_sup_arguments(checkpoint, tmp_path, "--truncate_dim", "10000"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# d. Weights that are not finite
+# ----------------------------------------------------------------------------------------------------
+
+
+def poisoned_copy(checkpoint, tmp_path, file: str, tensor: str, value: float = float("nan")):
+    """A copy of ``checkpoint`` whose ``tensor`` in ``file`` holds ``value`` in one place."""
+    from safetensors.torch import load_file, save_file
+
+    copy = tmp_path / "poisoned"
+    shutil.copytree(checkpoint, copy)
+    weights = load_file(copy / file)
+    weights[tensor][0] = value
+    save_file(weights, copy / file, metadata={"format": "pt"})
+    return copy
+
+
+def test_checkpoint_weights_that_are_not_finite_are_refused_at_load_naming_file_and_tensor(checkpoint, tmp_path):
+    tensor = "encoder.layer.1.output.dense.weight"
+    poisoned = poisoned_copy(checkpoint, tmp_path, "model.safetensors", tensor)
+    with pytest.raises(ValueError) as error:
+        ContrastiveModel.from_pretrained(poisoned)
+    assert str(error.value) == (
+        f"{poisoned / 'model.safetensors'} holds NaN or infinite values in 1 tensor(s): {tensor}. It was saved from "
+        "a run whose loss diverged, or it is damaged: load an earlier checkpoint."
+    )
+    model = ContrastiveForPreTraining.from_pretrained(checkpoint)
+    with pytest.raises(ValueError, match=f"model.safetensors holds NaN .*: {tensor}"):
+        model.load_saved_weights(poisoned)  # what a Trainer resuming from the checkpoint calls
+
+
+def test_head_weights_that_are_not_finite_are_refused_at_load(checkpoint, tmp_path):
+    poisoned = poisoned_copy(checkpoint, tmp_path, "contrastive_heads.safetensors", "mlm_head.bias", float("inf"))
+    with pytest.raises(ValueError, match=r"contrastive_heads\.safetensors holds NaN or infinite .*: mlm_head\.bias\."):
+        ContrastiveForPreTraining.from_pretrained(poisoned)
+
+
+def test_a_model_whose_weights_are_not_finite_is_refused_when_training_starts(tokenizer, tmp_path):
+    from datasets import Dataset
+
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
+    with torch.no_grad():
+        model.contrastive.encoder.embeddings.word_embeddings.weight[3, 0] = float("nan")
+    args = ContrastiveTrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, report_to="none")
+    with pytest.raises(ValueError) as error:
+        ContrastiveTrainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"]}),
+            data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False),
+        )
+    assert str(error.value).startswith(
+        "The model to train (ContrastiveForPreTraining) holds NaN or infinite values in 1 tensor(s): "
+        "contrastive.encoder.embeddings.word_embeddings.weight. It was saved from a run whose loss diverged, or it "
+        "is damaged: load it from a checkpoint saved before the loss diverged"
+    )
