@@ -5,6 +5,7 @@ the value or file and what to do."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -17,7 +18,7 @@ from contrastive_hf.data.collators import PairCollator
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.recipes.dpr import QueryPassageCollator
 
-from conftest import REPO_ROOT, tiny_bert_config
+from conftest import DEMO_DATA, REPO_ROOT, tiny_bert_config
 
 LONG_PROMPT = "represent this sentence for searching relevant passages: "  # 15 tokens with [CLS] and [SEP]
 
@@ -176,4 +177,99 @@ def test_a_model_whose_weights_are_not_finite_is_refused_when_training_starts(to
         "The model to train (ContrastiveForPreTraining) holds NaN or infinite values in 1 tensor(s): "
         "contrastive.encoder.embeddings.word_embeddings.weight. It was saved from a run whose loss diverged, or it "
         "is damaged: load it from a checkpoint saved before the loss diverged"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# e. Errors that name the file and line; models that are nowhere
+# ----------------------------------------------------------------------------------------------------
+
+
+def cli_error(arguments: list[str], capsys) -> str:
+    """The one line `contrastive-hf` prints for ``arguments``, which it refuses with status 2."""
+    from contrastive_hf.commands.cli import main
+
+    assert main(arguments) == 2
+    error = capsys.readouterr().err  # progress bars (datasets') first, then the error
+    assert "Traceback" not in error, error
+    return error.rstrip("\n").splitlines()[-1]
+
+
+def test_evaluate_names_the_line_of_an_sts_file_that_is_not_utf8(checkpoint, tmp_path, capsys):
+    lines = (DEMO_DATA / "sts-dev.csv").read_bytes().splitlines(keepends=True)[:5]
+    lines[3] = lines[3].replace(b"man", b"m\xe9n", 1)  # Latin-1
+    sts = tmp_path / "sts-dev.csv"
+    sts.write_bytes(b"".join(lines))
+    column = lines[3].index(b"\xe9") + 1
+    assert cli_error(["evaluate", str(checkpoint), "--stsb-file", str(sts), "--no-progress"], capsys) == (
+        f"contrastive-hf evaluate: error: {sts}:4: not utf-8 text (byte 0xe9 at byte {column} of the line); save "
+        "the file as utf-8, e.g. `iconv -f latin1 -t utf-8 FILE > NEW_FILE` for a Latin-1 file."
+    )
+
+
+def test_plot_names_the_line_and_column_of_malformed_json(tmp_path, capsys):
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{\n  "log_history": [\n    {"loss": 1.0 "step": 1}\n  ]\n}\n')
+    assert cli_error(["plot", str(state), "--output-dir", str(tmp_path)], capsys) == (
+        f"contrastive-hf plot: error: {state}:3:18: not valid JSON (Expecting ',' delimiter); was the file cut short "
+        "or edited by hand?"
+    )
+
+
+@pytest.mark.parametrize("command", ["mine", "evaluate"])
+def test_a_model_that_is_nowhere_is_one_usage_line(command, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = {
+        "mine": lambda model: ["mine", str(pairs), "--model", model, "--output", str(tmp_path / "mined.csv")],
+        "evaluate": lambda model: ["evaluate", model, "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+    }[command]
+    prefix = f"contrastive-hf {command}: error: "
+    assert cli_error(arguments("nobody/no-such-model"), capsys) == prefix + (
+        "nobody/no-such-model is neither a local folder nor in the Hub cache, and HF_HUB_OFFLINE keeps the Hub off: "
+        "give the folder of a checkpoint, or download the model first (without HF_HUB_OFFLINE)."
+    )
+    missing = str(tmp_path / "models" / "mine")
+    assert cli_error(arguments(missing), capsys) == prefix + f"{missing}: no such folder (relative to {os.getcwd()})."
+
+
+def test_evaluate_says_a_folder_holds_no_checkpoint(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    arguments = ["evaluate", str(empty), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")]
+    error = cli_error(arguments, capsys)
+    assert error == (
+        f"contrastive-hf evaluate: error: {empty} holds no checkpoint (no model was saved in this folder): give the "
+        "folder a model was saved to (save_pretrained, a training run's output_dir) or a Hub id."
+    )
+    assert "config.json" not in error
+    for step in (5, 10):
+        (empty / f"checkpoint-{step}").mkdir()  # a training run's output_dir, stopped before its final save
+    assert cli_error(arguments, capsys) == (
+        f"contrastive-hf evaluate: error: {empty} holds no model of its own, only training checkpoints: give one of "
+        f"them, e.g. {empty / 'checkpoint-10'}."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# f. More negatives than there are candidates
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_mine_says_how_many_candidates_there_are(checkpoint, tmp_path, capsys):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sent0,sent1,hard_neg\nA man plays.,Someone plays.,A cat sleeps.\nA dog runs.,It moves.,No.\n")
+    arguments = ["mine", str(pairs), "--model", str(checkpoint), "--output", str(tmp_path / "mined.csv")]
+    assert cli_error([*arguments, "--num-negatives", "10"], capsys) == (
+        "contrastive-hf mine: error: num_negatives=10 (--num-negatives), but there are 4 distinct candidate passages "
+        "(the positives, and the corpus), of which a query can take at most 3 as negatives (never its own positives "
+        "or its own text): add passages (--corpus) or ask for at most 3 negatives."
+    )
+    assert cli_error([*arguments, "--num-negatives", "3", "--max-candidates", "2"], capsys) == (
+        "contrastive-hf mine: error: num_negatives=3 (--num-negatives) is more than the max_candidates=2 "
+        "(--max-candidates) considered per query: no query could get that many. Raise max_candidates or ask for "
+        "fewer negatives."
     )
