@@ -273,3 +273,87 @@ def test_mine_says_how_many_candidates_there_are(checkpoint, tmp_path, capsys):
         "(--max-candidates) considered per query: no query could get that many. Raise max_candidates or ask for "
         "fewer negatives."
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# c. Resuming with other settings
+# ----------------------------------------------------------------------------------------------------
+
+
+def pretraining_trainer(tokenizer, output_dir, seed: int = 42, **config):
+    from datasets import Dataset
+
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), mlm_weight=0.0, **config)
+    )
+    args = ContrastiveTrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        save_steps=2,
+        seed=seed,
+        report_to="none",
+        disable_tqdm=True,
+    )
+    return ContrastiveTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict({"text": [f"sentence number {i}" for i in range(8)]}),
+        data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False),
+    )
+
+
+def test_resuming_with_other_model_loss_or_seed_settings_warns_with_old_and_new_values(tokenizer, tmp_path, caplog):
+    pretraining_trainer(tokenizer, tmp_path, pooler_type="mean").train()
+    checkpoint = str(tmp_path / "checkpoint-2")
+
+    # how views are encoded (sub_batch_size) changes nothing that is learned: no warning
+    same = pretraining_trainer(tokenizer, tmp_path, pooler_type="mean", sub_batch_size="sorted")
+    same.args.max_steps = 3
+    with caplog.at_level("WARNING", logger="contrastive_hf"):
+        same.train(resume_from_checkpoint=checkpoint)
+    assert "settings other than" not in caplog.text
+
+    caplog.clear()
+    changed = pretraining_trainer(tokenizer, tmp_path, seed=7, temperature=0.1, pooler_type="max", cl_weight=2.0)
+    changed.args.max_steps = 3
+    with caplog.at_level("WARNING", logger="contrastive_hf"):
+        changed.train(resume_from_checkpoint=checkpoint)
+    assert (
+        f"Resuming from {checkpoint} with settings other than the ones it was trained with: pooler_type 'mean' -> "
+        "'max', temperature 0.05 -> 0.1, cl_weight 1.0 -> 2.0, seed 42 -> 7. The run goes on with the new values; "
+        "give the old ones for an exact resume."
+    ) in caplog.text
+
+
+class _RunsCodeWhenUnpickled:
+    def __reduce__(self):
+        return (sys.exit, (3,))
+
+
+def test_the_saved_training_arguments_are_read_without_running_what_the_pickle_names(tmp_path):
+    from contrastive_hf.training.checkpoints import changed_settings
+
+    torch.save({"payload": _RunsCodeWhenUnpickled()}, tmp_path / "training_args.bin")
+    assert changed_settings(str(tmp_path), model=None, args=object()) == []  # no SystemExit: nothing was run
+
+
+def test_resuming_a_multitask_run_with_other_task_weights_warns(tokenizer, tmp_path, caplog):
+    from dataclasses import replace
+
+    from test_multitask import TASKS, tiny_model, trainer_for
+
+    trainer_for(tiny_model(tokenizer), tokenizer, tmp_path, save_strategy="steps", save_steps=3).train()
+    checkpoint = str(tmp_path / "out" / "checkpoint-3")
+    reweighted = [replace(TASKS[0], loss_weight=2.0), *TASKS[1:]]
+    resumed = trainer_for(tiny_model(tokenizer, reweighted), tokenizer, tmp_path, max_steps=4, task_schedule="random")
+    with caplog.at_level("WARNING", logger="contrastive_hf"):
+        resumed.train(resume_from_checkpoint=checkpoint)
+    assert (
+        f"Resuming from {checkpoint} with settings other than the ones it was trained with: tasks.sst.loss_weight "
+        "1.0 -> 2.0, task_schedule 'super_batch' -> 'random'."
+    ) in caplog.text
