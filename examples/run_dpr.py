@@ -223,7 +223,8 @@ def main():
     if tokenizer_name is None:
         raise UsageError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
-    model = build_model(model_args, tokenizer)
+    with as_usage_error():  # a setting the config refuses, e.g. --truncate_dim above the embedding size
+        model = build_model(model_args, tokenizer)
 
     loading = training_args.main_process_first(desc="loading and tokenizing the pairs")
     with loading, corpus_progress_bars(data_args.train_file):
@@ -313,18 +314,20 @@ def main():
             truncate_dims=model.config.matryoshka_dims or (),
         )
 
-    trainer = ContrastiveTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        data_collator=QueryPassageCollator(
+    with as_usage_error():  # settings it refuses, e.g. a prompt that fills --max_query_length
+        collator = QueryPassageCollator(
             tokenizer,
             columns=train_columns,
             max_query_length=data_args.max_query_length,
             max_passage_length=data_args.max_passage_length,
             prompts=model.config.prompts,
             include_prompt=model.config.include_prompt,
-        ),
+        )
+    trainer = ContrastiveTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        data_collator=collator,
         processing_class=tokenizer,
     )
     before = None

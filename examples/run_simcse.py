@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None):
     if data_args.train_files:
         if data_args.train_file or data_args.dataset_name:
             raise ValueError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
-        with training_args.main_process_first(desc="training data"):
+        with training_args.main_process_first(desc="training data"), as_usage_error():
             train_dataset, collator = simcse.build_mixture(
                 parse_named_files(data_args.train_files),
                 tokenizer,
@@ -212,13 +212,14 @@ def main(argv: list[str] | None = None):
             )
     else:
         pair_columns = [name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None
-        collator = simcse.build_collator(
-            data_args.mode,
-            tokenizer,
-            max_length=data_args.max_seq_length,
-            pair_columns=pair_columns,
-            **collator_options,
-        )
+        with as_usage_error():  # settings it refuses, e.g. a prompt that fills --max_seq_length
+            collator = simcse.build_collator(
+                data_args.mode,
+                tokenizer,
+                max_length=data_args.max_seq_length,
+                pair_columns=pair_columns,
+                **collator_options,
+            )
         if data_args.mode == "unsup":
             train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
         else:

@@ -13,6 +13,7 @@ import os
 import sys
 
 from .._atomic import write_atomically
+from .._files import read_json_file
 
 __all__ = ["main", "build_parser"]
 
@@ -73,8 +74,7 @@ def plot_command(args: argparse.Namespace) -> int:
             continue
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{path} does not exist; give training output directories or JSON files.")
-        with open(path, encoding="utf-8") as handle:
-            content = json.load(handle)
+        content = read_json_file(path)
         if isinstance(content, dict) and "log_history" in content:
             runs.append(load_training_run(path))
             continue

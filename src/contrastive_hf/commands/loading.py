@@ -14,7 +14,7 @@ from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from ..training.checkpoints import naming_damaged_files
-from .scripts import UsageError
+from .scripts import UsageError, as_usage_error
 
 __all__ = [
     "load_pretraining_model",
@@ -42,7 +42,8 @@ def load_pretraining_model(
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
     """
     if model_name_or_path:
-        with naming_damaged_files(model_name_or_path):
+        # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake
+        with as_usage_error(), naming_damaged_files(model_name_or_path):
             if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
                 return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
             return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
@@ -52,7 +53,8 @@ def load_pretraining_model(
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
     logger.info("Training a %s encoder from scratch.", encoder_config.model_type)
-    return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
+    with as_usage_error():
+        return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from typing import ClassVar
 import transformers
 from transformers import HfArgumentParser, set_seed
 
+from .._files import written_as_local_path
 from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
 
 __all__ = [
@@ -360,7 +361,7 @@ def check_paths(arguments) -> None:
             value = getattr(group, name, None)
             if not isinstance(value, str) or not value or os.path.exists(os.path.expanduser(value)):
                 continue
-            if always_local or os.path.isabs(value) or value.startswith((".", "~")) or value.count("/") > 1:
+            if always_local or written_as_local_path(value):
                 raise UsageError(f"--{name} {value}: no such file or folder (relative to {os.getcwd()}).")
 
 
@@ -500,7 +501,8 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
         if training_args.eval_strategy != "no":
             raise UsageError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
         return None, None
-    stsb = read_stsbenchmark(data_args.stsb_dev_file)
+    with as_usage_error():  # a file that is not STS-B's (its line named), or not UTF-8
+        stsb = read_stsbenchmark(data_args.stsb_dev_file)
     before = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
     if training_args.should_log:
         print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..models.encoding import prompt_token_count, role_prompt
+from ..models.encoding import prompt_token_count, refuse_prompt_filling, role_prompt
 from .augmentations import (
     DEL_TOKEN,
     DEL_WORD_PROBABILITY,
@@ -101,6 +101,14 @@ class RolePrompts:
 
     def __bool__(self) -> bool:
         return any(self.texts.values())
+
+    def refuse_filling(self, tokenizer, max_lengths: dict[str, tuple[int | None, str, str | None]]) -> None:
+        """A `ValueError` for a prompt that leaves no room for text (`encoding.refuse_prompt_filling`):
+        ``max_lengths`` gives each role's truncation as ``(length, setting, script flag or None)``, e.g.
+        ``{"query": (32, "max_length", "--max_seq_length"), ...}``."""
+        for role, (max_length, length_name, flag) in max_lengths.items():
+            texts = "queries (the anchors)" if role == "query" else "documents (positives and negatives)"
+            refuse_prompt_filling(tokenizer, self.texts[role], max_length, texts, length_name, flag)
 
     def of_column(self, index: int) -> str | None:
         """The prompt of a batch's column ``index``: the query's for column 0, the document's for the others."""
@@ -458,6 +466,8 @@ class PairCollator:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)
         self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
+        length = (self.max_length, "max_length", "--max_seq_length")
+        self._prompts.refuse_filling(self.tokenizer, {"query": length, "document": length})
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)

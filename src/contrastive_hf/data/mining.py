@@ -88,6 +88,12 @@ def select_negatives(
         raise ValueError(f"Unknown similarity {similarity!r}: use 'cosine' or 'dot'.")
     if num_negatives < 1 or skip_top < 0:
         raise ValueError(f"num_negatives must be >= 1 and skip_top >= 0, got {num_negatives} and {skip_top}.")
+    if max_candidates is not None and num_negatives > max_candidates:
+        raise ValueError(
+            f"num_negatives={num_negatives} (--num-negatives) is more than the max_candidates={max_candidates} "
+            "(--max-candidates) considered per query: no query could get that many. Raise max_candidates or ask for "
+            "fewer negatives."
+        )
     queries, corpus = query_vectors.float(), corpus_vectors.float()
     if similarity == "cosine":
         queries, corpus = F.normalize(queries, dim=-1), F.normalize(corpus, dim=-1)
@@ -187,6 +193,14 @@ def mine_hard_negatives(
         keys = positives_of[_text_key(query)] | {_text_key(query)}
         excluded.append(sorted({position for key in keys for position in by_key.get(key, ())}))
 
+    most = max((len(passages) - len(positions) for positions in excluded), default=0)
+    if num_negatives > most:  # refused before any text is encoded
+        raise ValueError(
+            f"num_negatives={num_negatives} (--num-negatives), but there are {len(passages)} distinct candidate "
+            f"passages (the positives, and the corpus), of which a query can take at most {most} as negatives (never "
+            f"its own positives or its own text): add passages (--corpus)"
+            + (f" or ask for at most {most} negatives." if most else ".")
+        )
     distinct_queries = list(dict.fromkeys(queries))
     query_vectors = torch.as_tensor(np.asarray(encode_queries(distinct_queries)))
     query_position = {text: position for position, text in enumerate(distinct_queries)}
@@ -226,8 +240,10 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
     """``(encode_queries, encode_documents, similarity)`` of a checkpoint: a dual encoder's two towers (with their
     prompts) and its similarity, or any checkpoint `evaluation.encoders.load_encoder` takes (a contrastive_hf model,
     a sentence-transformers folder, a transformers encoder with mean pooling) for both sides, with cosine."""
+    from ..evaluation.encoders import check_model_source
     from ..models.checkpoint_files import checkpoint_model_type
 
+    check_model_source(name_or_path)  # one line for a model that is nowhere, before any loader's traceback
     if checkpoint_model_type(name_or_path) == "dual_encoder":
         from transformers import AutoTokenizer
 

@@ -11,11 +11,15 @@ baseline is scored with its own pooling and normalisation.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+
+from .._files import written_as_local_path
+from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME
 
 __all__ = [
     "BACKENDS",
@@ -26,6 +30,7 @@ __all__ = [
     "CachedEncoder",
     "as_encoder",
     "load_encoder",
+    "check_model_source",
     "detect_backend",
 ]
 
@@ -213,6 +218,48 @@ def detect_backend(name_or_path: str) -> str:
     return "transformers"
 
 
+# The files of which a checkpoint folder holds at least one at its root (a sentence-transformers Router has no
+# config.json there, only modules.json).
+CHECKPOINT_ROOT_FILES = ("config.json", "modules.json", CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
+
+
+def check_model_source(name_or_path: str) -> None:
+    """A one-line `FileNotFoundError` for a model that cannot load: a folder holding no checkpoint (naming the
+    ``checkpoint-*`` folders of a training run's output directory), a file, a local path that does not exist, or a
+    Hub id that is not in the Hub cache while the Hub is off (``HF_HUB_OFFLINE``)."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if os.path.isdir(name_or_path):
+        if any(os.path.isfile(os.path.join(name_or_path, name)) for name in CHECKPOINT_ROOT_FILES):
+            return
+        runs = sorted(glob.glob(os.path.join(name_or_path, "checkpoint-*")), key=lambda path: (len(path), path))
+        if runs:
+            raise FileNotFoundError(
+                f"{name_or_path} holds no model of its own, only training checkpoints: give one of them, e.g. "
+                f"{runs[-1]}."
+            )
+        raise FileNotFoundError(
+            f"{name_or_path} holds no checkpoint (no model was saved in this folder): give the folder a model was "
+            "saved to (save_pretrained, a training run's output_dir) or a Hub id."
+        )
+    if os.path.exists(name_or_path):
+        raise FileNotFoundError(f"{name_or_path} is a file: give the folder of the checkpoint, or a Hub id.")
+    if written_as_local_path(name_or_path):
+        raise FileNotFoundError(f"{name_or_path}: no such folder (relative to {os.getcwd()}).")
+    if constants.is_offline_mode():
+        try:
+            cached = any(
+                isinstance(try_to_load_from_cache(name_or_path, name), str) for name in ("config.json", "modules.json")
+            )
+        except ValueError:  # not a valid Hub id either
+            cached = False
+        if not cached:
+            raise FileNotFoundError(
+                f"{name_or_path} is neither a local folder nor in the Hub cache, and HF_HUB_OFFLINE keeps the Hub "
+                "off: give the folder of a checkpoint, or download the model first (without HF_HUB_OFFLINE)."
+            )
+
+
 def load_encoder(
     name_or_path: str,
     backend: str = "auto",
@@ -234,10 +281,7 @@ def load_encoder(
     """
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
-    if not os.path.exists(name_or_path) and os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise FileNotFoundError(
-            f"Model not found: {name_or_path} is not a folder, and HF_HUB_OFFLINE=1 forbids the Hub."
-        )
+    check_model_source(name_or_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if backend == "auto":
         backend = detect_backend(name_or_path)

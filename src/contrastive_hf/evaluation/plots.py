@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import glob
 import itertools
-import json
 import math
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._files import read_json_file
 from .._optional import require
 
 __all__ = [
@@ -78,8 +78,7 @@ def load_training_run(path: str | os.PathLike, name: str | None = None) -> Train
                     f"No trainer_state.json in {path} or its checkpoint-*/ folders; give a training output directory."
                 )
             state_path = checkpoints[-1]
-    with open(state_path, encoding="utf-8") as handle:
-        state = json.load(handle)
+    state = read_json_file(state_path)
     if "log_history" not in state:
         raise ValueError(f"{state_path} has no log_history; is it a transformers trainer_state.json?")
     run_dir = os.path.dirname(os.path.abspath(state_path))
@@ -98,8 +97,7 @@ def load_training_run(path: str | os.PathLike, name: str | None = None) -> Train
 
 def load_model_point(path: str | os.PathLike, name: str | None = None) -> ModelPoint:
     """One model's point from the results JSON of ``contrastive-hf evaluate --tasks align``."""
-    with open(path, encoding="utf-8") as handle:
-        results = json.load(handle)
+    results = read_json_file(path)
     align = results.get("align") if isinstance(results, dict) else None
     if not align or align.get("alignment") is None:
         raise ValueError(

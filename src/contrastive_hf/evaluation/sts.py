@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._files import naming_undecodable_line
 from .encoders import as_encoder
 from .layout import require_files, resolve_task_directory
 
@@ -127,7 +128,7 @@ def read_stsbenchmark(path: str | os.PathLike, split: str = "test") -> STSData:
         )
     path = _split_file(path, split, _STSB_FILES, "STS-B")
     data = STSData([], [], [])
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8") as handle, naming_undecodable_line(path):
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -156,7 +157,7 @@ def read_sick(path: str | os.PathLike, split: str = "test") -> STSData:
         )
     path = _split_file(path, split, _SICK_FILES, "SICK-R")
     data = STSData([], [], [])
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8") as handle, naming_undecodable_line(path):
         header = handle.readline().lstrip("\ufeff").rstrip("\n").split("\t")
         missing = [name for name in _SICK_COLUMNS if name not in header]
         if missing:
@@ -185,9 +186,9 @@ def read_sick(path: str | os.PathLike, split: str = "test") -> STSData:
 def read_sts_subset(input_path: str | os.PathLike, gold_path: str | os.PathLike) -> STSData:
     """One SemEval STS subset in SentEval's layout: ``STS.input.<subset>.txt`` (two tab-separated sentences per line)
     and ``STS.gs.<subset>.txt`` (one score per line). An empty gold line marks an unscored pair, which is skipped."""
-    with open(input_path, encoding="utf-8") as handle:
+    with open(input_path, encoding="utf-8") as handle, naming_undecodable_line(input_path):
         inputs = handle.read().splitlines()
-    with open(gold_path, encoding="utf-8") as handle:
+    with open(gold_path, encoding="utf-8") as handle, naming_undecodable_line(gold_path):
         gold = handle.read().splitlines()
     if len(inputs) != len(gold):
         raise ValueError(

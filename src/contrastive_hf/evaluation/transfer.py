@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._files import naming_undecodable_line
 from .._optional import require
 from .encoders import as_encoder
 from .layout import require_files, resolve_task_directory
@@ -95,7 +96,7 @@ def _normalise(sentence: str) -> str:
 
 
 def _lines(path: str, encoding: str) -> list[tuple[int, str]]:
-    with open(path, encoding=encoding) as handle:
+    with open(path, encoding=encoding) as handle, naming_undecodable_line(path, encoding):
         return [(number, line.rstrip("\n").lstrip("\ufeff")) for number, line in enumerate(handle, start=1)]
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "download_kwargs",
     "read_json",
     "read_heads",
+    "refuse_non_finite",
     "write_json",
     "write_heads",
     "split_state_dict",
@@ -124,6 +125,22 @@ def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.T
             f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
             "checkpoint again, or copy it again from where it was saved."
         ) from error
+
+
+def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = "load an earlier checkpoint") -> None:
+    """A `ValueError` naming the tensors that hold NaN or infinite values and their ``source`` (the weights file):
+    such a model gives NaN embeddings and a NaN loss from the first step, which training cannot recover from."""
+    bad = [
+        name
+        for name, tensor in tensors.items()
+        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        named = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(
+            f"{source} holds NaN or infinite values in {len(bad)} tensor(s): {named}. It was saved from a run whose "
+            f"loss diverged, or it is damaged: {fix}."
+        )
 
 
 def write_json(path: str | os.PathLike, content) -> None:
@@ -356,7 +373,11 @@ class EmbeddingCheckpointMixin:
             name: (pretrained_model_name_or_path, folder) for name, folder in cls.saved_encoder_folders(saved).items()
         }
         model = cls.assemble(config, sources, loading)
-        model.load_heads(read_heads(pretrained_model_name_or_path, **download))
+        heads = read_heads(pretrained_model_name_or_path, **download)
+        model.load_heads(heads)
+        model.refuse_non_finite_weights(
+            os.path.join(os.fspath(pretrained_model_name_or_path), download.get("subfolder") or ""), heads
+        )
         model.config._name_or_path = str(pretrained_model_name_or_path)
         return model
 
@@ -442,4 +463,13 @@ class EmbeddingCheckpointMixin:
                 load_sharded_checkpoint(encoder, location, strict=True)
             else:
                 raise FileNotFoundError(f"{location} has no model.safetensors: not a complete checkpoint.")
-        self.load_heads(read_heads(folder))
+        heads = read_heads(folder)
+        self.load_heads(heads)
+        self.refuse_non_finite_weights(folder, heads)
+
+    def refuse_non_finite_weights(self, folder: str, heads: dict[str, torch.Tensor]) -> None:
+        """After loading the checkpoint in ``folder`` (its ``heads`` as read): a `ValueError` (`refuse_non_finite`)
+        naming the first weights file that holds NaN or infinite values, and those tensors under its own names."""
+        for folder_name, _, encoder in self.checkpoint_encoders().values():
+            refuse_non_finite(encoder.state_dict(), os.path.join(folder, folder_name, "model.safetensors"))
+        refuse_non_finite(heads, os.path.join(folder, HEADS_WEIGHTS_NAME))

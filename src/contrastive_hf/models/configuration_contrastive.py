@@ -251,8 +251,11 @@ def validate_embedding_dims(config, embedding_size: int) -> None:
         if any(weight < 0 for weight in weights):
             raise ValueError(f"matryoshka_weights must be >= 0, got {list(weights)}.")
         config.matryoshka_weights = [float(weight) for weight in weights]
-    if config.truncate_dim is not None and not 0 < config.truncate_dim:
-        raise ValueError(f"truncate_dim must be a positive size or None, got {config.truncate_dim}.")
+    if config.truncate_dim is not None and not 0 < config.truncate_dim <= embedding_size:
+        raise ValueError(
+            f"truncate_dim must be a size in 1..{embedding_size} (the size of the model's embeddings) or None, got "
+            f"{config.truncate_dim}: an embedding cannot be truncated to more dimensions than it has."
+        )
 
 
 # The fields a checkpoint's contrastive_config.json holds: every model option except the encoder (saved as the

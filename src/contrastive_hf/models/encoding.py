@@ -32,6 +32,7 @@ __all__ = [
     "encode_with",
     "mask_prompt_tokens",
     "prompt_token_count",
+    "refuse_prompt_filling",
     "role_prompt",
     "QUERY_PROMPT_NAMES",
     "DOCUMENT_PROMPT_NAMES",
@@ -56,6 +57,29 @@ def prompt_token_count(tokenizer, prompt: str) -> int:
     input_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
     trailing_special = bool(input_ids) and input_ids[-1] in tokenizer.all_special_ids
     return len(input_ids) - int(trailing_special)
+
+
+def refuse_prompt_filling(
+    tokenizer,
+    prompt: str | None,
+    max_length: int | None,
+    texts: str = "sentences",
+    length_name: str = "max_length",
+    flag: str | None = None,
+) -> None:
+    """A `ValueError` when ``prompt`` with the special tokens takes ``max_length`` tokens or more: the texts it is
+    prepended to, truncated at ``max_length``, would all be the prompt alone (cut short), one vector for every text.
+    ``texts``, ``length_name`` and the script's ``flag`` for it name what is cut where, in the message."""
+    if not prompt or max_length is None:
+        return
+    taken = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if taken >= max_length:
+        setting = f"{length_name} ({flag})" if flag else length_name
+        raise ValueError(
+            f"The prompt {prompt!r} takes {taken} tokens with the special ones, and {texts} are cut at "
+            f"{length_name}={max_length}: every one would be the prompt alone, the same for all, with nothing of its "
+            f"text. Shorten the prompt or set {setting} to at least {taken + 1}."
+        )
 
 
 def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
@@ -193,6 +217,7 @@ class SentenceEmbeddingMixin:
             self.to(device)
         device = next(self.parameters()).device
         max_length = max_length or self._max_length(tokenizer)
+        refuse_prompt_filling(tokenizer, prompt, max_length)
         encoded = tokenizer(sentences, truncation=True, max_length=max_length)
         order = sorted(range(len(sentences)), key=lambda index: -len(encoded["input_ids"][index]))
         if show_progress_bar is None:

@@ -194,6 +194,13 @@ class QueryPassageCollator:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
         self._special = special_token_table(self.tokenizer)
         self._prompts = RolePrompts(self.tokenizer, self.prompts, self.include_prompt)
+        self._prompts.refuse_filling(
+            self.tokenizer,
+            {
+                "query": (self.max_query_length, "max_query_length", None),  # the scripts' flags of the same names
+                "document": (self.max_passage_length, "max_passage_length", None),
+            },
+        )
         self.resolved_columns: tuple[str, ...] | None = None
 
     def resolve_columns(self, feature: dict[str, Any]) -> tuple[str, ...]:

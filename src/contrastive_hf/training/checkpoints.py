@@ -13,6 +13,8 @@ disk, leaves a folder that looks like a checkpoint and cannot be resumed. Here:
 * resuming (`resolve_resume_checkpoint`): ``resume_from_checkpoint=True`` takes the newest complete checkpoint and
   warns about each newer incomplete one it skips; a folder given by name must be complete, or the error lists what
   is wrong with it.
+* resuming with other settings (`changed_settings`): a model or loss setting (temperature, pooler, loss weights...)
+  or a seed that differs from the checkpoint's is warned about, with the old and the new value.
 * rotating (`rotate_checkpoints`): ``save_total_limit`` deletes incomplete checkpoints first, and never the one just
   saved or the best one.
 """
@@ -24,14 +26,22 @@ import glob
 import json
 import logging
 import os
+import pickle
 import shutil
+import types
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from safetensors import SafetensorError, safe_open
-from transformers.trainer import OPTIMIZER_NAME, OPTIMIZER_NAME_BIN, SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer import (
+    OPTIMIZER_NAME,
+    OPTIMIZER_NAME_BIN,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    TRAINING_ARGS_NAME,
+)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from transformers.utils import (
     ADAPTER_SAFE_WEIGHTS_NAME,
@@ -43,13 +53,20 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
-from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME
+from ..models.checkpoint_files import (
+    CONTRASTIVE_CONFIG_NAME,
+    DUAL_ENCODER_CONFIG_NAME,
+    EmbeddingCheckpointMixin,
+    read_json,
+)
 
 __all__ = [
     "INCOMPLETE_MARKER",
     "CheckpointLayout",
     "CheckpointSaveError",
     "IncompleteCheckpointError",
+    "changed_settings",
+    "warn_of_changed_settings",
     "damaged_files",
     "naming_damaged_files",
     "resolve_resume_checkpoint",
@@ -279,6 +296,114 @@ def resolve_resume_checkpoint(
     raise IncompleteCheckpointError(
         f"Cannot resume from {folder}: the checkpoint is incomplete: {'; '.join(problems)}. {instead}"
     )
+
+
+# What a resumed run may change without changing what is learned: how views are encoded (packed, sorted, padded),
+# and what a saved configuration records about the saving code (keys starting with _ are transformers' own too).
+_HOW_NOT_WHAT = (
+    "sub_batch_size",
+    "sub_batch_tokens",
+    "architectures",
+    "contrastive_hf_version",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+)
+# The training arguments that change what is learned (the data order and draws, the negatives, a multitask run's
+# schedule and PCGrad), beside the model's settings; transformers itself warns about a changed batch size.
+RESUME_ARGUMENTS = (
+    "seed",
+    "data_seed",
+    "prebatch_size",
+    "gather_negatives_across_devices",
+    "task_schedule",  # a multitask run's
+    "pcgrad",
+)
+
+
+def changed_settings(checkpoint: str, model, args) -> list[str]:
+    """What differs between the run resuming from ``checkpoint`` and the run that saved it, as ``"name old -> new"``:
+    ``model``'s settings against the checkpoint's configuration file (``contrastive_config.json`` or
+    ``dual_encoder_config.json``: temperature, pooler, projection, loss weights, prompts...; ``config.json`` for
+    another transformers model, e.g. a multitask model's task weights), and `RESUME_ARGUMENTS` of ``args`` against
+    its ``training_args.bin``."""
+    if isinstance(model, EmbeddingCheckpointMixin):
+        saved, current = read_json(checkpoint, model.checkpoint_config_name), model.checkpoint_config()
+    elif hasattr(getattr(model, "config", None), "to_dict"):
+        saved, current = read_json(checkpoint, CONFIG_NAME), model.config.to_dict()
+    else:
+        saved, current = None, {}
+    saved = _flat(saved or {})
+    current = _flat(json.loads(json.dumps(current, default=str)))  # as the file holds it: lists, not tuples
+    pairs = [(name, saved[name], value) for name, value in current.items() if name in saved]
+    saved_args = _read_training_arguments(os.path.join(checkpoint, TRAINING_ARGS_NAME))
+    pairs += [
+        (name, saved_args[name], getattr(args, name))
+        for name in RESUME_ARGUMENTS
+        if name in saved_args and hasattr(args, name)
+    ]
+    return [
+        f"{name} {old!r} -> {new!r}"
+        for name, old, new in pairs
+        if old != new and not any(part.startswith("_") or part in _HOW_NOT_WHAT for part in name.split("."))
+    ]
+
+
+def warn_of_changed_settings(checkpoint: str | None, model, args) -> None:
+    """Warn (on the main process) naming each `changed_settings` of a run resuming from ``checkpoint``."""
+    changes = changed_settings(checkpoint, model, args) if checkpoint and os.path.isdir(checkpoint) else []
+    if changes and args.should_log:
+        logger.warning(
+            "Resuming from %s with settings other than the ones it was trained with: %s. The run goes on with the "
+            "new values; give the old ones for an exact resume.",
+            checkpoint,
+            ", ".join(changes),
+        )
+
+
+def _flat(settings: dict, prefix: str = "") -> dict:
+    """Nested settings as ``{"a.b": value}``; a list of named dicts (a multitask model's tasks) by their names."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, list) and value and all(isinstance(item, dict) and "name" in item for item in value):
+            value = {item["name"]: item for item in value}
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+class _Opaque:
+    """Whatever a pickle names, never imported or run: the arguments it is built with and its state."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+
+    def __setstate__(self, state):
+        self.state = state
+
+
+class _ShallowUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        return _Opaque
+
+
+def _read_training_arguments(path: str) -> dict:
+    """The fields of the `TrainingArguments` pickled in ``path`` ({} without the file), read without importing or
+    running anything the pickle names: a checkpoint's pickle is not trusted code."""
+    if not os.path.isfile(path):
+        return {}
+    shallow = types.SimpleNamespace(Unpickler=_ShallowUnpickler, load=pickle.load, __name__="shallow_pickle")
+    try:
+        import torch
+
+        pickled = torch.load(path, map_location="cpu", weights_only=False, pickle_module=shallow)
+    except Exception as error:  # a damaged file: the comparison is a courtesy, the resume goes on
+        logger.warning("Could not read %s to compare the run's settings (%s).", path, error)
+        return {}
+    state = getattr(pickled, "state", None)
+    return state if isinstance(state, dict) else {}
 
 
 @contextmanager

@@ -9,6 +9,8 @@ Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
   candidate is its own positive is 0, whatever the model;
 * inputs longer than the encoder's position embeddings (a collator's ``max_length``, ``--max_seq_length``), which
   would stop training with a tensor-size error at the first batch holding such a sentence.
+* weights that hold NaN or infinite values (a model loaded from a run that diverged), whose loss is NaN from the
+  first step (checkpoints in contrastive_hf's layout are refused already when they load, naming the file).
 
 The collators refuse the rest of what can never work where they hold the information (`collators.content_room`:
 a ``max_length`` that leaves no token between the special tokens; a word deletion that deletes every token).
@@ -31,6 +33,8 @@ import math
 from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
+
+from ..models.checkpoint_files import refuse_non_finite
 
 __all__ = [
     "COLLAPSED_UNIFORMITY",
@@ -65,6 +69,11 @@ def check_training_setup(trainer) -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     _check_negatives(trainer, model)
     _check_positions(model, trainer.data_collator)
+    refuse_non_finite(
+        dict(model.named_parameters()),
+        f"The model to train ({type(model).__name__})",
+        "load it from a checkpoint saved before the loss diverged, or from the pretrained encoder",
+    )
 
 
 def _check_negatives(trainer, model) -> None:

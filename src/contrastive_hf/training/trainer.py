@@ -21,7 +21,13 @@ from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
-from .checkpoints import CheckpointLayout, resolve_resume_checkpoint, rotate_checkpoints, saving_checkpoint
+from .checkpoints import (
+    CheckpointLayout,
+    resolve_resume_checkpoint,
+    rotate_checkpoints,
+    saving_checkpoint,
+    warn_of_changed_settings,
+)
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
@@ -360,6 +366,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         resume_from_checkpoint = resolve_resume_checkpoint(
             resume_from_checkpoint, self.args.output_dir, self.checkpoint_layout()
         )
+        warn_of_changed_settings(resume_from_checkpoint, self.saved_model(), self.args)
         return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 
     def checkpoint_layout(self) -> CheckpointLayout:

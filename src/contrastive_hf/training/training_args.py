@@ -90,7 +90,7 @@ class RunDefaults:
         default=0.02,
         metadata={
             "help": "Log the losses every N steps, or, below 1, every this fraction of the run: the default logs "
-            "every 2% of the steps, 50 points for `contrastive-hf plot` however long the run (transformers: 500)."
+            "every 2%% of the steps, 50 points for `contrastive-hf plot` however long the run (transformers: 500)."
         },
     )
 

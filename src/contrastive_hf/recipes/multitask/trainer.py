@@ -20,9 +20,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
+from ...training.checkpoints import warn_of_changed_settings
 from ...training.progress import show_losses_on_progress_bar
 from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
@@ -187,6 +189,15 @@ class MultitaskTrainer(SecretFreeOutputs, Trainer):
                 self.args.task_schedule,
                 self.args.gradient_accumulation_steps,
             )
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """`Trainer.train`, warning when it resumes with settings other than the checkpoint's (the task weights,
+        the seed, the schedule: `changed_settings`)."""
+        checkpoint = resume_from_checkpoint
+        if checkpoint is True:
+            checkpoint = get_last_checkpoint(self.args.output_dir)
+        warn_of_changed_settings(checkpoint or None, self.accelerator.unwrap_model(self.model), self.args)
+        return super().train(resume_from_checkpoint, trial=trial, **kwargs)
 
     def _check_task_names(self, names, what: str) -> None:
         unknown = [name for name in names if name not in self.task_specs]
