@@ -313,9 +313,11 @@ class SentenceEmbeddingMixin:
     # dtype and dropout (`packing.choose_attention_kernel`). Tests and benchmarks set one; it is not saved.
     packed_attention_kernel: str | None = None
 
-    def encoding_policy(self) -> EncodingPolicy:
-        """How this model encodes training batches: its config's ``sub_batch_size`` and ``sub_batch_tokens``."""
-        return EncodingPolicy.from_config(self.config, self.packed_attention_kernel)
+    def encoding_policy(self, sub_batch_size: int | str | None = None) -> EncodingPolicy:
+        """How this model encodes training batches: its config's ``sub_batch_size`` (or the one given) and
+        ``sub_batch_tokens``, and its `packed_attention_kernel`."""
+        policy = EncodingPolicy.from_config(self.config, self.packed_attention_kernel)
+        return policy if sub_batch_size is None else dataclasses.replace(policy, sub_batch_size=sub_batch_size)
 
     def embed_tokens(
         self,

@@ -9,7 +9,6 @@ contrastive_hf 0.1 shipped them for ``trust_remote_code``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -488,22 +487,22 @@ class ContrastiveModel(ContrastivePreTrainedModel):
     ) -> torch.Tensor:
         """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as ``sub_batch_size`` says (the values of
         `ContrastiveConfig.sub_batch_size`; the config's ``sub_batch_tokens``): `encoding.EncodingPolicy.embed`."""
-        policy = dataclasses.replace(self.encoding_policy(), sub_batch_size=sub_batch_size)
         projection = self.projection if project else None
-        return policy.embed(self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids)
+        return self.encoding_policy(sub_batch_size).embed(
+            self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids
+        )
 
     def encoding_path(self, sub_batch_size: int | str, device: torch.device) -> str:
         """How `sentence_embeddings` encodes a batch on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``
         (`encoding.EncodingPolicy.path`)."""
-        return dataclasses.replace(self.encoding_policy(), sub_batch_size=sub_batch_size).path(self.encoder, device)
+        return self.encoding_policy(sub_batch_size).path(self.encoder, device)
 
     def token_states(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, sub_batch_size: int | str = 0
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head), packed or in one
         padded pass as ``sub_batch_size`` says: `encoding.EncodingPolicy.token_states`."""
-        policy = dataclasses.replace(self.encoding_policy(), sub_batch_size=sub_batch_size)
-        return policy.token_states(self.encoder, input_ids, attention_mask)
+        return self.encoding_policy(sub_batch_size).token_states(self.encoder, input_ids, attention_mask)
 
     def forward(
         self,
