@@ -1,8 +1,9 @@
 """The parity check the training benchmarks print before timing: each way of encoding a batch against one padded pass.
 
-Dropout off (the model in eval mode), one batch through `ContrastiveForPreTraining`'s forward: the view embeddings,
-the loss and the parameter gradients with each ``sub_batch_size`` against ``sub_batch_size=0``, optionally under
-autocast (bf16 on a GPU: then the differences include bf16 rounding, which differs between paths).
+Dropout off (the model in eval mode), one batch through the forward of a `ContrastiveForPreTraining` or a
+`DualEncoderModel`: the embeddings, the loss and the parameter gradients with each ``sub_batch_size`` against
+``sub_batch_size=0``, optionally under autocast (bf16 on a GPU: then the differences include bf16 rounding, which
+differs between paths).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ def encoding_parity(
     device = next(model.parameters()).device
     batch = {name: value.to(device) for name, value in batch.items() if value is not None}
     was_training, saved = model.training, model.config.sub_batch_size
-    saved_kernel = model.contrastive.packed_attention_kernel
+    encoding_model = getattr(model, "contrastive", model)  # ContrastiveForPreTraining encodes with its inner model
+    encoder = getattr(encoding_model, "encoder", None) or encoding_model.query_encoder
+    saved_kernel = encoding_model.packed_attention_kernel
     model.eval()
 
     def run(sub_batch_size):
         model.config.sub_batch_size = sub_batch_size
-        model.contrastive.packed_attention_kernel = kernel
+        encoding_model.packed_attention_kernel = kernel
         model.zero_grad(set_to_none=True)
         autocast = (
             torch.autocast(device.type, dtype=autocast_dtype)
@@ -45,7 +48,7 @@ def encoding_parity(
             if sub_batch_size == 0:
                 continue
             other_embeddings, other_loss, other_gradients = run(sub_batch_size)
-            path = model.contrastive.encoding_path(sub_batch_size, device)
+            path = encoding_model.encoding_policy(sub_batch_size).path(encoder, device)
             lines.append(
                 f"sub_batch_size {sub_batch_size!s:>6} ({path}) vs padded: max |embedding difference| "
                 f"{(other_embeddings - embeddings).abs().max().item():.1e}, loss {other_loss:.6f} vs {loss:.6f}, "
@@ -55,6 +58,6 @@ def encoding_parity(
     finally:
         model.zero_grad(set_to_none=True)
         model.config.sub_batch_size = saved
-        model.contrastive.packed_attention_kernel = saved_kernel
+        encoding_model.packed_attention_kernel = saved_kernel
         model.train(was_training)
     return lines

@@ -23,6 +23,10 @@ HELPERS = {"data_files.py", "machine_info.py", "parity.py"}
 SMOKE_RUNS = {
     "bench_training.py": (["--smoke"], ["parity (dropout off)", "contrastive_hf sub_batch=auto", "by wall time"]),
     "bench_collator.py": (["--smoke"], ["speed-up:", "whole collator call"]),
+    "bench_dpr.py": (
+        ["--smoke", "--sub-batch-sizes", "0", "auto", "4"],
+        ["parity (dropout off), two towers: sub_batch_size   auto (packed)", "shared encoder sub_batch_size=4"],
+    ),
     "bench_evaluation.py": (["--smoke"], ["ratio st-distinct / contrastive_hf", "STS-B:"]),
     "bench_distributed.py": (["--smoke"], ["gather of negatives, per step", "2 processes (gather off) vs 1"]),
     "bench_grad_cache.py": (["--smoke"], ["| 8 | 4 |", "| 8 | none |", "plot:"]),

@@ -376,7 +376,7 @@ def test_the_kernel_follows_device_dtype_and_dropout():
 def test_auto_packs_supported_encoders_and_logs_the_choice_once(caplog):
     model = make("bert")
     input_ids, mask, _ = mixed_views(model.config.encoder)
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.modeling_contrastive"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding"):
         for _ in range(2):
             model.sentence_embeddings(input_ids, mask, sub_batch_size="auto")
     messages = [record.getMessage() for record in caplog.records if "encodes" in record.getMessage()]
@@ -390,7 +390,7 @@ def test_unsupported_encoders_fall_back_and_say_why(caplog):
     )
     model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="mean"))
     input_ids, mask, _ = mixed_views(encoder)
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.modeling_contrastive"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding"):
         assert model.encoding_path("auto", torch.device("cpu")) == "sorted"
         assert model.encoding_path("auto", torch.device("cuda")) == "padded"
     text = caplog.text
@@ -457,6 +457,14 @@ def test_packed_pooling_reads_sentence_boundaries():
     torch.testing.assert_close(packed.segment_max(states), torch.tensor([[5.0], [7.0], [9.0]]))
     padded = torch.zeros(3, 4, 1).reshape(12, 1).index_copy(0, packed.flat_index, states).view(3, 4, 1)
     torch.testing.assert_close(packed.segment_max(states), padded.masked_fill(~mask.bool()[..., None], -99).amax(1))
+
+    # a prompt left out of the pooling: sentence 0 pools from its third token, sentence 2 from its second
+    without = packed.without_leading_tokens(torch.tensor([2, 0, 1]))
+    torch.testing.assert_close(without.first_tokens(states), torch.tensor([[3.0], [7.0], [-4.0]]))
+    torch.testing.assert_close(without.segment_mean(states), torch.tensor([[3.0], [7.0], [5 / 3]]))
+    torch.testing.assert_close(without.segment_max(states), torch.tensor([[3.0], [7.0], [9.0]]))
+    with pytest.raises(ValueError, match="2 leading-token counts for 3 packed sentences"):
+        packed.without_leading_tokens(torch.tensor([1, 1]))
 
 
 def test_packed_training_step_under_bf16_autocast_keeps_the_loss_in_float32():

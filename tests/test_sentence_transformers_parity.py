@@ -116,15 +116,15 @@ def paired_parameters(ours: ContrastiveModel, theirs: SentenceTransformer) -> di
     projection) in its Dense modules, in order. sentence-transformers trains the Dense copy of the pooler layer."""
     their_encoder = dict(theirs[0].auto_model.named_parameters())
     dense_modules = [module for module in theirs if type(module).__name__ == "Dense"]
-    stages = dense_stages(ours)
+    stages = [ours.get_submodule(stage.name) for stage in dense_stages(ours)]  # named as in ours' state dict
     assert len(dense_modules) == len(stages)
-    in_dense = {id(parameter) for layer, _ in stages for parameter in layer.parameters()}
+    in_dense = {id(parameter) for layer in stages for parameter in layer.parameters()}
     pairs = {
         f"encoder.{name}": (parameter, their_encoder[name])
         for name, parameter in ours.encoder.named_parameters()
         if id(parameter) not in in_dense
     }
-    for index, ((layer, _), dense) in enumerate(zip(stages, dense_modules, strict=True)):
+    for index, (layer, dense) in enumerate(zip(stages, dense_modules, strict=True)):
         pairs[f"dense_{index}.weight"] = (layer.weight, dense.linear.weight)
         pairs[f"dense_{index}.bias"] = (layer.bias, dense.linear.bias)
     return pairs

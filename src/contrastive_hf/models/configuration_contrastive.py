@@ -32,6 +32,14 @@ def parse_sub_batch_size(value) -> int | str:
     )
 
 
+def parse_encoding_fields(sub_batch_size, sub_batch_tokens) -> tuple[int | str, int]:
+    """The two fields of every model config that say how training batches are encoded (`encoding.EncodingPolicy`):
+    ``sub_batch_size`` parsed (`parse_sub_batch_size`) and ``sub_batch_tokens`` checked."""
+    if isinstance(sub_batch_tokens, bool) or not isinstance(sub_batch_tokens, int) or sub_batch_tokens < 1:
+        raise ValueError(f"sub_batch_tokens must be a positive number of tokens, got {sub_batch_tokens!r}.")
+    return parse_sub_batch_size(sub_batch_size), sub_batch_tokens
+
+
 def without_sub_config_paths(config_dict: dict) -> dict:
     """``config_dict`` without the ``_name_or_path`` its nested configurations carry: transformers leaves it out of
     a top-level config.json, but a sub-config's would keep the local path (or Hub id) it was loaded from."""
@@ -177,13 +185,7 @@ class ContrastiveConfig(PreTrainedConfig):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive size or None, got {value}.")
-        self.sub_batch_size = parse_sub_batch_size(self.sub_batch_size)
-        if (
-            isinstance(self.sub_batch_tokens, bool)
-            or not isinstance(self.sub_batch_tokens, int)
-            or self.sub_batch_tokens < 1
-        ):
-            raise ValueError(f"sub_batch_tokens must be a positive number of tokens, got {self.sub_batch_tokens!r}.")
+        self.sub_batch_size, self.sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
@@ -293,4 +295,6 @@ __all__ = [
     "CONTRASTIVE_LOSSES",
     "validate_embedding_dims",
     "ENCODING_PATHS",
+    "parse_sub_batch_size",
+    "parse_encoding_fields",
 ]

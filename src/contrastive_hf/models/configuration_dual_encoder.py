@@ -6,7 +6,12 @@ import copy
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .configuration_contrastive import POOLER_TYPES, validate_embedding_dims, without_sub_config_paths
+from .configuration_contrastive import (
+    POOLER_TYPES,
+    parse_encoding_fields,
+    validate_embedding_dims,
+    without_sub_config_paths,
+)
 from .transformers_compat import SubConfigSpec, build_sub_config
 
 SIMILARITIES = ("dot", "cosine")
@@ -39,6 +44,10 @@ class DualEncoderConfig(PreTrainedConfig):
             `dot` (DPR's inner product) or `cosine`.
         temperature (`float`, *optional*):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
+        sub_batch_size (`int` or `str`, defaults to `"auto"`), sub_batch_tokens (`int`, defaults to 1024):
+            How training batches are encoded, as [`ContrastiveConfig`]'s (the same values, meanings and policy,
+            `encoding.EncodingPolicy`), each side on its own: the queries in one call, the passages (positives and
+            hard negatives) in another, each packed, in length-sorted groups or in one padded pass (0).
         prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
             As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
             `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
@@ -64,6 +73,8 @@ class DualEncoderConfig(PreTrainedConfig):
     projection_dim: int | None = None
     similarity: str = "dot"
     temperature: float | None = None
+    sub_batch_size: int | str = "auto"
+    sub_batch_tokens: int = 1024
     prompts: dict | None = None
     default_prompt_name: str | None = None
     include_prompt: bool = True
@@ -96,6 +107,7 @@ class DualEncoderConfig(PreTrainedConfig):
             raise ValueError(
                 f"temperature must be > 0, got {self.temperature}; DPR's dot product uses 1.0, cosine around 0.05."
             )
+        self.sub_batch_size, self.sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
         if self.projection_dim is not None and self.projection_dim < 1:
             raise ValueError(f"projection_dim must be a positive size or None (none), got {self.projection_dim}.")
         if self.projection_dim is None and self.query_encoder.hidden_size != self.passage_config.hidden_size:
@@ -146,6 +158,8 @@ DUAL_ENCODER_FIELDS = (
     "projection_dim",
     "similarity",
     "temperature",
+    "sub_batch_size",
+    "sub_batch_tokens",
     "prompts",
     "default_prompt_name",
     "include_prompt",

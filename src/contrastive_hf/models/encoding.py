@@ -10,12 +10,16 @@ is computed), in eval mode under ``no_grad`` in the model's dtype, and restores 
 
 A model provides `embed_tokens(input_ids, attention_mask, token_type_ids, task, prompt_length)` (vectors of a
 padded batch) and, optionally, prompts in its config (``prompts``, ``default_prompt_name``) and ``include_prompt``.
-`pool_encoder_outputs` is the one path from an encoder's token states to pooled, projected vectors that every model
-uses.
+
+Training batches are encoded by `EncodingPolicy`, the one policy of every model family (`ContrastiveModel`'s views,
+each tower of `DualEncoderModel`): built from the config's ``sub_batch_size`` and ``sub_batch_tokens``, it encodes
+a batch packed (`packing.py`), in length-sorted groups or in one padded pass (`encode_with`), prompts left out of the
+pooling included, with the embeddings of the padded pass.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -25,10 +29,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .configuration_contrastive import parse_encoding_fields
+from .packing import can_pack, length_sorted_groups, packed_encoder_forward, packing_unsupported_reason
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "SentenceEmbeddingMixin",
+    "EncodingPolicy",
+    "ENCODING_PATH_WORDS",
     "encode_with",
     "mask_prompt_tokens",
     "prompt_token_count",
@@ -137,10 +146,202 @@ def encode_with(
     return pooled.reshape(*leading, pooled.shape[-1])
 
 
+# How `EncodingPolicy.path`'s choices are logged.
+ENCODING_PATH_WORDS = {
+    "packed": "packed batches (one sequence of real tokens, attention inside each sentence)",
+    "sorted": "length-sorted groups, each padded to its own longest",
+    "padded": "one pass padded to the batch's longest",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodingPolicy:
+    """How a model encodes the texts of a training batch: packed, in length-sorted groups, or in one padded pass.
+
+    Built from a config (`from_config`), whose ``sub_batch_size`` and ``sub_batch_tokens`` it parses once
+    (`configuration_contrastive.parse_encoding_fields`; their meaning is `ContrastiveConfig`'s docstring), and used by
+    every model family through `embed` (`ContrastiveModel`'s views, each tower of `DualEncoderModel`) and
+    `token_states` (CLEAR's MLM copy). Every path gives the embeddings of one padded pass (`encode_with`): absolute
+    positions and attention masks make right-padding invisible, and a prompt left out of the pooling
+    (``include_prompt=False``) is left out on every path. Inputs a path cannot take (not right-padded, a row without
+    tokens; for packing, a row that is all prompt) take the padded pass.
+
+    Args:
+        sub_batch_size: ``"auto"``, ``"packed"``, ``"sorted"``, or an integer (0: one padded pass; N: length-sorted
+            groups of N texts).
+        sub_batch_tokens: the token slots (texts x the group's longest) of a ``"sorted"`` group.
+        packed_attention_kernel: the attention kernel of packed batches (`packing.ATTENTION_KERNELS`); None: chosen
+            at each call by device, dtype and dropout.
+    """
+
+    sub_batch_size: int | str = 0
+    sub_batch_tokens: int = 1024
+    packed_attention_kernel: str | None = None
+
+    def __post_init__(self):
+        sub_batch_size, sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
+        object.__setattr__(self, "sub_batch_size", sub_batch_size)
+        object.__setattr__(self, "sub_batch_tokens", sub_batch_tokens)
+
+    @classmethod
+    def from_config(cls, config, packed_attention_kernel: str | None = None) -> EncodingPolicy:
+        """The policy of a model config (`ContrastiveConfig`, `DualEncoderConfig`)."""
+        return cls(config.sub_batch_size, config.sub_batch_tokens, packed_attention_kernel)
+
+    def path(self, encoder, device: torch.device) -> str:
+        """How `embed` encodes ``encoder``'s batches on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``.
+
+        ``"auto"`` packs where the encoder supports it (`packing.packing_unsupported_reason`), else sorts on CPU and
+        pads elsewhere; ``"packed"`` raises where packing cannot run. Each encoder logs each choice once, with its
+        reason.
+        """
+        path, reason = self._path_and_reason(encoder, device)
+        logged = vars(encoder).setdefault("_contrastive_hf_logged_encoding_paths", set())
+        if (path, reason) not in logged:
+            logged.add((path, reason))
+            logger.info("%s encodes %s: %s.", type(encoder).__name__, ENCODING_PATH_WORDS[path], reason)
+        return path
+
+    def _path_and_reason(self, encoder, device: torch.device) -> tuple[str, str]:
+        size = self.sub_batch_size
+        if size == 0:
+            return "padded", "sub_batch_size=0"
+        if isinstance(size, int):
+            return "sorted", f"sub_batch_size={size}: length-sorted groups of that many texts"
+        if size == "sorted":
+            return "sorted", f"sub_batch_size='sorted' ({self.sub_batch_tokens} token slots a group)"
+        unsupported = packing_unsupported_reason(encoder)
+        if unsupported is None:
+            return "packed", f"sub_batch_size={size!r} and the encoder supports packing"
+        if size == "packed":
+            raise ValueError(
+                f"sub_batch_size='packed' cannot run: {unsupported}. Use sub_batch_size='auto' (packs where it "
+                "can), 'sorted' (length-sorted groups, any encoder) or 0 (one padded pass)."
+            )
+        if device.type == "cpu":
+            return "sorted", f"sub_batch_size='auto' cannot pack ({unsupported}); on CPU length-sorted groups"
+        return "padded", (
+            f"sub_batch_size='auto' cannot pack ({unsupported}); on {device.type} one padded pass (small "
+            "length-sorted groups would leave the device idle)"
+        )
+
+    def embed(
+        self,
+        encoder,
+        pooler,
+        projection,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        prompt_lengths: int | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and
+        an optional ``projection``, on the path `path` chooses, with the vectors of one padded pass.
+
+        ``prompt_lengths`` (an int, or ``(...)``): how many leading tokens of each text are its prompt, left out of
+        the pooling (``include_prompt=False``, as `encode` leaves them out).
+        """
+        leading, width = input_ids.shape[:-1], input_ids.shape[-1]
+        flat = lambda tensor: None if tensor is None else tensor.reshape(-1, width)  # noqa: E731
+        input_ids, token_type_ids = flat(input_ids), flat(token_type_ids)
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else flat(attention_mask)
+        if prompt_lengths is not None:  # (N,)
+            prompt_lengths = torch.as_tensor(prompt_lengths, device=input_ids.device).expand(leading).reshape(-1)
+        path = self.path(encoder, input_ids.device)
+        if path == "packed" and can_pack(attention_mask) and keeps_a_token(attention_mask, prompt_lengths):
+            pooled = self._pool_packed(encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths)
+        elif path == "sorted" and can_pack(attention_mask):
+            pooled = self._pool_sorted_groups(
+                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths
+            )
+        else:
+            pooled = encode_with(encoder, pooler, None, input_ids, attention_mask, token_type_ids, prompt_lengths)
+        if projection is not None:
+            pooled = projection(pooled)
+        return pooled.reshape(*leading, pooled.shape[-1])
+
+    def _pool_packed(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths):
+        """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in one pass over their real tokens."""
+        outputs, packed = packed_encoder_forward(
+            encoder,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            output_hidden_states=pooler.needs_hidden_states,
+            kernel=self.packed_attention_kernel,
+        )
+        if prompt_lengths is not None:
+            packed = packed.without_leading_tokens(prompt_lengths)
+        return pooler(outputs, packed, getattr(encoder, "pooler", None))
+
+    def _pool_sorted_groups(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths):
+        """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in length-sorted groups of ``sub_batch_size``
+        rows (or, for ``"sorted"`` and ``"auto"``, of ``sub_batch_tokens`` token slots), each cut to its own longest
+        row; back in input order."""
+        lengths = attention_mask.sum(dim=1)  # (N,)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        sorted_lengths = lengths[order].tolist()
+        if isinstance(self.sub_batch_size, int):
+            bounds = length_sorted_groups(sorted_lengths, group_size=self.sub_batch_size)
+        else:
+            bounds = length_sorted_groups(sorted_lengths, group_tokens=self.sub_batch_tokens)
+        take = lambda tensor, rows, cut: None if tensor is None else tensor[rows, :cut]  # noqa: E731
+        parts = []
+        for start, stop in bounds:
+            rows, cut = order[start:stop], max(sorted_lengths[start], 1)
+            prompts = None if prompt_lengths is None else prompt_lengths[rows]
+            parts.append(
+                encode_with(
+                    encoder,
+                    pooler,
+                    None,
+                    input_ids[rows, :cut],
+                    attention_mask[rows, :cut],
+                    take(token_type_ids, rows, cut),
+                    prompts,
+                )
+            )
+        return torch.cat(parts).index_select(0, torch.argsort(order))  # back to batch order, (N, h)
+
+    def token_states(
+        self, encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (CLEAR's MLM head).
+
+        Returns ``(states, flat_index)``: packed (`path` says ``"packed"``), the ``(T, h)`` states of the real tokens
+        and each one's row in the inputs flattened to ``(B * L)``; otherwise one padded pass, the ``(B * L, h)``
+        states of every position and ``None``.
+        """
+        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        if self.path(encoder, input_ids.device) == "packed" and can_pack(attention_mask):
+            outputs, packed = packed_encoder_forward(
+                encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel
+            )
+            return outputs.last_hidden_state[0], packed.flat_index
+        states = encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+        return states.reshape(-1, states.shape[-1]), None
+
+
+def keeps_a_token(attention_mask: torch.Tensor, prompt_lengths: torch.Tensor | None) -> bool:
+    """Whether every row of a right-padded ``(N, L)`` batch pools at least one token after its ``(N,)`` prompt (a
+    packed batch pools real tokens only; the padded pass pools a row that is all prompt in its own way)."""
+    return prompt_lengths is None or bool((prompt_lengths < attention_mask.sum(dim=1)).all())
+
+
 class SentenceEmbeddingMixin:
-    """`encode` and `similarity` in sentence-transformers' spelling, for a model with `embed_tokens`."""
+    """`encode` and `similarity` in sentence-transformers' spelling, for a model with `embed_tokens`; and the
+    `EncodingPolicy` of its training batches (`encoding_policy`)."""
 
     tokenizer = None  # set by callers or loaders; not saved with the weights
+    # The attention kernel of packed batches (`packing.ATTENTION_KERNELS`); None: chosen at each call by device,
+    # dtype and dropout (`packing.choose_attention_kernel`). Tests and benchmarks set one; it is not saved.
+    packed_attention_kernel: str | None = None
+
+    def encoding_policy(self, sub_batch_size: int | str | None = None) -> EncodingPolicy:
+        """How this model encodes training batches: its config's ``sub_batch_size`` (or the one given) and
+        ``sub_batch_tokens``, and its `packed_attention_kernel`."""
+        policy = EncodingPolicy.from_config(self.config, self.packed_attention_kernel)
+        return policy if sub_batch_size is None else dataclasses.replace(policy, sub_batch_size=sub_batch_size)
 
     def embed_tokens(
         self,

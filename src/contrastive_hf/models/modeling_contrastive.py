@@ -23,26 +23,13 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
 from .checkpoint_files import CONTRASTIVE_CONFIG_NAME, LOADING_KWARGS, EmbeddingCheckpointMixin, download_kwargs
-from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, parse_sub_batch_size
+from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig
 from .encoding import SentenceEmbeddingMixin, encode_with, encoder_inputs
 from .objectives import cached_gradient_surrogate, in_batch_loss
-from .packing import (
-    PackedSequences,
-    can_pack,
-    length_sorted_groups,
-    packed_encoder_forward,
-    packing_unsupported_reason,
-)
+from .packing import PackedSequences
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 logger = logging.getLogger(__name__)
-
-# How `ContrastiveModel.encoding_path`'s choices are logged.
-ENCODING_PATH_WORDS = {
-    "packed": "packed batches (one sequence of real tokens, attention inside each sentence)",
-    "sorted": "length-sorted groups, each padded to its own longest",
-    "padded": "one pass padded to the batch's longest",
-}
 
 
 @dataclass
@@ -120,8 +107,8 @@ class SentencePooler(nn.Module):
         """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` mask of the
         pooled tokens, or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence
         boundaries). ``encoder_pooler``: the encoder's pooler layer (BERT's dense + tanh over its input's first
-        position), which ``cls`` applies to the first pooled token; a packed batch's ``pooler_output`` holds it
-        already (`packing.packed_encoder_forward`)."""
+        position), which ``cls`` applies to the first pooled token; without it ``cls`` returns the encoder's own
+        ``pooler_output``."""
         if isinstance(attention_mask, PackedSequences):
             packed = attention_mask
             tokens = lambda states: states[0]  # (1, T, h) -> (T, h)
@@ -442,10 +429,6 @@ class ContrastiveModel(ContrastivePreTrainedModel):
     # A ContrastiveForPreTraining checkpoint also holds the MLM head, which the encoder alone does not use.
     _keys_to_ignore_on_load_unexpected = [r"^mlm_head\."]
 
-    # The attention kernel of packed batches (`packing.ATTENTION_KERNELS`); None: chosen at each call by device,
-    # dtype and dropout (`packing.choose_attention_kernel`). Tests and benchmarks set one; it is not saved.
-    packed_attention_kernel: str | None = None
-
     def __init__(self, config: ContrastiveConfig):
         super().__init__(config)
         self.encoder = build_encoder(config.encoder, config.pooler_type == "cls")
@@ -502,125 +485,24 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         project: bool = True,
         sub_batch_size: int | str = 0,
     ) -> torch.Tensor:
-        """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as ``sub_batch_size`` says.
-
-        ``sub_batch_size`` takes the values of `ContrastiveConfig.sub_batch_size` (`encoding_path` resolves them):
-        packed (one sequence of real tokens), length-sorted groups (each cut to its own longest sequence), or one
-        padded pass (0). On sentences of mixed lengths most of a batch padded to its longest is padding. Which
-        sentences share a batch does not change (the negatives stay random), and the vectors equal those of one
-        padded pass (absolute positions and attention masks make right-padding invisible). Inputs that are not
-        right-padded, or hold a row without tokens, take the single padded pass.
-        """
-        views_shape = input_ids.shape[:-1]
-        width = input_ids.shape[-1]
-        input_ids = input_ids.reshape(-1, width)
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.reshape(-1, width)
-        token_type_ids = None if token_type_ids is None else token_type_ids.reshape(-1, width)
-        path = self.encoding_path(sub_batch_size, input_ids.device)
-        if path == "padded" or not can_pack(attention_mask):
-            pooled = self._pool(input_ids, attention_mask, token_type_ids, project)
-        elif path == "packed":
-            pooled = self._pool(input_ids, attention_mask, token_type_ids, project, packed=True)
-        else:
-            pooled = self._pool_sorted_groups(input_ids, attention_mask, token_type_ids, project, sub_batch_size)
-        return pooled.reshape(*views_shape, pooled.shape[-1])
+        """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as ``sub_batch_size`` says (the values of
+        `ContrastiveConfig.sub_batch_size`; the config's ``sub_batch_tokens``): `encoding.EncodingPolicy.embed`."""
+        projection = self.projection if project else None
+        return self.encoding_policy(sub_batch_size).embed(
+            self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids
+        )
 
     def encoding_path(self, sub_batch_size: int | str, device: torch.device) -> str:
-        """How `sentence_embeddings` encodes a batch on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``.
-
-        ``"auto"`` packs where the encoder supports it (`packing.packing_unsupported_reason`), else sorts on CPU and
-        pads elsewhere; ``"packed"`` raises where packing cannot run. Each choice is logged once, with its reason.
-        """
-        sub_batch_size = parse_sub_batch_size(sub_batch_size)
-        if isinstance(sub_batch_size, int):
-            if sub_batch_size == 0:
-                path, reason = "padded", "sub_batch_size=0"
-            else:
-                path, reason = "sorted", f"sub_batch_size={sub_batch_size}: length-sorted groups of that many views"
-        elif sub_batch_size == "sorted":
-            path, reason = "sorted", f"sub_batch_size='sorted' ({self.config.sub_batch_tokens} token slots a group)"
-        else:
-            unsupported = packing_unsupported_reason(self.encoder)
-            if unsupported is None:
-                path, reason = "packed", f"sub_batch_size={sub_batch_size!r} and the encoder supports packing"
-            elif sub_batch_size == "packed":
-                raise ValueError(
-                    f"sub_batch_size='packed' cannot run: {unsupported}. Use sub_batch_size='auto' (packs where it "
-                    "can), 'sorted' (length-sorted groups, any encoder) or 0 (one padded pass)."
-                )
-            elif device.type == "cpu":
-                path, reason = (
-                    "sorted",
-                    f"sub_batch_size='auto' cannot pack ({unsupported}); on CPU length-sorted groups",
-                )
-            else:
-                path, reason = (
-                    "padded",
-                    (
-                        f"sub_batch_size='auto' cannot pack ({unsupported}); on {device.type} one padded pass "
-                        "(small length-sorted groups would leave the device idle)"
-                    ),
-                )
-        logged = vars(self).setdefault("_logged_encoding_paths", set())
-        if (path, reason) not in logged:
-            logged.add((path, reason))
-            logger.info("%s encodes %s: %s.", type(self.encoder).__name__, ENCODING_PATH_WORDS[path], reason)
-        return path
-
-    def _pool(self, input_ids, attention_mask, token_type_ids, project: bool, packed: bool = False) -> torch.Tensor:
-        """Encode ``(N, L)`` inputs in one forward pass, padded (`encoding.encode_with`) or packed, and pool (and
-        project) them: ``(N, d)``."""
-        projection = self.projection if project else None
-        if not packed:
-            return encode_with(self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids)
-        outputs, sequences = packed_encoder_forward(
-            self.encoder,
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            output_hidden_states=self.pooler.needs_hidden_states,
-            with_pooler=self.pooler.pooler_type == "cls",
-            kernel=self.packed_attention_kernel,
-        )
-        pooled = self.pooler(outputs, sequences)
-        return pooled if projection is None else projection(pooled)
-
-    def _pool_sorted_groups(
-        self, input_ids, attention_mask, token_type_ids, project: bool, sub_batch_size: int | str
-    ) -> torch.Tensor:
-        """`_pool` over length-sorted groups of ``sub_batch_size`` rows (or, for ``"sorted"`` and ``"auto"``, of
-        ``config.sub_batch_tokens`` token slots), each cut to its own longest row; back in input order."""
-        lengths = attention_mask.sum(dim=1)  # (N,)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        sorted_lengths = lengths[order].tolist()
-        if isinstance(sub_batch_size, int):
-            bounds = length_sorted_groups(sorted_lengths, group_size=sub_batch_size)
-        else:
-            bounds = length_sorted_groups(sorted_lengths, group_tokens=self.config.sub_batch_tokens)
-        parts = []
-        for start, stop in bounds:
-            rows, cut = order[start:stop], max(sorted_lengths[start], 1)
-            types = None if token_type_ids is None else token_type_ids[rows, :cut]
-            parts.append(self._pool(input_ids[rows, :cut], attention_mask[rows, :cut], types, project))
-        return torch.cat(parts).index_select(0, torch.argsort(order))  # back to batch order, (N, d)
+        """How `sentence_embeddings` encodes a batch on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``
+        (`encoding.EncodingPolicy.path`)."""
+        return self.encoding_policy(sub_batch_size).path(self.encoder, device)
 
     def token_states(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, sub_batch_size: int | str = 0
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head).
-
-        Returns ``(states, flat_index)``: packed (``encoding_path`` says ``"packed"``), the ``(T, h)`` states of the
-        real tokens and each one's row in the inputs flattened to ``(B * L)``; otherwise one padded pass, the
-        ``(B * L, h)`` states of every position and ``None``.
-        """
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        if self.encoding_path(sub_batch_size, input_ids.device) == "packed" and can_pack(attention_mask):
-            outputs, packed = packed_encoder_forward(
-                self.encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel
-            )
-            return outputs.last_hidden_state[0], packed.flat_index
-        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
-        return states.reshape(-1, states.shape[-1]), None
+        """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head), packed or in one
+        padded pass as ``sub_batch_size`` says: `encoding.EncodingPolicy.token_states`."""
+        return self.encoding_policy(sub_batch_size).token_states(self.encoder, input_ids, attention_mask)
 
     def forward(
         self,
@@ -747,29 +629,20 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         prompt_lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, in `config.sub_batch_size` groups.
+        """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, encoded as the config's
+        ``sub_batch_size`` says (`encoding.EncodingPolicy`).
 
         ``prompt_lengths`` ``(B, S)``: how many leading tokens of each view are its prompt, left out of the pooling
-        (``include_prompt=False``, as `encode` leaves them out); the views then take one padded pass.
+        (``include_prompt=False``, as `encode` leaves them out).
         """
         if input_ids is None or input_ids.dim() != 3:
             raise ValueError(
                 "ContrastiveForPreTraining needs input_ids of shape (batch, num_views, length); build batches with "
                 "contrastive_hf.ContrastiveDataCollator."
             )
-        if prompt_lengths is not None:
-            model = self.contrastive
-            return encode_with(
-                model.encoder,
-                model.pooler,
-                model.projection,
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                prompt_lengths,
-            )
-        return self.contrastive.sentence_embeddings(
-            input_ids, attention_mask, token_type_ids, project=True, sub_batch_size=self.config.sub_batch_size
+        model = self.contrastive
+        return model.encoding_policy().embed(
+            model.encoder, model.pooler, model.projection, input_ids, attention_mask, token_type_ids, prompt_lengths
         )
 
     def compute_contrastive_loss(
@@ -806,8 +679,9 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None, mlm_labels: torch.Tensor
     ) -> torch.Tensor:
         """Cross-entropy of the MLM head on the masked positions only (the logits of other tokens are never built)."""
-        states, flat_index = self.contrastive.token_states(
-            mlm_input_ids, mlm_attention_mask, sub_batch_size=self.config.sub_batch_size
+        model = self.contrastive
+        states, flat_index = model.encoding_policy().token_states(
+            model.encoder, mlm_input_ids, mlm_attention_mask
         )  # (T or B * L, h)
         labels = mlm_labels.reshape(-1) if flat_index is None else mlm_labels.reshape(-1)[flat_index]
         masked = labels != -100

@@ -175,9 +175,10 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         prompt_length: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients; the first
-        ``prompt_length`` (``(...)``) tokens of each are left out of the pooling when given."""
-        return encode_with(
+        """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients, encoded as the config's
+        ``sub_batch_size`` says (`encoding.EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of each
+        are left out of the pooling when given."""
+        return self.encoding_policy().embed(
             self.query_encoder,
             self.pooler,
             self.query_projection,
@@ -194,11 +195,13 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         prompt_length: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (``prompt_length``:
-        as `embed_queries`)."""
+        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (encoding and
+        ``prompt_length``: as `embed_queries`)."""
         encoder = self.query_encoder if self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if self.config.share_encoders else self.passage_projection
-        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length)
+        return self.encoding_policy().embed(
+            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
+        )
 
     def embed_views(
         self,
@@ -213,9 +216,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         """The ``(B, 1 + P, d)`` embeddings of a batch: its queries, then each query's P passages (positive first).
 
         ``passage_*`` tensors are ``(B, P, Lp)``, or ``(B, Lp)`` for one passage per query. Queries and passages are
-        encoded in separate passes, each padded to its own length. ``prompt_lengths`` ``(B, 1 + P)``: how many
-        leading tokens of each text are its prompt, left out of the pooling (``include_prompt=False``; the
-        collator gives them).
+        encoded separately (`embed_queries`, `embed_passages`), each as the config's ``sub_batch_size`` says.
+        ``prompt_lengths`` ``(B, 1 + P)``: how many leading tokens of each text are its prompt, left out of the
+        pooling (``include_prompt=False``; the collator gives them).
         """
         if passage_input_ids is None:
             raise ValueError(

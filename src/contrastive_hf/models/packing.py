@@ -21,6 +21,7 @@ of `PACKABLE_MODEL_TYPES`, each checked against the padded pass in tests/test_pa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass, field
@@ -85,6 +86,8 @@ class PackedSequences:
     flat_index: torch.Tensor  # (T,) each token's row in the padded batch flattened to (N * L)
     kernel: str | None = None  # one of ATTENTION_KERNELS; None: `choose_attention_kernel` at each call
     group_tokens: int | None = None  # the `grouped` kernel's group size; None: GROUP_TOKENS of the device
+    # (N,) leading tokens of each sentence that pooling leaves out (a prompt, `without_leading_tokens`); None: none
+    pooling_offsets: torch.Tensor | None = None
     _groups: AttentionGroups | None = field(default=None, repr=False)
 
     @property
@@ -99,32 +102,56 @@ class PackedSequences:
     def max_length(self) -> int:
         return max(self.lengths)
 
+    def without_leading_tokens(self, counts: torch.Tensor) -> PackedSequences:
+        """The same packed batch, pooled without each sentence's first ``counts[n]`` tokens (``(N,)``; the [CLS]
+        token and a prompt that ``include_prompt=False`` leaves out, as `encoding.mask_prompt_tokens` leaves them
+        out of a padded batch): `first_tokens`, `segment_mean` and `segment_max` then read the remaining tokens.
+        Every sentence must keep at least one (`can_pack` with the counts says beforehand)."""
+        counts = counts.to(device=self.cu_seqlens.device, dtype=torch.long).reshape(-1)
+        if counts.shape[0] != self.num_sequences:
+            raise ValueError(f"{counts.shape[0]} leading-token counts for {self.num_sequences} packed sentences.")
+        return dataclasses.replace(self, pooling_offsets=counts)
+
     def first_tokens(self, token_states: torch.Tensor) -> torch.Tensor:
-        """Each sentence's first token ([CLS]): ``(T, h) -> (N, h)``."""
-        return token_states.index_select(0, self.cu_seqlens[:-1].long())
+        """Each sentence's first pooled token ([CLS], or the first after a left-out prompt): ``(T, h) -> (N, h)``."""
+        first = self.cu_seqlens[:-1].long()
+        if self.pooling_offsets is not None:
+            first = first + self.pooling_offsets
+        return token_states.index_select(0, first)
 
     def segment_mean(self, token_states: torch.Tensor) -> torch.Tensor:
-        """Mean over each sentence's tokens: ``(T, h) -> (N, h)``."""
+        """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``."""
+        states, sentence, _, counts = self._pooled_tokens(token_states)
         sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1])
-        sums = sums.index_add(0, self.sequence_index, token_states)
-        lengths = torch.tensor(self.lengths, dtype=token_states.dtype, device=token_states.device)
-        return sums / lengths.unsqueeze(1)
+        sums = sums.index_add(0, sentence, states)
+        return sums / torch.tensor(counts, dtype=token_states.dtype, device=token_states.device).unsqueeze(1)
 
     def segment_max(self, token_states: torch.Tensor) -> torch.Tensor:
-        """Max over each sentence's tokens: ``(T, h) -> (N, h)``.
+        """Max over each sentence's pooled tokens: ``(T, h) -> (N, h)``.
 
-        The tokens are scattered into an ``(N, max_length, h)`` buffer filled with the dtype's minimum and reduced
+        The tokens are scattered into an ``(N, longest, h)`` buffer filled with the dtype's minimum and reduced
         with ``max``, as the padded pooler reduces its masked batch, so that ties send the gradient to the same token.
         """
-        width = self.max_length
-        starts = self.cu_seqlens[:-1].long()[self.sequence_index]  # (T,) each token's sentence start
-        within = torch.arange(self.num_tokens, device=token_states.device) - starts
-        rows = self.sequence_index * width + within  # (T,) rows of the (N * max_length) buffer
+        states, sentence, within, counts = self._pooled_tokens(token_states)
+        width = max(counts)
+        rows = sentence * width + within  # rows of the (N * width) buffer
         buffer = token_states.new_full(
-            (self.num_sequences * width, token_states.shape[-1]), torch.finfo(token_states.dtype).min
+            (self.num_sequences * width, token_states.shape[-1]), torch.finfo(states.dtype).min
         )
-        buffer = buffer.index_copy(0, rows, token_states)
+        buffer = buffer.index_copy(0, rows, states)
         return buffer.view(self.num_sequences, width, -1).max(dim=1).values
+
+    def _pooled_tokens(self, token_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
+        """The ``(P, h)`` states of the pooled tokens, each one's sentence and place among its sentence's pooled
+        tokens (``(P,)`` each), and how many each sentence pools (N numbers)."""
+        starts = self.cu_seqlens[:-1].long()[self.sequence_index]  # (T,) each token's sentence start
+        within = torch.arange(self.num_tokens, device=token_states.device) - starts  # (T,)
+        if self.pooling_offsets is None:
+            return token_states, self.sequence_index, within, self.lengths
+        offsets = self.pooling_offsets[self.sequence_index]  # (T,)
+        kept = (within >= offsets).nonzero().squeeze(1)  # (P,)
+        counts = [length - offset for length, offset in zip(self.lengths, self.pooling_offsets.tolist(), strict=True)]
+        return token_states.index_select(0, kept), self.sequence_index[kept], (within - offsets)[kept], counts
 
     def attention_groups(self, device: torch.device) -> AttentionGroups:
         """The `grouped` kernel's groups, built once per batch and shared by every layer."""
