@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
+import pytest
 from huggingface_hub import ModelCard
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.hub.method_cards import METHODS, register_method_card
 from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card, write_model_card
 
 from conftest import tiny_bert_config
@@ -84,3 +90,38 @@ def test_a_trainer_used_from_python_writes_a_card_of_its_run_whose_metadata_the_
     assert "transformers" in text.split("| Frameworks |")[1].split("\n")[0]  # framework versions
     assert "trained from scratch on an unknown dataset" not in text  # not the Trainer's generic card
     assert str(tmp_path) not in text
+
+
+def test_each_recipe_registers_its_card_text_when_imported():
+    """The card code imports no recipe: `import contrastive_hf` registers the methods the core's collators name, and
+    every other recipe registers its own when imported (building its collator or model imports it)."""
+    code = (
+        "import json, sys\n"
+        "from contrastive_hf.hub.model_card import METHODS\n"
+        "print(json.dumps(sorted(METHODS)))\n"
+        "from contrastive_hf.recipes.dpr import QueryPassageCollator\n"
+        "from contrastive_hf.recipes.sg_bert.data import SelfGuidedCollator\n"
+        "print(json.dumps(sorted(METHODS)))\n"
+        "print(json.dumps('contrastive_hf.recipes.declutr' in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    on_import, after_recipes, declutr_loaded = map(json.loads, result.stdout.splitlines())
+    assert on_import == ["CLEAR", "SimCSE", "Supervised SimCSE"]
+    assert after_recipes == ["CLEAR", "DPR", "SG-BERT", "SimCSE", "Supervised SimCSE"]
+    assert declutr_loaded is False  # nothing imported DeCLUTR, so nothing registered it
+
+
+def test_a_registered_method_gets_its_text_and_an_unknown_one_the_generic_text():
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=50)))
+    card = {"name": "Test Method", "description": "Pulls test pairs together.", "citation_short": "Doe, 2031"}
+    with pytest.raises(ValueError, match=r"needs the string fields name, description, citation_short, bibtex; "
+                       r"'Test Method' lacks bibtex"):  # fmt: skip
+        register_method_card(card)
+    register_method_card({**card, "bibtex": "@misc{doe2031}"})
+    try:
+        text = render_model_card(model, make_info(method="Test Method")).text
+        assert "Pulls test pairs together." in text and "Doe, 2031" in text and "@misc{doe2031}" in text
+    finally:
+        del METHODS["Test Method"]
+    text = render_model_card(model, make_info(method="Test Method")).text
+    assert "Pulls test pairs together." not in text and "with the other examples of the batch as negatives" in text

@@ -12,7 +12,7 @@ from transformers import RobertaConfig, RobertaModel, TrainerControl, TrainerSta
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
-from contrastive_hf.training.sanity import TrainingSanityCallback, usable_positions
+from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup, usable_positions
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -71,6 +71,32 @@ def test_a_batch_of_one_is_allowed_where_there_are_other_negatives(tokenizer, tm
     pairs = Dataset.from_dict({"sent0": WIKI[:8], "sent1": WIKI[8:16]})
     with pytest.raises(ValueError, match="no negatives"):  # the same pairs without their hard negatives
         make_trainer(tokenizer, tmp_path, pairs, PairCollator(tokenizer), batch_size=1, contrastive_loss="info_nce")
+
+
+def test_a_batch_of_one_is_allowed_with_several_hard_negative_columns(tokenizer, tmp_path):
+    # the collator says whether its batches hold hard negatives: any column after (anchor, positive) is one (the check
+    # counted exactly three columns, and refused k = 2 hard negatives as "no negatives")
+    columns = ("anchor", "positive", "negative_1", "negative_2")
+    rows = Dataset.from_dict(dict(zip(columns, (WIKI[:8], WIKI[8:16], WIKI[16:24], WIKI[24:32]), strict=True)))
+    for collator in (PairCollator(tokenizer, columns=columns), PairCollator(tokenizer)):  # given, or found
+        make_trainer(tokenizer, tmp_path, rows, collator, batch_size=1, contrastive_loss="info_nce")
+
+
+def test_a_dual_encoder_batch_of_one_is_allowed_with_hard_negative_passages(tokenizer, tmp_path):
+    # QueryPassageCollator's default columns (None: found in the data) stopped the check with a TypeError
+    from contrastive_hf.recipes.dpr import QueryPassageCollator
+    from test_dual_encoder import make_trainer as make_dual_encoder_trainer
+
+    trainer = make_dual_encoder_trainer(tokenizer, tmp_path)  # its data has a hard_negative column
+    trainer.args.per_device_train_batch_size = 1
+    assert trainer.data_collator.columns is None
+    check_training_setup(trainer)  # what the trainer's __init__ runs
+    collator = QueryPassageCollator(tokenizer)
+    pairs = Dataset.from_dict({"query": WIKI[:4], "positive": WIKI[4:8]})
+    assert collator.hard_negatives_in_batches(pairs) is False
+    assert collator.hard_negatives_in_batches(pairs.add_column("hard_negative", WIKI[8:12])) is True
+    assert collator.hard_negatives_in_batches(pairs.to_iterable_dataset()) is None  # a stream is not read before
+    assert QueryPassageCollator(tokenizer, columns=("query", "positive")).hard_negatives_in_batches(None) is False
 
 
 def test_a_max_length_beyond_the_position_embeddings_is_refused(tokenizer, tmp_path):

@@ -1,9 +1,11 @@
 """contrastive_hf: contrastive learning of sentence representations on the Hugging Face stack.
 
 Importing the package registers the "contrastive" model type with AutoConfig, AutoModel, AutoModelForPreTraining
-and AutoModelForSequenceClassification, the "dual_encoder" type (DPR) with AutoConfig and AutoModel, and
-"contrastive_multitask" (`MultitaskModel`) likewise. The trainers, collators, corpus readers and evaluation helpers
-are exported here too, imported on first use.
+and AutoModelForSequenceClassification, the "dual_encoder" type (DPR) with AutoConfig and AutoModel (both by
+``models/``), and "contrastive_multitask" (`MultitaskModel`, by its recipe) likewise; and the model-card text of the
+methods the core's own collators and models name (CLEAR, SimCSE, by their recipes). The trainers, collators, corpus
+readers and evaluation helpers are exported here too, imported on first use. Nothing inside the package imports this
+module: it is the top of the layers docs/architecture.md states.
 
 The folders say what each part is: ``models/`` (what a checkpoint carries), ``data/`` (text in, batches out),
 ``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one module per paper), ``evaluation/``,
@@ -11,8 +13,6 @@ The folders say what each part is: ``models/`` (what a checkpoint carries), ``da
 """
 
 from __future__ import annotations
-
-from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 from . import _moved_modules
 from ._lazy import lazy_exports
@@ -29,18 +29,15 @@ from .models import (
     DualEncoderOutput,
     DualEncoderPreTrainedModel,
 )
+
+# The card text of the methods the core's own collators and models name (ContrastiveDataCollator: CLEAR or SimCSE;
+# PairCollator: Supervised SimCSE), registered by their recipes whatever a user imports first.
+from .recipes import clear as _clear  # noqa: F401
+from .recipes import simcse as _simcse  # noqa: F401
 from .recipes.multitask.modeling import MultitaskConfig, MultitaskModel
 
 __version__ = "0.2.0"
 
-AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
-AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)
-AutoModelForPreTraining.register(ContrastiveConfig, ContrastiveForPreTraining, exist_ok=True)
-AutoModelForSequenceClassification.register(ContrastiveConfig, ContrastiveForSequenceClassification, exist_ok=True)
-AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
-AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
-AutoConfig.register(MultitaskConfig.model_type, MultitaskConfig, exist_ok=True)
-AutoModel.register(MultitaskConfig, MultitaskModel, exist_ok=True)
 _moved_modules.install()
 
 # Imported on first use (`from contrastive_hf import ContrastiveTrainer` works as usual).

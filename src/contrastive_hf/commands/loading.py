@@ -10,10 +10,10 @@ from contextlib import contextmanager, nullcontext
 from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
-from ..models.checkpoint_files import checkpoint_model_type
+from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
+from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
-from ..training.checkpoints import naming_damaged_files
 from .scripts import UsageError, as_usage_error
 
 __all__ = [
@@ -115,13 +115,6 @@ def verify_reload(path: str, tokenizer, sentences: list[str], trained) -> None:
                 f"{loader}({path!r}) does not reproduce the trained embeddings (max difference {difference:.2e})."
             )
         print(f"{loader} reload of {path} gives the trained embeddings (max |difference| {difference:.1e}).")
-
-
-def hub_id_or_none(name_or_path: str | None) -> str | None:
-    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
-    if not name_or_path or os.path.exists(name_or_path):
-        return None
-    return name_or_path
 
 
 def loading_instructions(path: str, dual_encoder: bool = False) -> str:

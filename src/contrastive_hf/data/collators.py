@@ -49,6 +49,7 @@ __all__ = [
     "PAIR_COLUMN_NAMES",
     "NEGATIVE_COLUMN_NAMES",
     "negative_columns",
+    "first_example",
     "column_views",
     "RolePrompts",
     "content_hashes",
@@ -84,6 +85,15 @@ def negative_columns(names: Sequence[str], candidates: Sequence[str] = NEGATIVE_
         if numbered:
             return tuple(numbered)
     return ()
+
+
+def first_example(dataset) -> dict | None:
+    """The first example of a map-style dataset, to tell what its batches will hold before training; None for a
+    stream (read only by the dataloader) or no dataset."""
+    try:
+        return dataset[0] if dataset is not None and len(dataset) > 0 else None
+    except (TypeError, NotImplementedError):
+        return None
 
 
 class RolePrompts:
@@ -387,6 +397,11 @@ class ContrastiveDataCollator:
         method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
         return {"method": method, "views": augmentation}
 
+    def hard_negatives_in_batches(self, dataset) -> bool:
+        """Whether a batch gives each query hard negatives (`training.sanity` asks): never, every view is of the
+        query's own sentence."""
+        return False
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         sentences = TokenBatch.from_sequences(self._token_ids(features), self._special, self.tokenizer.pad_token_id)
         if (sentences.lengths == 0).any():
@@ -495,6 +510,14 @@ class PairCollator:
             "views": f"pairs: {columns[0]} -> {columns[1]}{negatives}",
             "hard_negatives": len(columns) - 2,
         }
+
+    def hard_negatives_in_batches(self, dataset) -> bool | None:
+        """Whether a batch gives each anchor hard negatives (`training.sanity` asks): columns after (anchor,
+        positive), given or found in ``dataset``'s first example; None for a stream, unread before training."""
+        if self.columns is not None:
+            return len(self.columns) > 2
+        first = first_example(dataset)
+        return None if first is None else len(self.resolve_columns(first)) > 2
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolve_columns(features[0])

@@ -23,9 +23,9 @@ from .sts import (
     read_sick,
     read_sts_year,
     read_stsbenchmark,
+    sts_eval_metrics,
 )
 from .suite import format_results, run_evaluation
-from .training import sts_eval_metrics
 from .transfer import TRANSFER_TASKS, evaluate_transfer
 
 __all__ = [

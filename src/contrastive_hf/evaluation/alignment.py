@@ -7,21 +7,30 @@ uniformity runs over all its sentences (each distinct sentence once). Both are l
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from ..models.losses import alignment, uniformity
 from .encoders import as_encoder
-from .sts import STSData
 
-__all__ = ["POSITIVE_THRESHOLD", "alignment_uniformity_from_vectors", "evaluate_alignment_uniformity"]
+__all__ = ["POSITIVE_THRESHOLD", "ScoredPairs", "alignment_uniformity_from_vectors", "evaluate_alignment_uniformity"]
 
 POSITIVE_THRESHOLD = 4.0  # SimCSE: STS-B pairs scored above 4 (of 5) are positive pairs
 
 
+class ScoredPairs(Protocol):
+    """Sentence pairs with gold similarity scores, as `sts.STSData` holds them (`sts` reports these figures during
+    training, so this module does not import it)."""
+
+    sentences1: list[str]
+    sentences2: list[str]
+    scores: list[float]
+
+
 def alignment_uniformity_from_vectors(
-    data: STSData, vectors: Mapping[str, np.ndarray], positive_threshold: float = POSITIVE_THRESHOLD
+    data: ScoredPairs, vectors: Mapping[str, np.ndarray], positive_threshold: float = POSITIVE_THRESHOLD
 ) -> dict:
     """``{"alignment", "uniformity", "positive_pairs", "sentences"}`` from precomputed ``{sentence: embedding}``.
 
@@ -45,7 +54,7 @@ def alignment_uniformity_from_vectors(
 
 def evaluate_alignment_uniformity(
     model,
-    data: STSData,
+    data: ScoredPairs,
     tokenizer=None,
     batch_size: int = 64,
     max_length: int | None = None,

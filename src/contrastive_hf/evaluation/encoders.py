@@ -295,9 +295,8 @@ def load_encoder(
 
     from transformers import AutoTokenizer
 
-    from .. import ContrastiveModel
-    from ..models.checkpoint_files import checkpoint_model_type
-    from ..training.checkpoints import naming_damaged_files
+    from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
+    from ..models.modeling_contrastive import ContrastiveModel
 
     with naming_damaged_files(name_or_path):
         if backend == "contrastive":

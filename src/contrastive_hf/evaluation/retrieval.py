@@ -213,7 +213,7 @@ def retrieval_eval_metrics(
     model, data: RetrievalData, tokenizer, batch_size: int = 64, prefix: str = "eval", **kwargs
 ) -> dict[str, float]:
     """`evaluate_retrieval` under the names a Trainer logs, ``{prefix}_recall@k`` and ``{prefix}_mrr`` (as
-    `evaluation.training.sts_eval_metrics` names the STS figures; a dict of eval datasets puts each one's name in
+    `evaluation.sts.sts_eval_metrics` names the STS figures; a dict of eval datasets puts each one's name in
     ``prefix``, e.g. ``eval_nq_recall@20``)."""
     metrics = evaluate_retrieval(model, data, tokenizer, batch_size=batch_size, **kwargs)
     counts = ("queries", "passages")

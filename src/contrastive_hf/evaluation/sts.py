@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._files import naming_undecodable_line
+from .alignment import alignment_uniformity_from_vectors
 from .encoders import as_encoder
 from .layout import require_files, resolve_task_directory
 
@@ -36,6 +37,7 @@ __all__ = [
     "evaluate_sts",
     "evaluate_sts_per_dimension",
     "evaluate_sts_suite",
+    "sts_eval_metrics",
 ]
 
 # The subsets SentEval distributes for each year (STS13 without SMT, which its licence keeps out).
@@ -74,8 +76,6 @@ class STSData:
     def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
         """What `ContrastiveTrainer.evaluate` logs for this eval set (`evaluation.training.TrainingEvalSet`):
         Spearman, Pearson, alignment and uniformity (`sts_eval_metrics`)."""
-        from .training import sts_eval_metrics
-
         return sts_eval_metrics(model, self, tokenizer, batch_size, prefix)
 
     @classmethod
@@ -325,6 +325,29 @@ def evaluate_sts(
     embeddings = encoder.encode(sentences, batch_size=batch_size, show_progress=show_progress)
     vectors = dict(zip(sentences, embeddings, strict=True))
     return _score_subsets({"data": data}, vectors, "all")
+
+
+def sts_eval_metrics(model, data: STSData, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
+    """``{prefix}_spearman``, ``{prefix}_pearson`` (x 100), ``{prefix}_alignment`` (when ``data`` has pairs scored
+    >= 4) and ``{prefix}_uniformity`` of ``model`` on ``data``, from one encoding pass of its distinct sentences.
+
+    The model is put in eval mode for the pass and back in its previous mode afterwards. Every process of a
+    distributed run computes the same figures (under DeepSpeed ZeRO-3 each forward needs all of them).
+    """
+    encoder = as_encoder(model, tokenizer=tokenizer)
+    sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
+    vectors = dict(zip(sentences, encoder.encode(sentences, batch_size=batch_size), strict=True))
+    similarities = cosine_similarities([vectors[s] for s in data.sentences1], [vectors[s] for s in data.sentences2])
+    correlations = sts_correlations(similarities, data.scores)
+    geometry = alignment_uniformity_from_vectors(data, vectors)
+    metrics = {
+        f"{prefix}_spearman": correlations["spearman"],
+        f"{prefix}_pearson": correlations["pearson"],
+        f"{prefix}_uniformity": geometry["uniformity"],
+    }
+    if geometry["alignment"] is not None:
+        metrics[f"{prefix}_alignment"] = geometry["alignment"]
+    return metrics
 
 
 def evaluate_sts_per_dimension(

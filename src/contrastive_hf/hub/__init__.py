@@ -1,1 +1,2 @@
-"""What goes to the Hugging Face Hub beside the weights: model cards, and peft adapters on the encoder."""
+"""What goes to the Hugging Face Hub beside the weights: model cards (with the card text each recipe registers for its
+method), and peft adapters on the encoder."""

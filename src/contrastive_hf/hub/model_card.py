@@ -10,7 +10,8 @@ data came from the Hub; a local file is described in the text and its results ca
 sentence-transformers' own cards do (``sts-dev``).
 
 `ModelCardInfo` holds what a run knows beyond the model: a script fills it; a `ContrastiveTrainer` used from
-Python builds one from its model, collator, arguments and logged evaluations (`card_info_from_trainer`).
+Python builds one from its model, collator, arguments and logged evaluations (`card_info_from_trainer`). The method's
+paragraph and citation are the text its recipe registered (`hub.method_cards`).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
+from .method_cards import METHODS, method_card
 
 __all__ = [
-    "METHODS",
+    "METHODS",  # the registry of `method_cards`, re-exported
     "ModelCardInfo",
     "card_info_from_trainer",
+    "hub_id_or_none",
     "render_model_card",
     "write_model_card",
     "TEMPLATE_PATH",
@@ -38,22 +41,6 @@ __all__ = [
 # The Jinja2 template of every card (shipped in the wheel as package data).
 TEMPLATE_PATH = Path(__file__).parent / "templates" / "contrastive_model_card.md"
 
-
-def _method_cards() -> dict[str, dict]:
-    """Each recipe's card text (description, short citation, BibTeX), by method name."""
-    from ..recipes import clear, declutr, dpr, sg_bert, simcse
-
-    cards = [clear.MODEL_CARD, *simcse.MODEL_CARDS.values(), declutr.MODEL_CARD, dpr.MODEL_CARD, sg_bert.MODEL_CARD]
-    return {card["name"]: card for card in cards}
-
-
-METHODS = _method_cards()
-_GENERIC_METHOD = {
-    "description": "A contrastive objective on pairs of views of the training data, with the other examples of "
-    "the batch as negatives.",
-    "citation_short": "contrastive_hf",
-    "bibtex": "",
-}
 
 # How evaluation tasks are named in the card's metadata: plain task names (no Hub data set is claimed for data read
 # from local files), with sentence-transformers' type for STS-B dev.
@@ -100,8 +87,6 @@ def card_info_from_trainer(
     (``card_description()``), the base model from the model, hyper-parameters from its arguments, and the last
     logged evaluation of each eval set (``eval_<name>_spearman``). ``hyperparameters`` adds to those;
     ``fields`` set `ModelCardInfo` fields a script knows better (``training_data``, ``augmentation``...)."""
-    from ..commands.loading import hub_id_or_none
-
     model = trainer.saved_model()
     collator = trainer.data_collator
     described = collator.card_description() if hasattr(collator, "card_description") else {}
@@ -137,6 +122,13 @@ def card_info_from_trainer(
         hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
+
+
+def hub_id_or_none(name_or_path: str | None) -> str | None:
+    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
+    if not name_or_path or os.path.exists(name_or_path):
+        return None
+    return name_or_path
 
 
 def _method_of_model(model) -> str:
@@ -198,7 +190,7 @@ def _framework_versions() -> str:
 def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     """The card of ``model`` (a contrastive_hf model) for the run ``info``; its metadata parses as a Hub card."""
     config = model.config
-    method = METHODS.get(info.method, {**_GENERIC_METHOD, "name": info.method})
+    method = method_card(info.method)
     eval_rows, eval_results = [], []
     for task, metrics in info.eval_results.items():
         for metric, value in metrics.items():

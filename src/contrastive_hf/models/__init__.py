@@ -2,9 +2,15 @@
 
 A saved checkpoint ships ``modeling_*.py`` and the sibling files they import (``trust_remote_code`` copies a modeling
 file and its relative imports only), so the modules of this folder import torch, transformers and each other only.
+
+Importing this folder registers its model types with transformers' Auto classes: "contrastive" with AutoConfig,
+AutoModel, AutoModelForPreTraining and AutoModelForSequenceClassification, "dual_encoder" (DPR) with AutoConfig and
+AutoModel; a recipe with a model of its own registers it likewise (`recipes.multitask.modeling`).
 """
 
 from __future__ import annotations
+
+from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 from .configuration_contrastive import ContrastiveConfig
 from .configuration_dual_encoder import DualEncoderConfig
@@ -31,3 +37,10 @@ __all__ = [
     "DualEncoderPreTrainedModel",
     "DualEncoderOutput",
 ]
+
+AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
+AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)
+AutoModelForPreTraining.register(ContrastiveConfig, ContrastiveForPreTraining, exist_ok=True)
+AutoModelForSequenceClassification.register(ContrastiveConfig, ContrastiveForSequenceClassification, exist_ok=True)
+AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
+AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)

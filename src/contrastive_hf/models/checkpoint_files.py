@@ -18,12 +18,21 @@ code.
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from transformers.utils import CONFIG_NAME
+
+# write_json: the one JSON format of every file we write, defined beside its main user (re-exported here).
+from .sentence_transformers_files import write_json, write_sentence_transformers_files
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +42,12 @@ __all__ = [
     "HEADS_WEIGHTS_NAME",
     "DOWNLOAD_KWARGS",
     "LOADING_KWARGS",
+    "MODEL_JSON_FILES",
     "PartialWeightsError",
     "check_whole_weights",
+    "damaged_files",
     "download_kwargs",
+    "naming_damaged_files",
     "read_json",
     "read_heads",
     "refuse_non_finite",
@@ -47,6 +59,8 @@ __all__ = [
 CONTRASTIVE_CONFIG_NAME = "contrastive_config.json"
 DUAL_ENCODER_CONFIG_NAME = "dual_encoder_config.json"
 HEADS_WEIGHTS_NAME = "contrastive_heads.safetensors"
+# The JSON files loading a model reads (weight indexes, ``*.index.json``, besides): `damaged_files` checks they parse.
+MODEL_JSON_FILES = (CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
 
 # transformers' arguments that say where and how files are fetched (its `utils.hub.DownloadKwargs`)...
 DOWNLOAD_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
@@ -143,13 +157,6 @@ def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = 
         )
 
 
-def write_json(path: str | os.PathLike, content) -> None:
-    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(content, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-
-
 def write_heads(save_directory: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
     """Save the weights outside the encoder; removes a stale file when there are none."""
     path = os.path.join(save_directory, HEADS_WEIGHTS_NAME)
@@ -238,6 +245,62 @@ def _first_few(names: list[str], count: int = 5) -> str:
     return shown if len(names) <= count else f"{shown} and {len(names) - count} more"
 
 
+def damaged_files(folder: str, json_files: Sequence[str] = MODEL_JSON_FILES) -> list[str]:
+    """The files of a checkpoint folder that are cut short or unreadable, one line each naming the file: safetensors
+    files whose header does not cover the file, torch zip archives without their central directory, the JSON files
+    named in ``json_files`` and weight indexes that do not parse, and empty files of these kinds."""
+    damaged = []
+    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)):
+        name = os.path.relpath(path, folder)
+        reason = _damage(path, json_files) if os.path.isfile(path) else None
+        if reason is not None:
+            damaged.append(f"{name} is truncated or corrupt ({reason})")
+    return damaged
+
+
+def _damage(path: str, json_files: Sequence[str]) -> str | None:
+    suffix = os.path.splitext(path)[1]
+    checked_json = os.path.basename(path) in json_files or path.endswith(".index.json")
+    if suffix not in (".safetensors", ".pt", ".pth", ".bin") and not checked_json:
+        return None
+    if os.path.getsize(path) == 0:
+        return "0 bytes"
+    try:
+        if suffix == ".safetensors":
+            with safe_open(path, framework="pt"):
+                pass
+        elif suffix == ".json":
+            with open(path, encoding="utf-8") as handle:
+                json.load(handle)
+        else:
+            with open(path, "rb") as handle:
+                is_zip = handle.read(4) == b"PK\x03\x04"
+            if is_zip:  # torch.save's format; older pickles are not zip archives and are not checked
+                with zipfile.ZipFile(path):
+                    pass
+    except (SafetensorError, ValueError, zipfile.BadZipFile) as error:
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+@contextmanager
+def naming_damaged_files(name_or_path: str) -> Iterator[None]:
+    """Around loading a model from ``name_or_path``: when loading fails and a file of that folder is cut short or
+    unreadable (a half-written ``model.safetensors``), raise a `ValueError` naming the file instead of the loader's
+    error, which names none."""
+    try:
+        yield
+    except Exception as error:
+        damaged = damaged_files(name_or_path) if os.path.isdir(name_or_path) else []
+        if not damaged:
+            raise
+        raise ValueError(
+            f"Cannot load the model in {name_or_path}: {'; '.join(damaged)}. The file was not written completely "
+            "(a save that was killed, or ran out of disk space): save or copy the model again, or load an earlier "
+            "checkpoint."
+        ) from error
+
+
 class EmbeddingCheckpointMixin:
     """`save_pretrained` / `from_pretrained` in the layout of this module, for a `PreTrainedModel` made of
     transformers encoders and small heads. A model family provides:
@@ -295,8 +358,6 @@ class EmbeddingCheckpointMixin:
 
     def _write_checkpoint(self, save_directory: str, state_dict: dict | None, max_shard_size) -> None:
         from importlib.metadata import PackageNotFoundError, version
-
-        from .sentence_transformers_files import write_sentence_transformers_files
 
         # Every file below is written from this one state dict (under DeepSpeed ZeRO-3, the consolidated copy the
         # Trainer passes): the live parameters may be shards. Checked whole before the first file is touched.

@@ -281,6 +281,9 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     checkpoint_config_name = CONTRASTIVE_CONFIG_NAME
+    # Whether the checkpoint records the labels (id2label, problem_type) even before a problem type is set: a
+    # classifier's does (`ContrastiveForSequenceClassification`).
+    saves_labels = False
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -303,6 +306,10 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
 
+    def load_heads_from_encoder_checkpoint(self, name_or_path: str | os.PathLike, **download) -> None:
+        """After `from_encoder_pretrained` wrapped the encoder of ``name_or_path``: take the heads of this model that
+        the checkpoint holds. None here; `ContrastiveForPreTraining` takes its MLM head."""
+
     # The checkpoint layout (checkpoint_files.EmbeddingCheckpointMixin) ----------------------------------------
 
     def sentence_model_prefix(self) -> str:
@@ -314,7 +321,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
 
     def checkpoint_config(self) -> dict:
         saved = {name: getattr(self.config, name) for name in CONFIG_FIELDS}
-        if self.config.problem_type is not None or isinstance(self, ContrastiveForSequenceClassification):
+        if self.config.problem_type is not None or self.saves_labels:
             saved.update(
                 id2label={str(key): value for key, value in self.config.id2label.items()},
                 problem_type=self.config.problem_type,
@@ -404,8 +411,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         )
         config = ContrastiveConfig(encoder=encoder_config, **overrides)
         model = cls.assemble(config, {"encoder": (name_or_path, "")}, loading)
-        if isinstance(model, ContrastiveForPreTraining):
-            model.load_mlm_head_from(name_or_path, **download)
+        model.load_heads_from_encoder_checkpoint(name_or_path, **download)
         model.config._name_or_path = str(name_or_path)  # in memory only: never written to a saved file
         return model
 
@@ -581,6 +587,10 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                     fresh[: min(old, new)] = weight[: min(old, new)]
                     self.mlm_head.decoder_weight = nn.Parameter(fresh)
         return embeddings
+
+    def load_heads_from_encoder_checkpoint(self, name_or_path: str | os.PathLike, **download) -> None:
+        """The checkpoint's MLM head, when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint)."""
+        self.load_mlm_head_from(name_or_path, **download)
 
     def load_mlm_head_from(self, name_or_path: str | os.PathLike, **download) -> bool:
         """Copy the MLM head of a pretrained ``*ForMaskedLM`` checkpoint into ours; returns whether it was found.
@@ -771,6 +781,7 @@ class ContrastiveForSequenceClassification(ContrastivePreTrainedModel):
     """
 
     _keys_to_ignore_on_load_unexpected = [r"^mlm_head\."]
+    saves_labels = True
 
     def __init__(self, config: ContrastiveConfig):
         super().__init__(config)

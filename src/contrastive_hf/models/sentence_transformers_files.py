@@ -31,6 +31,7 @@ travels with the modeling code.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -40,13 +41,12 @@ from typing import NamedTuple
 import torch
 from safetensors.torch import save_file
 
-from .checkpoint_files import write_json
-
 __all__ = [
     "MODULE_FILES",
     "DenseLayer",
     "SentenceTransformersStack",
     "sentence_transformers_unsupported_reason",
+    "write_json",
     "write_sentence_transformers_files",
 ]
 
@@ -248,3 +248,11 @@ def _module_type(kind: str) -> str:
 
 def _module(index: int, kind: str, path: str) -> dict:
     return {"idx": index, "name": str(index), "path": path, "type": _module_type(kind)}
+
+
+def write_json(path: str | os.PathLike, content) -> None:
+    """Write ``content`` as indented JSON with sorted keys (every JSON file of a checkpoint), creating the folder."""
+    os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(content, handle, indent=2, sort_keys=True)
+        handle.write("\n")

@@ -14,6 +14,8 @@ Its parts are the library's core, so this recipe only names them and their paper
 
 from __future__ import annotations
 
+from ..hub.method_cards import register_method_card
+
 __all__ = ["MODEL_CARD"]
 
 MODEL_CARD = {
@@ -25,3 +27,4 @@ MODEL_CARD = {
     "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
     "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
 }
+register_method_card(MODEL_CARD)

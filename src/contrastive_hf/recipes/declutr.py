@@ -32,6 +32,7 @@ from ..data.corpus import resolve_text_column, special_token_frame
 from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
 from ..data.synonyms import word_start_table
 from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
+from ..hub.method_cards import register_method_card
 
 __all__ = [
     "MODEL_CARD",
@@ -56,6 +57,7 @@ MODEL_CARD = {
     "Textual Representations},\n  author={Giorgi, John and Nitski, Osvald and Wang, Bo and Bader, Gary},\n"
     "  booktitle={ACL-IJCNLP},\n  year={2021}\n}",
 }
+register_method_card(MODEL_CARD)
 SPAN_WORDS = 32  # words per span
 SPAN_MASK_PROBABILITY = 0.15  # tokens masked in each copy of a slice view
 # The recipe's model and data defaults (examples/run_declutr.py's): DeCLUTR mean-pools the token embeddings, and its
@@ -236,6 +238,10 @@ class SpanViewCollator:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         views = f"{self.view} spans of {self.span_words} words" + (", a third as hard negative" * self.hard_negatives)
         return {"method": "DeCLUTR", "views": views, "hard_negatives": self.hard_negatives}
+
+    def hard_negatives_in_batches(self, dataset) -> bool:
+        """Whether a batch gives each anchor a hard negative (`training.sanity` asks): the third span."""
+        return bool(self.hard_negatives)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         documents = TokenBatch.from_sequences([f["input_ids"] for f in features], self._special, 0)

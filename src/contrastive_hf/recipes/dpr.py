@@ -17,9 +17,10 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from ..data.collators import RolePrompts, column_views, negative_columns, sentence_ids
+from ..data.collators import RolePrompts, column_views, first_example, negative_columns, sentence_ids
 from ..data.corpus import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
+from ..hub.method_cards import register_method_card
 
 __all__ = [
     "MODEL_CARD",
@@ -45,6 +46,7 @@ MODEL_CARD = {
     "Answering},\n  author={Karpukhin, Vladimir and O{\\u{g}}uz, Barlas and Min, Sewon and Lewis, Patrick and Wu, "
     "Ledell and Edunov, Sergey and Chen, Danqi and Yih, Wen-tau},\n  booktitle={EMNLP},\n  year={2020}\n}",
 }
+register_method_card(MODEL_CARD)
 
 # Column names tried, in order, when none is given: ours, then common Hub layouts (sentence-transformers' query/answer,
 # SimCSE's NLI sent0/sent1/hard_neg, anchor/positive/negative).
@@ -220,6 +222,14 @@ class QueryPassageCollator:
             "views": "questions and their passages" + (f", {negatives} hard negative column(s)" * (negatives > 0)),
             "hard_negatives": negatives,
         }
+
+    def hard_negatives_in_batches(self, dataset) -> bool | None:
+        """Whether a batch gives each query hard negative passages (`training.sanity` asks): negative columns that
+        ``dataset``'s first example fills; None for a stream, unread before training."""
+        if self.columns is not None and len(self.columns) < 3:
+            return False
+        first = first_example(dataset)
+        return None if first is None else len(self.resolve_columns(first)) > 2
 
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         columns = self.resolved_columns = self.resolve_columns(features[0])

@@ -18,6 +18,7 @@ import logging
 import os
 
 from ..data.seeding import EXAMPLE_INDEX_COLUMN
+from ..hub.method_cards import register_method_card
 
 __all__ = [
     "MODES",
@@ -90,6 +91,7 @@ MODEL_CARDS = {
         "bibtex": _BIBTEX,
     },
 }
+register_method_card(*MODEL_CARDS.values())
 
 
 def mode_defaults(mode: str | None, world_size: int | None = None) -> dict:

@@ -29,12 +29,10 @@ import os
 import pickle
 import shutil
 import types
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from safetensors import SafetensorError, safe_open
 from transformers.trainer import (
     OPTIMIZER_NAME,
     OPTIMIZER_NAME_BIN,
@@ -53,10 +51,13 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
+# damaged_files and naming_damaged_files live with the checkpoint's file layout (loading a model names damaged files
+# too); still importable from here, where they were first.
 from ..models.checkpoint_files import (
-    CONTRASTIVE_CONFIG_NAME,
-    DUAL_ENCODER_CONFIG_NAME,
+    MODEL_JSON_FILES,
     EmbeddingCheckpointMixin,
+    damaged_files,
+    naming_damaged_files,
     read_json,
 )
 
@@ -84,7 +85,7 @@ _MARKER_TEXT = (
 )
 _WEIGHT_FILES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
 _ADAPTER_FILES = (ADAPTER_SAFE_WEIGHTS_NAME, ADAPTER_WEIGHTS_NAME)
-_JSON_READ_ON_RESUME = (TRAINER_STATE_NAME, CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
+_JSON_READ_ON_RESUME = (TRAINER_STATE_NAME, *MODEL_JSON_FILES)
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # torch.save's zip writer reports a failed write as a RuntimeError without an errno ("unexpected pos 4206208 vs
 # 4206096", "file write failed"); with less than this left on the disk afterwards, the disk was full.
@@ -141,7 +142,7 @@ class CheckpointLayout:
                 "while saving)"
             )
         problems += [f"missing {name}" for name in self.missing(folder)]
-        problems += damaged_files(folder)
+        problems += damaged_files(folder, _JSON_READ_ON_RESUME)
         return problems
 
 
@@ -176,62 +177,6 @@ def _missing_weights(checkpoint: str, weight_folder: str) -> list[str]:
         f"the model's weights ({os.path.join(weight_folder, SAFE_WEIGHTS_NAME)}, or an index and its shards, or "
         f"{os.path.join(weight_folder, WEIGHTS_NAME)})"
     ]
-
-
-def damaged_files(folder: str) -> list[str]:
-    """The files of a checkpoint folder that are cut short or unreadable, one line each naming the file: safetensors
-    files whose header does not cover the file, torch zip archives without their central directory, the JSON a resume
-    reads (trainer state, configurations, weight index) that does not parse, and empty files of these kinds."""
-    damaged = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)):
-        name = os.path.relpath(path, folder)
-        reason = _damage(path) if os.path.isfile(path) else None
-        if reason is not None:
-            damaged.append(f"{name} is truncated or corrupt ({reason})")
-    return damaged
-
-
-def _damage(path: str) -> str | None:
-    suffix = os.path.splitext(path)[1]
-    checked_json = os.path.basename(path) in _JSON_READ_ON_RESUME or path.endswith(".index.json")
-    if suffix not in (".safetensors", ".pt", ".pth", ".bin") and not checked_json:
-        return None
-    if os.path.getsize(path) == 0:
-        return "0 bytes"
-    try:
-        if suffix == ".safetensors":
-            with safe_open(path, framework="pt"):
-                pass
-        elif suffix == ".json":
-            with open(path, encoding="utf-8") as handle:
-                json.load(handle)
-        else:
-            with open(path, "rb") as handle:
-                is_zip = handle.read(4) == b"PK\x03\x04"
-            if is_zip:  # torch.save's format; older pickles are not zip archives and are not checked
-                with zipfile.ZipFile(path):
-                    pass
-    except (SafetensorError, ValueError, zipfile.BadZipFile) as error:
-        return f"{type(error).__name__}: {error}"
-    return None
-
-
-@contextmanager
-def naming_damaged_files(name_or_path: str) -> Iterator[None]:
-    """Around loading a model from ``name_or_path``: when loading fails and a file of that folder is cut short or
-    unreadable (a half-written ``model.safetensors``), raise a `ValueError` naming the file instead of the loader's
-    error, which names none."""
-    try:
-        yield
-    except Exception as error:
-        damaged = damaged_files(name_or_path) if os.path.isdir(name_or_path) else []
-        if not damaged:
-            raise
-        raise ValueError(
-            f"Cannot load the model in {name_or_path}: {'; '.join(damaged)}. The file was not written completely "
-            "(a save that was killed, or ran out of disk space): save or copy the model again, or load an earlier "
-            "checkpoint."
-        ) from error
 
 
 def checkpoint_folders(output_dir: str) -> list[str]:

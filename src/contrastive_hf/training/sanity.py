@@ -5,8 +5,9 @@ and the fix.
 Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
 
 * no negatives: a contrastive batch of one sentence (``per_device_train_batch_size`` 1, on one process or without
-  gathering across processes) with no hard negatives and no pre-batch queue; the loss of a query whose only
-  candidate is its own positive is 0, whatever the model;
+  gathering across processes) with no hard negatives (each collator says whether its batches have them:
+  ``hard_negatives_in_batches(dataset)``) and no pre-batch queue; the loss of a query whose only candidate is its own
+  positive is 0, whatever the model;
 * inputs longer than the encoder's position embeddings (a collator's ``max_length``, ``--max_seq_length``), which
   would stop training with a tensor-size error at the first batch holding such a sentence.
 * weights that hold NaN or infinite values (a model loaded from a run that diverged), whose loss is NaN from the
@@ -99,34 +100,11 @@ def _check_negatives(trainer, model) -> None:
 
 
 def hard_negatives_in_batches(collator, dataset) -> bool | None:
-    """Whether ``collator``'s batches give each query hard negatives (views of other sentences than its own);
-    None when it cannot be told without reading the data (a streamed dataset, or a collator not of this package)."""
-    from ..data.collators import ContrastiveDataCollator, PairCollator
-    from ..recipes.declutr import SpanViewCollator
-    from ..recipes.dpr import QueryPassageCollator
-
-    if isinstance(collator, ContrastiveDataCollator):
-        return False  # every view is of the same sentence
-    if isinstance(collator, SpanViewCollator):
-        return collator.hard_negatives
-    if isinstance(collator, PairCollator) and collator.columns is not None:
-        return len(collator.columns) == 3
-    first = _first_example(dataset)
-    if isinstance(collator, PairCollator) and first is not None:
-        return len(collator.resolve_columns(first)) == 3
-    if isinstance(collator, QueryPassageCollator):
-        if len(collator.columns) < 3:
-            return False
-        return None if first is None else first.get(collator.columns[2]) is not None
-    return None
-
-
-def _first_example(dataset) -> dict | None:
-    """The first example of a map-style dataset; None for a stream (read only by the dataloader) or no dataset."""
-    try:
-        return dataset[0] if dataset is not None and len(dataset) > 0 else None
-    except (TypeError, NotImplementedError):
-        return None
+    """Whether ``collator``'s batches of ``dataset`` give each query hard negatives (views of other sentences than its
+    own), as the collator answers it (its ``hard_negatives_in_batches(dataset)``, beside ``card_description()``);
+    None when it cannot be told: a collator that does not say, or a stream it cannot read before training."""
+    answer = getattr(collator, "hard_negatives_in_batches", None)
+    return None if answer is None else answer(dataset)
 
 
 def usable_positions(model: nn.Module) -> int | None:

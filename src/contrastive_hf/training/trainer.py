@@ -17,6 +17,7 @@ from ..data.collators import CollatorEpochCallback
 from ..data.corpus import data_counts_logger
 from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
 from ..evaluation.training import TrainingEvalSet
+from ..hub.model_card import card_info_from_trainer, write_model_card
 from ..models.checkpoint_files import EmbeddingCheckpointMixin
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
@@ -318,13 +319,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         """
         if not self.is_world_process_zero():
             return None
-        from dataclasses import replace
-
-        from ..hub.model_card import card_info_from_trainer, write_model_card
-
         info = self.model_card_info or card_info_from_trainer(self, model_name)
         as_list = lambda value: [value] if isinstance(value, str) else list(value or [])  # noqa: E731
-        info = replace(
+        info = dataclasses.replace(
             info,
             world_size=self.args.world_size,
             negatives_gathered=getattr(self.args, "gather_negatives_across_devices", False),

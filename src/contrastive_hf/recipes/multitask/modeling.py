@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
@@ -407,3 +407,9 @@ class MultitaskModel(PreTrainedModel):
         self.contrastive.save_pretrained(save_directory)
         if tokenizer is not None:
             tokenizer.save_pretrained(save_directory)
+
+
+# The recipe offers its model type to transformers' Auto classes when imported (`import contrastive_hf` imports it):
+# AutoModel.from_pretrained of a saved MultitaskModel gives the MultitaskModel.
+AutoConfig.register(MultitaskConfig.model_type, MultitaskConfig, exist_ok=True)
+AutoModel.register(MultitaskConfig, MultitaskModel, exist_ok=True)

@@ -55,6 +55,7 @@ Example:
 
 from __future__ import annotations
 
+from ...hub.method_cards import register_method_card
 from .data import SelfGuidedCollator
 from .losses import (
     LAYER_POOLINGS,
@@ -79,6 +80,7 @@ MODEL_CARD = {
     "Representations},\n  author={Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},\n  booktitle={ACL-IJCNLP},\n"
     "  year={2021}\n}",
 }
+register_method_card(MODEL_CARD)
 
 __all__ = [
     "MODEL_CARD",
