@@ -98,8 +98,9 @@ def test_shared_encoders_are_one_set_of_weights_and_separate_towers_both_learn()
 
 
 @pytest.mark.parametrize("share_encoders", [False, True])
-def test_save_and_load_round_trips(tmp_path, share_encoders):
+def test_save_and_load_round_trips(tmp_path, tokenizer, share_encoders):
     model = make_model(share_encoders=share_encoders, similarity="cosine", projection_dim=8).eval()
+    model.tokenizer = tokenizer  # two towers: each carries it
     model.save_pretrained(tmp_path)
     loaded = DualEncoderModel.from_pretrained(tmp_path).eval()
     assert loaded.config.share_encoders is share_encoders and loaded.config.similarity == "cosine"

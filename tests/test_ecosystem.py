@@ -19,7 +19,7 @@ from contrastive_hf import (
     DualEncoderModel,
 )
 
-from conftest import DEMO_DATA, tiny_bert_config
+from conftest import DEMO_DATA, DEMO_TOKENIZER, tiny_bert_config
 
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "stocks fell sharply on monday"]
 
@@ -132,6 +132,7 @@ def test_the_files_text_embeddings_inference_reads(tokenizer, tmp_path, pooler_t
 @pytest.mark.parametrize("share_encoders", [True, False])
 def test_dpr_records_its_dot_product_where_sentence_transformers_and_mteb_read_it(tmp_path, share_encoders):
     model = DualEncoderModel(DualEncoderConfig(query_encoder=tiny_bert_config(), share_encoders=share_encoders))
+    model.tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)  # two towers: each carries it
     model.save_pretrained(tmp_path)
     settings = json.loads((tmp_path / "config_sentence_transformers.json").read_text())
     assert settings["similarity_fn_name"] == "dot" and settings["model_type"] == "SentenceTransformer"

@@ -14,6 +14,7 @@ import json
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.models.configuration_contrastive import POOLER_TYPES
@@ -22,7 +23,7 @@ from contrastive_hf.models.encoding import EncodingPolicy
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.models.packing import PACKED_ATTENTION
 
-from conftest import tiny_bert_config
+from conftest import DEMO_TOKENIZER, tiny_bert_config
 
 VOCAB = 100
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
@@ -242,6 +243,7 @@ def test_the_dual_encoder_saves_its_encoding_and_old_checkpoints_get_the_default
     model = make_dual_encoder(False, sub_batch_size="packed")
     model.config.sub_batch_tokens = 512
     model(**dpr_batch())  # both towers now run with the packed attention implementation
+    model.tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)  # two towers: each carries it
     model.save_pretrained(tmp_path)
     assert not any(PACKED_ATTENTION in path.read_text() for path in tmp_path.rglob("*.json"))
     saved = json.loads((tmp_path / "dual_encoder_config.json").read_text())

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from transformers import BertModel
+from transformers import AutoTokenizer, BertModel
 
 from contrastive_hf import ContrastiveModel
 
@@ -173,6 +173,7 @@ def test_no_saved_config_holds_the_local_path_its_encoder_was_loaded_from(tmp_pa
             source, [TaskSpec(name="sst", type="classification")], pooler_type="mean"
         ),
     }
+    models["dual"].tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)  # two towers: each carries it
     for name, model in models.items():
         model.save_pretrained(tmp_path / name)
         files = {

@@ -363,15 +363,25 @@ class EmbeddingCheckpointMixin:
         # Trainer passes): the live parameters may be shards. Checked whole before the first file is touched.
         state_dict = self.state_dict() if state_dict is None else state_dict
         check_whole_weights(self, state_dict, save_directory)
-        os.makedirs(save_directory, exist_ok=True)
         encoders = self.checkpoint_encoders()
+        towers = [folder for folder, _, _ in encoders.values() if folder]
+        if towers and self.tokenizer is None:
+            # sentence-transformers loads each tower's tokenizer from the tower's folder: without one it builds an
+            # empty vocabulary and embeds every text as unknown tokens, silently
+            raise ValueError(
+                f"Not saving {save_directory}: a {type(self).__name__} with two towers is saved as a "
+                f"sentence-transformers Router, and each tower's folder ({', '.join(towers)}) needs the tokenizer. "
+                "Set model.tokenizer = tokenizer before save_pretrained (ContrastiveTrainer does so from its "
+                "processing_class)."
+            )
+        os.makedirs(save_directory, exist_ok=True)
         prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
         encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
         for name, (folder, _, encoder) in encoders.items():
             encoder.save_pretrained(
                 os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
             )
-            if folder and self.tokenizer is not None:  # a tower in a sub-folder carries its tokenizer
+            if folder:  # a tower in a sub-folder carries its tokenizer
                 self.tokenizer.save_pretrained(os.path.join(save_directory, folder))
         write_heads(save_directory, heads)
         try:

@@ -45,12 +45,39 @@ __all__ = [
     "role_prompt",
     "QUERY_PROMPT_NAMES",
     "DOCUMENT_PROMPT_NAMES",
+    "DEFAULT_PROMPT_NAMES",
+    "OUTPUT_VALUES",
+    "PRECISIONS",
+    "quantize",
 ]
 
 # The prompt names of each role, tried in order: a query (an anchor), and a document (a positive, a negative, a
 # passage), as sentence-transformers' encode_query / encode_document look them up.
 QUERY_PROMPT_NAMES = ("query",)
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+# The prompts every sentence-transformers model has, empty unless it sets them: encode(prompt_name="query") works on
+# a model without prompts.
+DEFAULT_PROMPT_NAMES = ("query", "document")
+# `encode`'s choices, as sentence-transformers names them.
+OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
+PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+
+
+def quantize(embeddings: torch.Tensor, precision: str) -> np.ndarray:
+    """``(n, d)`` float embeddings quantized to ``precision`` by sentence-transformers' ``quantize_embeddings`` (the
+    ranges of int8/uint8 from these embeddings, as `SentenceTransformer.encode` does), so that both give the same
+    codes."""
+    try:
+        from sentence_transformers.util import quantize_embeddings
+    except ImportError:
+        try:  # sentence-transformers < 6
+            from sentence_transformers.quantization import quantize_embeddings
+        except ImportError as error:
+            raise ImportError(
+                f"precision={precision!r} quantizes with sentence-transformers' quantize_embeddings: "
+                "pip install sentence-transformers, or encode with precision='float32'."
+            ) from error
+    return quantize_embeddings(embeddings.cpu().numpy(), precision=precision)
 
 
 def role_prompt(prompts: dict[str, str] | None, role: str) -> str | None:
@@ -134,16 +161,24 @@ def encode_with(
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     prompt_length: int | torch.Tensor | None = None,
-) -> torch.Tensor:
+    return_token_states: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and an
-    optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given."""
+    optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given. With
+    ``return_token_states``, also the encoder's last hidden states ``(..., L, h)`` (sentence-transformers'
+    ``token_embeddings``)."""
     leading = input_ids.shape[:-1]
     encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
     pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
-    pooled = pooler(encoder(**encoder_kwargs), pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
+    outputs = encoder(**encoder_kwargs)
+    pooled = pooler(outputs, pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
     if projection is not None:
         pooled = projection(pooled)
-    return pooled.reshape(*leading, pooled.shape[-1])
+    vectors = pooled.reshape(*leading, pooled.shape[-1])
+    if not return_token_states:
+        return vectors
+    states = outputs.last_hidden_state
+    return vectors, states.reshape(*leading, *states.shape[-2:])
 
 
 # How `EncodingPolicy.path`'s choices are logged.
@@ -350,8 +385,10 @@ class SentenceEmbeddingMixin:
         token_type_ids: torch.Tensor | None = None,
         task: str | None = None,
         prompt_length: int | None = None,
-    ) -> torch.Tensor:
-        """The sentence vectors ``(B, d)`` of a padded batch, as the model embeds at inference."""
+        return_token_states: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The sentence vectors ``(B, d)`` of a padded batch, as the model embeds at inference (`encode_with`), and
+        with ``return_token_states`` the encoder's last hidden states ``(B, L, h)``."""
         raise NotImplementedError
 
     @property
@@ -367,6 +404,8 @@ class SentenceEmbeddingMixin:
         prompt: str | None = None,
         batch_size: int = 32,
         show_progress_bar: bool | None = None,
+        output_value: str | None = "sentence_embedding",
+        precision: str = "float32",
         convert_to_numpy: bool = True,
         convert_to_tensor: bool = False,
         device: str | torch.device | None = None,
@@ -376,7 +415,7 @@ class SentenceEmbeddingMixin:
         tokenizer=None,
         max_length: int | None = None,
         **deprecated,
-    ) -> np.ndarray | torch.Tensor:
+    ) -> np.ndarray | torch.Tensor | list:
         """Sentence embeddings, in the input order, as `SentenceTransformer.encode` returns them.
 
         Args:
@@ -386,6 +425,13 @@ class SentenceEmbeddingMixin:
             prompt: a prompt text instead (wins over ``prompt_name``).
             batch_size: sentences per forward pass.
             show_progress_bar: a progress bar over the batches (default: when logging at INFO or below).
+            output_value: ``"sentence_embedding"`` (the default); ``"token_embeddings"``, each sentence's encoder
+                states over its real tokens (a list of ``(tokens, h)`` tensors); or None, a dict per sentence with
+                both and its ``input_ids`` and ``attention_mask``, as sentence-transformers returns them (the row of
+                its padded batch).
+            precision: ``"float32"`` (the default), or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"``:
+                quantized with sentence-transformers' own ``quantize_embeddings`` (needs sentence-transformers),
+                as `SentenceTransformer.encode` does.
             convert_to_numpy: a float32 numpy array (the default), else a list of tensors.
             convert_to_tensor: one tensor (on the encoding device); wins over ``convert_to_numpy``.
             device: where to encode (default: the model's device); the model is moved there.
@@ -408,6 +454,15 @@ class SentenceEmbeddingMixin:
             raise TypeError(f"encode() got unexpected argument(s) {sorted(deprecated)}.")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if output_value not in OUTPUT_VALUES:
+            raise ValueError(f"output_value must be one of {OUTPUT_VALUES}, got {output_value!r}.")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+        if precision != "float32" and output_value != "sentence_embedding":
+            raise ValueError(
+                f"precision={precision!r} quantizes sentence embeddings: use it with output_value="
+                "'sentence_embedding'."
+            )
         single = isinstance(sentences, str)
         sentences = [sentences] if single else list(sentences)
         tokenizer = tokenizer or self.tokenizer or self._load_saved_tokenizer()
@@ -429,6 +484,8 @@ class SentenceEmbeddingMixin:
 
             batches = tqdm(batches, desc="Batches", unit="batch")
         parts: list[torch.Tensor] = []
+        token_rows: dict[int, dict] = {}  # sentence -> its token outputs, for output_value other than the embedding
+        with_tokens = output_value != "sentence_embedding"
         was_training = self.training
         self.eval()
         try:
@@ -443,7 +500,13 @@ class SentenceEmbeddingMixin:
                     batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
                     task=task,
                     prompt_length=prompt_length,
+                    return_token_states=with_tokens,
                 )
+                if with_tokens:  # as sentence-transformers: each sentence's row of its padded batch
+                    vectors, states = vectors
+                    for index, row in enumerate(rows):
+                        token_rows[row] = {name: batch[name][index] for name in batch}
+                        token_rows[row]["token_embeddings"] = states[index].float()
                 parts.append(vectors.float())
         finally:
             self.train(was_training)
@@ -455,6 +518,20 @@ class SentenceEmbeddingMixin:
             embeddings = embeddings[:, :truncate_dim]
         if normalize_embeddings:
             embeddings = F.normalize(embeddings, dim=-1)
+        if with_tokens:  # as sentence-transformers: a list, whatever convert_to_* say
+            if output_value == "token_embeddings":  # the real tokens only (right-padded: they come first)
+                outputs = [
+                    token_rows[row]["token_embeddings"][: int(token_rows[row]["attention_mask"].sum())]
+                    for row in range(len(sentences))
+                ]
+            else:
+                outputs = [{**token_rows[row], "sentence_embedding": embeddings[row]} for row in range(len(sentences))]
+            return outputs[0] if single else outputs
+        if precision != "float32":
+            quantized = quantize(embeddings, precision)
+            if convert_to_tensor:
+                quantized = torch.from_numpy(quantized)
+            return quantized[0] if single else quantized
         if convert_to_tensor:
             return embeddings[0] if single else embeddings
         if convert_to_numpy:
@@ -462,6 +539,24 @@ class SentenceEmbeddingMixin:
             return array[0] if single else array
         rows = list(embeddings)
         return rows[0] if single else rows
+
+    def encode_query(self, sentences: str | Sequence[str], **kwargs):
+        """`encode` for queries, as `SentenceTransformer.encode_query`: the ``query`` prompt of ``config.prompts``
+        unless a prompt is given (none when the model has none, whatever ``default_prompt_name`` says), and the
+        query tower of a model with two."""
+        return self._encode_role(sentences, "query", kwargs)
+
+    def encode_document(self, sentences: str | Sequence[str], **kwargs):
+        """`encode` for documents, as `SentenceTransformer.encode_document`: the first of the ``document``,
+        ``passage`` and ``corpus`` prompts the model has unless a prompt is given, and the passage tower of a model
+        with two."""
+        return self._encode_role(sentences, "document", kwargs)
+
+    def _encode_role(self, sentences, role: str, kwargs: dict):
+        if kwargs.get("prompt_name") is None and kwargs.get("prompt") is None:
+            name = role_prompt(getattr(self.config, "prompts", None), role)
+            kwargs = {**kwargs, "prompt_name": name} if name is not None else {**kwargs, "prompt": ""}
+        return self.encode(sentences, task=role, **kwargs)
 
     def similarity(self, embeddings1, embeddings2) -> torch.Tensor:
         """``(n, d), (m, d) -> (n, m)`` similarities under the model's similarity function (cosine, or dot)."""
@@ -478,12 +573,15 @@ class SentenceEmbeddingMixin:
         if prompt is None:
             prompt_name = prompt_name or getattr(self.config, "default_prompt_name", None)
             if prompt_name is not None:
-                if prompt_name not in prompts:
+                if prompt_name not in prompts and prompt_name in DEFAULT_PROMPT_NAMES:
+                    prompt = ""  # sentence-transformers' default prompts: {"query": "", "document": ""}
+                elif prompt_name not in prompts:
                     raise ValueError(
                         f"Unknown prompt_name {prompt_name!r}: this model's prompts are {sorted(prompts) or 'none'} "
                         "(config.prompts); pass prompt='...' for another prompt."
                     )
-                prompt = prompts[prompt_name]
+                else:
+                    prompt = prompts[prompt_name]
         if not prompt:
             return "", None
         if getattr(self.config, "include_prompt", True):

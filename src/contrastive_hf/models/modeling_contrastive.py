@@ -368,14 +368,23 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
             )
         }
 
-    def embed_tokens(self, input_ids, attention_mask=None, token_type_ids=None, task=None, prompt_length=None):
+    def embed_tokens(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        task=None,
+        prompt_length=None,
+        return_token_states=False,
+    ):
         """The inference embeddings ``(B, d)`` of a padded batch: encoder, pooler, and the projection when kept at
         inference (what ``SentenceTransformer(path)`` computes from the saved checkpoint)."""
         model = self.sentence_model()
         projection = model.projection if self.config.projection_at_inference else None
         return encode_with(
-            model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
-        )
+            model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
+            return_token_states=return_token_states,
+        )  # fmt: skip
 
     # Building ------------------------------------------------------------------------------------------------
 

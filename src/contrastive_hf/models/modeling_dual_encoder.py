@@ -36,7 +36,7 @@ from .checkpoint_files import (
     write_json,
 )
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
-from .encoding import SentenceEmbeddingMixin, encode_with, role_prompt
+from .encoding import SentenceEmbeddingMixin, encode_with
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
@@ -362,7 +362,15 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     # Texts in, vectors out
     # ------------------------------------------------------------------------------------------------------------
 
-    def embed_tokens(self, input_ids, attention_mask=None, token_type_ids=None, task=None, prompt_length=None):
+    def embed_tokens(
+        self,
+        input_ids,
+        attention_mask=None,
+        token_type_ids=None,
+        task=None,
+        prompt_length=None,
+        return_token_states=False,
+    ):
         """The vectors ``(B, d)`` of a padded batch of queries (``task="query"``) or passages (``"document"``, the
         default, as a sentence-transformers Router's default route)."""
         if task not in (None, "query", "document", "passage"):
@@ -370,23 +378,10 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         query = task == "query"
         encoder = self.query_encoder if query or self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if query or self.config.share_encoders else self.passage_projection
-        return encode_with(encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length)
-
-    def encode_query(self, sentences, **kwargs):
-        """`encode` with the query encoder (and the ``query`` prompt when the config has one), as
-        `SentenceTransformer.encode_query`."""
-        name = role_prompt(self.config.prompts, "query")
-        if name is not None and "prompt" not in kwargs:
-            kwargs.setdefault("prompt_name", name)
-        return self.encode(sentences, task="query", **kwargs)
-
-    def encode_document(self, sentences, **kwargs):
-        """`encode` with the passage encoder (and the ``document`` or ``passage`` prompt when the config has one),
-        as `SentenceTransformer.encode_document`."""
-        name = role_prompt(self.config.prompts, "document")
-        if name is not None and "prompt" not in kwargs:
-            kwargs.setdefault("prompt_name", name)
-        return self.encode(sentences, task="document", **kwargs)
+        return encode_with(
+            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
+            return_token_states=return_token_states,
+        )  # fmt: skip
 
     def encode_queries(self, queries, tokenizer=None, batch_size: int = 64, max_length: int | None = 64, **kwargs):
         """Query vectors as a float32 tensor on the CPU (the 0.1 interface; `encode_query` is sentence-transformers'
