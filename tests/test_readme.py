@@ -1,5 +1,6 @@
-"""README's Python blocks run as pasted: each is run in a fresh interpreter, in a folder holding the repository's
-`examples/` and, where README loads the demo's checkpoint (`outputs/clear-demo`), a tiny one saved there."""
+"""The Python blocks of README and of the documentation's pages (docs/) run as pasted: each is run in a fresh
+interpreter, in a folder holding the repository's `examples/` and, where a block loads the demo's checkpoint
+(`outputs/clear-demo`), a tiny one saved there."""
 
 from __future__ import annotations
 
@@ -16,12 +17,17 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 
-README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README, flags=re.MULTILINE | re.DOTALL)
+PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+BLOCKS = [
+    (page.relative_to(REPO_ROOT), block)
+    for page in PAGES
+    for block in re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+]
 
 
-def test_readme_has_python_blocks():
-    assert len(BLOCKS) >= 5
+def test_readme_and_the_guides_have_python_blocks():
+    pages = {str(page) for page, _ in BLOCKS}
+    assert "README.md" in pages and len(BLOCKS) >= 5
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +44,10 @@ def workdir(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_readme_python_block_runs_as_pasted(workdir, index):
+@pytest.mark.parametrize(("page", "block"), BLOCKS, ids=[f"{page}-{i}" for i, (page, _) in enumerate(BLOCKS)])
+def test_a_python_block_runs_as_pasted(workdir, page, block):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "-c", BLOCKS[index]], capture_output=True, text=True, env=env, cwd=workdir, timeout=600
+        [sys.executable, "-c", block], capture_output=True, text=True, env=env, cwd=workdir, timeout=600
     )
-    assert result.returncode == 0, f"README block {index}:\n{BLOCKS[index]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, f"{page}:\n{block}\n{result.stderr[-3000:]}"

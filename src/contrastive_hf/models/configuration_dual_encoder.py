@@ -51,10 +51,13 @@ class DualEncoderConfig(PreTrainedConfig):
         prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
             As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
             `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
-        matryoshka_dims (`list[int]`, *optional*), matryoshka_weights (`list[float]`, *optional*),
-        truncate_dim (`int`, *optional*):
+        matryoshka_dims (`list[int]`, *optional*):
             As [`ContrastiveConfig`]'s: DPR's loss summed over the first m dimensions of the query and passage
-            vectors for each m (weighted), and the size `encode` truncates to by default.
+            vectors for each m.
+        matryoshka_weights (`list[float]`, *optional*):
+            The weight of each size in that sum (1 each by default).
+        truncate_dim (`int`, *optional*):
+            The size `encode` truncates to by default.
     """
 
     model_type = "dual_encoder"
