@@ -125,3 +125,39 @@ def test_a_registered_method_gets_its_text_and_an_unknown_one_the_generic_text()
         del METHODS["Test Method"]
     text = render_model_card(model, make_info(method="Test Method")).text
     assert "Pulls test pairs together." not in text and "with the other examples of the batch as negatives" in text
+
+
+def test_save_model_writes_the_card_beside_the_model_as_readme_says(tokenizer, tmp_path):
+    """`trainer.save_model()` from Python writes the run's card (README.md), in its own output folder too."""
+    from test_trainer import make_trainer
+
+    trainer = make_trainer(tokenizer, tmp_path, augmentation="dropout", mlm_weight=0.0, max_steps=1)
+    trainer.train()
+    trainer.save_model()
+    assert "Unsupervised SimCSE" in (tmp_path / "README.md").read_text()
+    trainer.save_model(str(tmp_path / "elsewhere"))
+    assert "Unsupervised SimCSE" in (tmp_path / "elsewhere" / "README.md").read_text()
+
+
+def test_a_clear_checkpoint_s_tokenizer_config_reads_in_transformers_4_and_5(tokenizer, tmp_path):
+    """transformers 5 writes CLEAR's [DEL] as a list under extra_special_tokens, which transformers 4.57 (the one
+    optimum installs beside) takes for a dict and fails on; saved under additional_special_tokens, both read it and
+    keep [DEL] special (checked by hand in a transformers 4.57 environment; here, the file's shape and transformers
+    5's reading)."""
+    from transformers import AutoTokenizer
+
+    from contrastive_hf.data.augmentations import DEL_TOKEN, add_del_token
+    from test_trainer import make_trainer
+
+    add_del_token(tokenizer)
+    trainer = make_trainer(tokenizer, tmp_path, augmentation="del_word", max_steps=1)
+    trainer.train()
+    trainer.save_model()
+    trainer.accelerator.unwrap_model(trainer.model).export_encoder(tmp_path / "model", tokenizer=tokenizer)
+    for folder in (tmp_path, tmp_path / "model"):
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        assert not isinstance(config.get("extra_special_tokens"), list)  # what transformers 4.x cannot read
+        assert DEL_TOKEN in config["additional_special_tokens"]
+        reloaded = AutoTokenizer.from_pretrained(folder)
+        assert reloaded.tokenize(f"a {DEL_TOKEN} b") == ["a", DEL_TOKEN, "b"]
+        assert reloaded.convert_tokens_to_ids(DEL_TOKEN) in reloaded.all_special_ids

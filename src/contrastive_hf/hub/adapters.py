@@ -7,6 +7,8 @@ import os
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
+from ..models.checkpoint_files import save_tokenizer
+
 __all__ = ["default_lora_target_modules", "lora_config", "add_adapter", "merge_and_save"]
 
 
@@ -57,5 +59,5 @@ def merge_and_save(peft_model: PeftModel, save_directory: str | os.PathLike, tok
     merged = peft_model.merge_and_unload()
     merged.save_pretrained(save_directory)
     if tokenizer is not None:
-        tokenizer.save_pretrained(save_directory)
+        save_tokenizer(tokenizer, save_directory)
     return merged

@@ -37,6 +37,8 @@ from .sentence_transformers_files import write_json, write_sentence_transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "save_tokenizer",
+    "make_tokenizer_config_portable",
     "CONTRASTIVE_CONFIG_NAME",
     "DUAL_ENCODER_CONFIG_NAME",
     "HEADS_WEIGHTS_NAME",
@@ -113,6 +115,36 @@ def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str |
         _raise_exceptions_for_connection_errors=False,
         **download,
     )
+
+
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
+
+
+def save_tokenizer(tokenizer, save_directory: str | os.PathLike) -> None:
+    """Save ``tokenizer`` so that transformers 4.x and 5 both read it (`make_tokenizer_config_portable`): optimum,
+    sentence-transformers' ONNX route, installs only beside transformers 4.x."""
+    tokenizer.save_pretrained(save_directory)
+    make_tokenizer_config_portable(save_directory)
+
+
+def make_tokenizer_config_portable(save_directory: str | os.PathLike) -> None:
+    """Rewrite ``tokenizer_config.json`` in ``save_directory`` (if any) so that transformers 4.x reads it too.
+
+    transformers 5 writes extra special tokens (CLEAR's ``[DEL]``) as a list under ``extra_special_tokens``, which
+    transformers 4.x takes for a name -> token dict and fails on (``'list' object has no attribute 'keys'``). Both
+    read the list under its 4.x name, ``additional_special_tokens``, and keep the tokens special."""
+    path = os.path.join(save_directory, TOKENIZER_CONFIG_NAME)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    extra = config.get("extra_special_tokens")
+    if not isinstance(extra, list):
+        return
+    additional = config.get("additional_special_tokens") or []
+    config["additional_special_tokens"] = list(dict.fromkeys([*additional, *extra]))
+    del config["extra_special_tokens"]
+    write_json(path, config)
 
 
 def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dict | None:
@@ -382,7 +414,7 @@ class EmbeddingCheckpointMixin:
                 os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
             )
             if folder:  # a tower in a sub-folder carries its tokenizer
-                self.tokenizer.save_pretrained(os.path.join(save_directory, folder))
+                save_tokenizer(self.tokenizer, os.path.join(save_directory, folder))
         write_heads(save_directory, heads)
         try:
             package_version = version("contrastive_hf")

@@ -22,7 +22,13 @@ from transformers.activations import ACT2FN
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
-from .checkpoint_files import CONTRASTIVE_CONFIG_NAME, LOADING_KWARGS, EmbeddingCheckpointMixin, download_kwargs
+from .checkpoint_files import (
+    CONTRASTIVE_CONFIG_NAME,
+    LOADING_KWARGS,
+    EmbeddingCheckpointMixin,
+    download_kwargs,
+    save_tokenizer,
+)
 from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig
 from .encoding import SentenceEmbeddingMixin, encode_with, encoder_inputs
 from .objectives import cached_gradient_surrogate, in_batch_loss
@@ -304,7 +310,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         our files. Pool its token states as ``pooler_type`` says (for ``cls``, its ``pooler_output``)."""
         self.get_encoder_model().save_pretrained(save_directory)
         if tokenizer is not None:
-            tokenizer.save_pretrained(save_directory)
+            save_tokenizer(tokenizer, save_directory)
 
     def load_heads_from_encoder_checkpoint(self, name_or_path: str | os.PathLike, **download) -> None:
         """After `from_encoder_pretrained` wrapped the encoder of ``name_or_path``: take the heads of this model that

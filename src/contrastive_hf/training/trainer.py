@@ -18,7 +18,7 @@ from ..data.corpus import data_counts_logger
 from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
 from ..evaluation.training import TrainingEvalSet
 from ..hub.model_card import card_info_from_trainer, write_model_card
-from ..models.checkpoint_files import EmbeddingCheckpointMixin
+from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_config_portable
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
@@ -307,8 +307,10 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         dataset_tags: str | list[str] | None = None,
         dataset: str | list[str] | None = None,
         dataset_args: str | list[str] | None = None,
+        output_dir: str | None = None,
     ) -> None:
-        """Write contrastive_hf's model card (README.md in ``output_dir``) instead of the Trainer's generic one.
+        """Write contrastive_hf's model card (README.md in ``output_dir``, by default the arguments') instead of the
+        Trainer's generic one.
 
         `push_to_hub` calls this before uploading. The card states the method and its paper, base model, views,
         objective, temperature, negatives, data, hyper-parameters, hardware, framework versions and results, and how
@@ -336,7 +338,7 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             datasets=[*info.datasets, *as_list(dataset_tags)],
             training_data=", ".join(as_list(dataset)) or info.training_data,
         )
-        write_model_card(self.args.output_dir, self.saved_model(), info)
+        write_model_card(output_dir or self.args.output_dir, self.saved_model(), info)
         return None
 
     def saved_model(self):
@@ -377,6 +379,19 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             else [""]
         )
         return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """`Trainer.save_model`, and when called by the user its model card beside the model (`create_model_card`;
+        a checkpoint, a push and the example scripts write theirs themselves)."""
+        super().save_model(output_dir, _internal_call=_internal_call)
+        if not _internal_call:
+            self.create_model_card(output_dir=output_dir)
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """The Trainer's save (the model, the tokenizer, the arguments), with a tokenizer configuration that
+        transformers 4.x reads too (`models.checkpoint_files.make_tokenizer_config_portable`)."""
+        super()._save(output_dir, state_dict=state_dict)
+        make_tokenizer_config_portable(output_dir if output_dir is not None else self.args.output_dir)
 
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the

@@ -30,7 +30,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from ...models.checkpoint_files import checkpoint_model_type
+from ...models.checkpoint_files import checkpoint_model_type, save_tokenizer
 from ...models.configuration_contrastive import ContrastiveConfig, without_sub_config_paths
 from ...models.modeling_contrastive import ContrastiveModel, init_weights
 from ...models.transformers_compat import SubConfigSpec, build_sub_config
@@ -406,7 +406,7 @@ class MultitaskModel(PreTrainedModel):
         and `AutoModelForSequenceClassification`, like any `ContrastiveModel`)."""
         self.contrastive.save_pretrained(save_directory)
         if tokenizer is not None:
-            tokenizer.save_pretrained(save_directory)
+            save_tokenizer(tokenizer, save_directory)
 
 
 # The recipe offers its model type to transformers' Auto classes when imported (`import contrastive_hf` imports it):

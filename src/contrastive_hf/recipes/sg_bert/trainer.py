@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers.trainer import TRAINING_ARGS_NAME
 
+from ...models.checkpoint_files import save_tokenizer
 from ...training.checkpoints import CheckpointLayout
 from ...training.trainer import STEP_METRICS, ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
@@ -87,7 +88,7 @@ class SelfGuidedTrainer(ContrastiveTrainer):
                 {k: v.detach().contiguous().cpu() for k, v in head_state.items()}, os.path.join(output_dir, HEAD_FILE)
             )
         if self.processing_class is not None:
-            self.processing_class.save_pretrained(output_dir)
+            save_tokenizer(self.processing_class, output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
 
     def saved_model(self):
