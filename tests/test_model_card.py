@@ -161,3 +161,29 @@ def test_a_clear_checkpoint_s_tokenizer_config_reads_in_transformers_4_and_5(tok
         reloaded = AutoTokenizer.from_pretrained(folder)
         assert reloaded.tokenize(f"a {DEL_TOKEN} b") == ["a", DEL_TOKEN, "b"]
         assert reloaded.convert_tokens_to_ids(DEL_TOKEN) in reloaded.all_special_ids
+
+
+@pytest.mark.parametrize(
+    ("overrides", "caveat"),
+    [
+        ({"pooler_type": "mean"}, None),
+        ({"pooler_type": "cls"}, None),  # Pooling on [CLS] and a Dense with tanh: both in TEI
+        ({"pooler_type": "max"}, "it pools with cls or mean only, not max"),
+        ({"pooler_type": "mean", "projection_at_inference": True, "projection_activation": "relu"},
+         "it runs Dense layers with tanh or no activation only, not relu"),
+        ({"pooler_type": "mean", "prompts": {"query": "query: "}, "include_prompt": False},
+         "it ignores include_prompt=False"),
+        ({"pooler_type": "mean", "truncate_dim": 16}, "it ignores truncate_dim=16"),
+    ],
+)  # fmt: skip
+def test_the_card_says_text_embeddings_inference_serves_the_checkpoint_only_where_it_does(overrides, caveat):
+    """TEI pools with cls or mean, runs Dense with tanh or nothing, and reads neither include_prompt nor truncate_dim:
+    the card says it serves the checkpoint only where all of that holds, and otherwise why not."""
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(), **overrides))
+    text = str(render_model_card(model, make_info()))
+    if caveat is None:
+        assert "The same files serve it with Text Embeddings Inference" in text
+        assert "would serve other embeddings" not in text
+    else:
+        assert "Text Embeddings Inference would serve other embeddings than these" in text and caveat in text
+        assert "The same files serve it with Text Embeddings Inference" not in text

@@ -95,13 +95,15 @@ def verify_reload(path: str, tokenizer, sentences: list[str], trained) -> None:
     import numpy as np
 
     from ..models.modeling_contrastive import ContrastiveModel
+    from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 
     # Load whole in this one process: after a DeepSpeed ZeRO-3 run, transformers would otherwise shard the reloaded
     # model across processes (zero.Init), a collective the other processes do not join.
     unset_hf_deepspeed_config()
     trained = np.asarray(trained)
-    reloaded = {"ContrastiveModel.from_pretrained": ContrastiveModel.from_pretrained(path).encode(sentences)}
-    if os.path.isfile(os.path.join(path, "modules.json")):
+    model = ContrastiveModel.from_pretrained(path)
+    reloaded = {"ContrastiveModel.from_pretrained": model.encode(sentences)}
+    if sentence_transformers_unsupported_reason(model) is None and os.path.isfile(os.path.join(path, "modules.json")):
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:  # not a requirement of this package

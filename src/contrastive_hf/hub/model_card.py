@@ -36,6 +36,7 @@ __all__ = [
     "render_model_card",
     "write_model_card",
     "TEMPLATE_PATH",
+    "text_embeddings_inference_caveats",
 ]
 
 # The Jinja2 template of every card (shipped in the wheel as package data).
@@ -247,6 +248,7 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         negatives_description=_describe_negatives(info),
         sentence_transformers=stacks,
         dual_encoder=getattr(config, "model_type", "") == "dual_encoder",
+        tei_caveats="; ".join(text_embeddings_inference_caveats(model)) if stacks else "",
         training_data=", ".join(info.datasets) if info.datasets else info.training_data,
         hyperparameters=hyperparameters,
         hardware=_hardware(info.world_size, info.zero_stage),
@@ -262,6 +264,32 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         "of its training text and is not meant for languages it was not trained on.",
         **{key: value for key, value in described.items() if key != "objective_description"},
     )
+
+
+# What Text Embeddings Inference computes from sentence-transformers modules (read from its source): Pooling with
+# cls or mean, Dense layers with tanh or no activation; it reads neither include_prompt nor truncate_dim.
+TEI_POOLERS = ("cls", "cls_before_pooler", "mean")
+TEI_ACTIVATIONS = (None, "tanh")
+
+
+def text_embeddings_inference_caveats(model) -> list[str]:
+    """Why Text Embeddings Inference would serve other embeddings than ``model``'s, one reason each; [] when it
+    serves the checkpoint as trained."""
+    stacks = model.sentence_transformers_stacks()
+    if len(stacks) > 1:
+        return ["it serves one encoder, and this checkpoint routes queries and documents to two"]
+    reasons = []
+    for stack in stacks.values():
+        if stack.pooler_type not in TEI_POOLERS:
+            reasons.append(f"it pools with cls or mean only, not {stack.pooler_type}")
+        activations = sorted({str(activation) for _, activation in stack.dense if activation not in TEI_ACTIVATIONS})
+        if activations:
+            reasons.append(f"it runs Dense layers with tanh or no activation only, not {', '.join(activations)}")
+        if not stack.include_prompt:
+            reasons.append("it pools the prompt's tokens too (it ignores include_prompt=False)")
+    if getattr(model.config, "truncate_dim", None):
+        reasons.append(f"it returns every dimension (it ignores truncate_dim={model.config.truncate_dim})")
+    return reasons
 
 
 def _result_type(task: str) -> str:

@@ -37,6 +37,7 @@ from .sentence_transformers_files import write_json, write_sentence_transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "sentence_transformers_max_seq_length",
     "save_tokenizer",
     "make_tokenizer_config_portable",
     "CONTRASTIVE_CONFIG_NAME",
@@ -157,6 +158,13 @@ def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dic
             return json.load(handle)
     except (OSError, ValueError) as error:
         raise OSError(f"{path} is not readable JSON ({error}); the checkpoint is damaged: save it again.") from error
+
+
+def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **download) -> int | None:
+    """The ``max_seq_length`` a sentence-transformers checkpoint reads its inputs at (``sentence_bert_config.json``),
+    or None for a checkpoint that is not one: a model continued from it keeps it."""
+    config = read_json(name_or_path, "sentence_bert_config.json", **download)
+    return (config or {}).get("max_seq_length")
 
 
 def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:

@@ -123,6 +123,10 @@ class ContrastiveConfig(PreTrainedConfig):
         truncate_dim (`int`, *optional*):
             Truncate the embeddings ``encode`` returns to this many dimensions by default (sentence-transformers'
             ``truncate_dim``, written to ``config_sentence_transformers.json`` only when set).
+        max_seq_length (`int`, *optional*):
+            The longest input, in tokens, that ``encode`` and sentence-transformers read (its ``max_seq_length``, in
+            ``sentence_bert_config.json``); `None`: the encoder's position embeddings, at most 512. A model built
+            from a sentence-transformers checkpoint keeps that checkpoint's (all-MiniLM-L6-v2: 256).
     """
 
     model_type = "contrastive"
@@ -153,6 +157,7 @@ class ContrastiveConfig(PreTrainedConfig):
     matryoshka_dims: list[int] | None = None
     matryoshka_weights: list[float] | None = None
     truncate_dim: int | None = None
+    max_seq_length: int | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -209,6 +214,7 @@ class ContrastiveConfig(PreTrainedConfig):
                 "Set projection_at_inference=True (truncate the projected embedding) or projection_type='none'."
             )
         validate_embedding_dims(self, self.embedding_size)  # the compared embedding is the returned one (above)
+        validate_max_seq_length(self.max_seq_length)
 
     def to_dict(self) -> dict:
         return without_sub_config_paths(super().to_dict())
@@ -284,7 +290,21 @@ CONFIG_FIELDS = (
     "matryoshka_dims",
     "matryoshka_weights",
     "truncate_dim",
+    "max_seq_length",
 )
+
+
+def validate_max_seq_length(value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"max_seq_length must be a positive number of tokens or None, got {value!r}.")
+
+
+def inference_max_length(config, encoder_config) -> int:
+    """The longest input a model reads at inference: its config's ``max_seq_length``, else the encoder's position
+    embeddings, at most 512 (what sentence-transformers' ``max_seq_length`` is written as)."""
+    limit = getattr(config, "max_seq_length", None)
+    return limit or min(512, getattr(encoder_config, "max_position_embeddings", 512))
+
 
 __all__ = [
     "ContrastiveConfig",
@@ -297,4 +317,6 @@ __all__ = [
     "ENCODING_PATHS",
     "parse_sub_batch_size",
     "parse_encoding_fields",
+    "validate_max_seq_length",
+    "inference_max_length",
 ]

@@ -10,6 +10,7 @@ from .configuration_contrastive import (
     POOLER_TYPES,
     parse_encoding_fields,
     validate_embedding_dims,
+    validate_max_seq_length,
     without_sub_config_paths,
 )
 from .transformers_compat import SubConfigSpec, build_sub_config
@@ -58,6 +59,8 @@ class DualEncoderConfig(PreTrainedConfig):
             The weight of each size in that sum (1 each by default).
         truncate_dim (`int`, *optional*):
             The size `encode` truncates to by default.
+        max_seq_length (`int`, *optional*):
+            As [`ContrastiveConfig`]'s: the longest input ``encode`` and sentence-transformers read.
     """
 
     model_type = "dual_encoder"
@@ -84,6 +87,7 @@ class DualEncoderConfig(PreTrainedConfig):
     matryoshka_dims: list[int] | None = None
     matryoshka_weights: list[float] | None = None
     truncate_dim: int | None = None
+    max_seq_length: int | None = None
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -120,6 +124,7 @@ class DualEncoderConfig(PreTrainedConfig):
                 "to project both to one size."
             )
         validate_embedding_dims(self, self.embedding_size)
+        validate_max_seq_length(self.max_seq_length)
 
     @property
     def passage_config(self) -> PreTrainedConfig:
@@ -169,6 +174,7 @@ DUAL_ENCODER_FIELDS = (
     "matryoshka_dims",
     "matryoshka_weights",
     "truncate_dim",
+    "max_seq_length",
 )
 
 __all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "SIMILARITIES", "DEFAULT_TEMPERATURES"]

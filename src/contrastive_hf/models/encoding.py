@@ -589,8 +589,9 @@ class SentenceEmbeddingMixin:
         return prompt, prompt_token_count(tokenizer, prompt)
 
     def _max_length(self, tokenizer) -> int:
-        """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings."""
-        limits = []
+        """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings and
+        by the config's ``max_seq_length`` (what sentence-transformers truncates at)."""
+        limits = [self.config.max_seq_length] if getattr(self.config, "max_seq_length", None) else []
         model_max = getattr(tokenizer, "model_max_length", None)
         if model_max is not None and model_max < 1_000_000:  # transformers uses ~1e30 for "unset"
             limits.append(int(model_max))

@@ -28,8 +28,9 @@ from .checkpoint_files import (
     EmbeddingCheckpointMixin,
     download_kwargs,
     save_tokenizer,
+    sentence_transformers_max_seq_length,
 )
-from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig
+from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, inference_max_length
 from .encoding import SentenceEmbeddingMixin, encode_with, encoder_inputs
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import PackedSequences
@@ -368,7 +369,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
             "": SentenceTransformersStack(
                 pooler_type=self.config.pooler_type,
                 hidden_size=self.config.encoder.hidden_size,
-                max_seq_length=min(512, getattr(self.config.encoder, "max_position_embeddings", 512)),
+                max_seq_length=inference_max_length(self.config, self.config.encoder),
                 dense=dense_stages(model, self.sentence_model_prefix()),
                 include_prompt=self.config.include_prompt,
             )
@@ -424,6 +425,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         encoder_config = AutoConfig.from_pretrained(
             name_or_path, trust_remote_code=loading.get("trust_remote_code", False), **download
         )
+        overrides.setdefault("max_seq_length", sentence_transformers_max_seq_length(name_or_path, **download))
         config = ContrastiveConfig(encoder=encoder_config, **overrides)
         model = cls.assemble(config, {"encoder": (name_or_path, "")}, loading)
         model.load_heads_from_encoder_checkpoint(name_or_path, **download)

@@ -33,8 +33,10 @@ from .checkpoint_files import (
     LOADING_KWARGS,
     EmbeddingCheckpointMixin,
     download_kwargs,
+    sentence_transformers_max_seq_length,
     write_json,
 )
+from .configuration_contrastive import inference_max_length
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin, encode_with
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
@@ -457,7 +459,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             return SentenceTransformersStack(
                 pooler_type=self.config.pooler_type,
                 hidden_size=encoder.config.hidden_size,
-                max_seq_length=min(512, getattr(encoder.config, "max_position_embeddings", 512)),
+                max_seq_length=inference_max_length(self.config, encoder.config),
                 dense=dense,
                 include_prompt=self.config.include_prompt,
             )
@@ -505,6 +507,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             raise ValueError("share_encoders=True has a single encoder: do not give passage_name_or_path.")
         passage_source = passage_name_or_path or name_or_path
         trust = loading.get("trust_remote_code", False)
+        overrides.setdefault("max_seq_length", sentence_transformers_max_seq_length(name_or_path, **download))
         config = DualEncoderConfig(
             query_encoder=AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust, **download),
             passage_encoder=None

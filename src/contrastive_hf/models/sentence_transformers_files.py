@@ -59,6 +59,8 @@ _TORCH_ACTIVATIONS = {
     "sigmoid": "torch.nn.modules.activation.Sigmoid",
 }
 _IDENTITY = "torch.nn.modules.linear.Identity"
+# Where an activation without a torch class is named, so that sentence-transformers fails to import it, naming it.
+_UNAVAILABLE = "torch.nn.modules.activation"
 _POOLING_MODES = {"cls": "cls_token", "cls_before_pooler": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
 MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "router_config.json")
 _ROUTES = ("query", "document")
@@ -130,7 +132,8 @@ def write_sentence_transformers_files(
         prompts, default_prompt_name: sentence-transformers' prompts (e.g. ``{"query": "query: "}``).
         truncate_dim: the size sentence-transformers truncates embeddings to by default; written only when set.
 
-    Returns False, writing no modules.json, when the embedding cannot be expressed (see the module docstring).
+    Returns whether the modules express the embedding; when they cannot (see `SentenceTransformersStack`), they are
+    written naming what is missing, so that sentence-transformers refuses the folder rather than load another model.
     """
     for name in MODULE_FILES:  # never leave stale files from an earlier save with another pooler
         path = os.path.join(save_directory, name)
@@ -142,13 +145,16 @@ def write_sentence_transformers_files(
     if not stacks:
         return False
     _write_config(save_directory, similarity, prompts, default_prompt_name, truncate_dim)
-    if any(stack.unsupported_reason() for stack in stacks.values()):
-        return False
+    # An embedding sentence-transformers cannot compute (a pooler averaging two layers, an activation without a torch
+    # class) is written all the same, naming what it would need, so that sentence-transformers refuses the folder
+    # with that name ("Invalid pooling mode: 'avg_first_last'") instead of loading it without modules.json as a
+    # mean-pooling model, which would give other embeddings without a word.
+    expressed = not any(stack.unsupported_reason() for stack in stacks.values())
     if list(stacks) == [""]:
         modules = _write_stack(save_directory, "", stacks[""], state_dict, start=1)
         transformer = [_module(0, "Transformer", "")]
         write_json(os.path.join(save_directory, "modules.json"), transformer + modules)
-        return True
+        return expressed
     types, structure = {}, {}
     for route, stack in stacks.items():
         tower = tower_folders[route]
@@ -166,7 +172,7 @@ def write_sentence_transformers_files(
         },
     )
     write_json(os.path.join(save_directory, "modules.json"), [_module(0, "Router", "")])
-    return True
+    return expressed
 
 
 def _write_stack(
@@ -184,7 +190,10 @@ def _write_stack(
         "pooling_mode_mean_sqrt_len_tokens": False,
         "include_prompt": stack.include_prompt,
     }
-    pooling[f"pooling_mode_{_POOLING_MODES[stack.pooler_type]}"] = True
+    if stack.pooler_type in _POOLING_MODES:
+        pooling[f"pooling_mode_{_POOLING_MODES[stack.pooler_type]}"] = True
+    else:  # sentence-transformers refuses the folder naming it (write_sentence_transformers_files)
+        pooling["pooling_mode"] = stack.pooler_type
     folder = f"{prefix}{start}_Pooling"
     write_json(os.path.join(save_directory, folder, "config.json"), pooling)
     modules = [_module(start, "Pooling", folder)]
@@ -201,7 +210,9 @@ def _write_stack(
                 "in_features": in_features,
                 "out_features": out_features,
                 "bias": "linear.bias" in tensors,
-                "activation_function": _TORCH_ACTIVATIONS[activation] if activation else _IDENTITY,
+                "activation_function": _TORCH_ACTIVATIONS.get(activation, f"{_UNAVAILABLE}.{activation}")
+                if activation
+                else _IDENTITY,
             },
         )
         tensors = {key: tensor.detach().float().cpu().contiguous() for key, tensor in tensors.items()}
