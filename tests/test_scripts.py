@@ -148,20 +148,20 @@ def test_before_and_after_are_printed_side_by_side():
 
 def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):
     from contrastive_hf.commands.scripts import load_sentences
-    from contrastive_hf.data import corpus as corpus_module
+    from contrastive_hf.data import tokenizing as tokenizing_module
 
     lines = (DEMO_DATA / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:200]
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines[:3] + ["", "  "] + lines[3:]) + "\n", encoding="utf-8")  # 2 empty lines early
     training = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none")
     tokenized_rows = []
-    tokenize_corpus = corpus_module.tokenize_corpus
+    tokenize_corpus = tokenizing_module.tokenize_corpus
 
     def counting(corpus, *args, **kwargs):
         tokenized_rows.append(len(corpus))
         return tokenize_corpus(corpus, *args, **kwargs)
 
-    monkeypatch.setattr(corpus_module, "tokenize_corpus", counting)
+    monkeypatch.setattr(tokenizing_module, "tokenize_corpus", counting)
     whole = load_sentences(CorpusArguments(train_file=str(path), max_seq_length=24), tokenizer, training)
     first = load_sentences(
         CorpusArguments(train_file=str(path), max_seq_length=24, max_train_samples=10), tokenizer, training

@@ -14,7 +14,7 @@ from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from ..training.checkpoints import naming_damaged_files
-from .scripts import UsageError, as_usage_error
+from .errors import UsageError, as_usage_error
 
 __all__ = [
     "load_pretraining_model",

@@ -28,10 +28,11 @@ from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
 from ..data.collators import MLM_VIEW, content_hashes, example_identities, mlm_copy
-from ..data.corpus import resolve_text_column, special_token_frame
+from ..data.reading import resolve_text_column
 from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
 from ..data.synonyms import word_start_table
 from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
+from ..data.tokenizing import special_token_frame
 
 __all__ = [
     "MODEL_CARD",

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..data.collators import RolePrompts, column_views, negative_columns, sentence_ids
-from ..data.corpus import drop_incomplete_rows
+from ..data.reading import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 
 __all__ = [

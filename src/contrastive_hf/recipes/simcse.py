@@ -164,7 +164,7 @@ def prepare_pairs(corpus, collator, num_proc: int | None = None):
     collator, so that every batch uses the same), rows missing any of them dropped and counted, and each row numbered
     (`EXAMPLE_INDEX_COLUMN`, from which its MLM masks are drawn). The texts stay text: the collator tokenizes each
     batch."""
-    from ..data.corpus import drop_incomplete_rows
+    from ..data.reading import drop_incomplete_rows
 
     columns = collator.resolve_columns({name: name for name in corpus.column_names})  # by the names present
     collator.columns = columns
@@ -190,8 +190,9 @@ def build_mixture(
     sentences; a csv or json file, (anchor, positive, hard negatives) rows with its own columns (`prepare_pairs`).
     ``collator_options`` go to `build_collator` (``do_mlm``, ``mlm_probability``, ``seed``, ``prompts``...); each
     dataset is cut to its first ``max_train_samples`` examples."""
-    from ..data.corpus import first_examples, load_corpus, tokenize_corpus
     from ..data.mixture import DatasetMixture, MixtureCollator
+    from ..data.reading import first_examples, load_corpus
+    from ..data.tokenizing import tokenize_corpus
 
     datasets, collators = {}, {}
     for name, path in files.items():
