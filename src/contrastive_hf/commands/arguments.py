@@ -4,14 +4,15 @@ recipe's paper defaults under what is given and one clear line for each mistake 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from transformers import HfArgumentParser
 
@@ -248,32 +249,48 @@ def training_data_name(data_args: CorpusArguments) -> str:
     return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
 
 
-def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None, defaults: dict | None = None) -> tuple:
+Defaults = Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def parse_arguments(
+    parser: HfArgumentParser, argv: list[str] | None = None, defaults: Defaults | None = None
+) -> tuple:
     """The parser's dataclasses from ``argv`` (default: the command line): flags, or a ``.json`` file of the same
-    keys, optionally followed by flags that override it (``run_clear.py settings.json --seed 1``). ``defaults``
-    replace the dataclasses' defaults under what is given (a recipe's paper settings).
+    keys, optionally followed by flags that override it (``run_clear.py settings.json --seed 1``).
+
+    ``defaults`` (a recipe's ``DEFAULTS``: its paper settings, `contrastive_hf.recipes`) replace the dataclasses'
+    defaults under what is given, and ``--help`` shows them. Where they depend on what is given (SimCSE's follow its
+    ``--mode``), ``defaults`` is a function of the settings given, ``{name: value}`` of the flags and the settings
+    file, returning them.
 
     A mistake ends the script as argparse does, with a short usage line, what was wrong and exit status 2: an unknown
     flag or key (with the closest known names: "did you mean --augmentations?"), a JSON file that is missing or not
-    an object of settings, a local file or folder that does not exist (the fields a dataclass lists in its
-    ``local_paths``, and those of its ``hub_ids_or_paths`` that can only be local paths).
+    an object of settings, a setting it lacks or gives outside its choices, a local file or folder that does not
+    exist (the fields a dataclass lists in its ``local_paths``, and those of its ``hub_ids_or_paths`` that can only be
+    local paths).
     """
     argv = sys.argv[1:] if argv is None else argv
     # argparse prints the usage with each error: one line, not the hundred flags of TrainingArguments
     parser.usage = "%(prog)s --flag value ... | %(prog)s SETTINGS.json [--flag value ...]  (--help lists the flags)"
     json_file = argv[0] if argv and argv[0].endswith(".json") else None
     flags = argv[1:] if json_file else argv
+    known = {item.name for kind in parser.dataclass_types for item in dataclasses.fields(kind) if item.init}
     try:
-        settings = dict(defaults or {})
+        given = read_json_settings(json_file) if json_file else {}
+        unknown = [key for key in given if key not in known]
+        if unknown:
+            raise UsageError(
+                f"{json_file}: unknown key(s) {_with_suggestions(unknown, known, repr)}; the keys are the flags' "
+                "names without --."
+            )
+        if callable(defaults):
+            defaults = defaults({**given, **_given_flags(parser, flags)})
+        not_arguments = sorted(set(defaults or {}) - known)
+        if not_arguments:  # a recipe's mistake, not the user's: a traceback
+            raise ValueError(f"Defaults for {not_arguments}, which are not arguments of this script.")
+        settings = {**(defaults or {}), **given}
         if json_file:
-            settings.update(read_json_settings(json_file))
-            known = {item.name for kind in parser.dataclass_types for item in dataclasses.fields(kind) if item.init}
-            unknown = [key for key in settings if key not in known]
-            if unknown:
-                raise UsageError(
-                    f"{json_file}: unknown key(s) {_with_suggestions(unknown, known, repr)}; the keys are the "
-                    "flags' names without --."
-                )
+            _check_settings_file(parser, json_file, given, settings if not flags else None)
         if json_file and not flags:
             parsed = parser.parse_dict(settings)
         else:
@@ -288,6 +305,37 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None, def
     except UsageError as error:
         parser.error(str(error))
     return tuple(parsed)
+
+
+def _given_flags(parser: HfArgumentParser, flags: list[str]) -> dict[str, Any]:
+    """What ``flags`` set, read as the parser reads them (types, choices), without any default: what a recipe's
+    defaults may follow from. Flags it does not know are left for the full parse to report; so is ``--help``."""
+    if any(flag in ("-h", "--help") for flag in flags):
+        return {}
+    saved = [(action, action.default, action.required) for action in parser._actions]
+    try:
+        for action, _, _ in saved:
+            action.default, action.required = argparse.SUPPRESS, False  # absent flags stay absent
+        given, _ = parser.parse_known_args(flags)
+    finally:
+        for action, default, required in saved:
+            action.default, action.required = default, required
+    return vars(given)
+
+
+def _check_settings_file(
+    parser: HfArgumentParser, json_file: str, given: Mapping[str, Any], settings: Mapping[str, Any] | None
+) -> None:
+    """A `UsageError` for a setting of ``json_file`` outside its choices and, where the file is all there is (no flag
+    follows it: argparse checks flags only), for a required setting that the ``settings`` (the file's and the
+    recipe's defaults) lack."""
+    for action in parser._actions:
+        choices = ", ".join(map(str, action.choices or ()))
+        if action.dest in given and action.choices is not None and given[action.dest] not in action.choices:
+            raise UsageError(f'{json_file}: "{action.dest}" must be one of {choices}, got {given[action.dest]!r}.')
+        if settings is not None and action.required and action.dest not in settings:
+            among = f": one of {choices}" if choices else ""
+            raise UsageError(f'{json_file} must set "{action.dest}" (--{action.dest}){among}.')
 
 
 def read_json_settings(path: str) -> dict:

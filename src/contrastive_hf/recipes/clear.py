@@ -10,11 +10,13 @@ Its parts are the library's core, so this recipe only names them and their paper
   [CLS] through its pooler, a 2-layer MLP projection used in training only, NT-Xent at tau 0.05,
   ``mlm_weight = cl_weight = 1``);
 * the command: ``examples/run_clear.py``.
+
+Its card and (empty) defaults are the shape every recipe has (`contrastive_hf.recipes`).
 """
 
 from __future__ import annotations
 
-__all__ = ["MODEL_CARD"]
+__all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS"]
 
 MODEL_CARD = {
     "name": "CLEAR",
@@ -25,3 +27,6 @@ MODEL_CARD = {
     "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
     "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
 }
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+# CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and run_clear.py's view flags'): nothing to set.
+DEFAULTS: dict = {}

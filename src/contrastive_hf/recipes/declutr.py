@@ -35,6 +35,7 @@ from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_
 from ..data.tokenizing import special_token_frame
 
 __all__ = [
+    "MODEL_CARDS",
     "MODEL_CARD",
     "DEFAULTS",
     "SPAN_VIEWS",
@@ -57,10 +58,12 @@ MODEL_CARD = {
     "Textual Representations},\n  author={Giorgi, John and Nitski, Osvald and Wang, Bo and Bader, Gary},\n"
     "  booktitle={ACL-IJCNLP},\n  year={2021}\n}",
 }
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
 SPAN_WORDS = 32  # words per span
 SPAN_MASK_PROBABILITY = 0.15  # tokens masked in each copy of a slice view
-# The recipe's model and data defaults (examples/run_declutr.py's): DeCLUTR mean-pools the token embeddings, and its
-# three-view batches (a hard negative span) need InfoNCE; spans of 32 words fit in 128 tokens.
+# The recipe's model and data defaults (examples/run_declutr.py's; its span flags default to SPAN_*): DeCLUTR
+# mean-pools the token embeddings, and its three-view batches (a hard negative span) need InfoNCE; spans of 32 words
+# fit in 128 tokens.
 DEFAULTS = {"pooler_type": "mean", "contrastive_loss": "info_nce", "max_seq_length": 128}
 
 

@@ -22,7 +22,9 @@ from ..data.reading import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 
 __all__ = [
+    "MODEL_CARDS",
     "MODEL_CARD",
+    "DEFAULTS",
     "QUERY_COLUMN_CANDIDATES",
     "POSITIVE_COLUMN_CANDIDATES",
     "HARD_NEGATIVE_COLUMN_CANDIDATES",
@@ -45,6 +47,10 @@ MODEL_CARD = {
     "Answering},\n  author={Karpukhin, Vladimir and O{\\u{g}}uz, Barlas and Min, Sewon and Lewis, Patrick and Wu, "
     "Ledell and Edunov, Sergey and Chen, Danqi and Yih, Wen-tau},\n  booktitle={EMNLP},\n  year={2020}\n}",
 }
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+# DPR's settings are its parts' own defaults (`DualEncoderConfig`: the [CLS] state, inner products; the collator's
+# 64 / 256 tokens), which run_dpr.py's flags take: nothing to set.
+DEFAULTS: dict = {}
 
 # Column names tried, in order, when none is given: ours, then common Hub layouts (sentence-transformers' query/answer,
 # SimCSE's NLI sent0/sent1/hard_neg, anchor/positive/negative).
