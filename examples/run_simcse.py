@@ -38,6 +38,7 @@ from contrastive_hf.commands.scripts import (
     CorpusArguments,
     EncoderArguments,
     PromptArguments,
+    UsageError,
     as_usage_error,
     exit_on_usage_error,
     finish_sentence_encoder_run,
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(training_args, logger, summary=True)
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
 
+    if data_args.train_files and (data_args.train_file or data_args.dataset_name):
+        raise UsageError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
     tokenizer = load_tokenizer(model_args)
     overrides = {**ContrastiveModelArguments.config_overrides(model_args), **model_args.prompt_overrides()}
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
@@ -184,8 +187,6 @@ def main(argv: list[str] | None = None) -> None:
         include_prompt=model.config.include_prompt,
     )
     if data_args.train_files:
-        if data_args.train_file or data_args.dataset_name:
-            raise ValueError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
         with training_args.main_process_first(desc="training data"), as_usage_error():
             train_dataset, collator = simcse.build_mixture(
                 parse_named_files(data_args.train_files),

@@ -151,6 +151,11 @@ def test_run_script_prints_usage_errors_and_missing_files_as_one_line(monkeypatc
     [
         ("run_clear", [], "Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used)."),
         ("run_simcse", ["--mode", "unsup"], "Give --tokenizer_name"),
+        (
+            "run_simcse",
+            ["--mode", "sup", "--train_files", "nli=nli.csv", "--dataset_name", "snli"],
+            "Give --train_files (several datasets) or --train_file / --dataset_name, not both.",
+        ),
         ("run_declutr", [], "Give --tokenizer_name"),
         ("run_dpr", [], "Give --tokenizer_name"),
         ("run_sg_bert", [], "SG-BERT tunes a pretrained encoder: give --model_name_or_path"),
