@@ -24,12 +24,12 @@ from contrastive_hf.commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
+    exit_on_usage_error,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
-    run_script,
     setup_logging,
     training_data_name,
 )
@@ -37,6 +37,7 @@ from contrastive_hf.data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBA
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.hub.adapters import add_adapter, lora_config
 from contrastive_hf.hub.model_card import card_info_from_trainer
+from contrastive_hf.recipes import clear
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -98,9 +99,11 @@ ARGUMENTS = (
 )
 
 
-def main():
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser(ARGUMENTS)
-    encoder_args, model_args, data_args, view_args, adapter_args, training_args = parse_arguments(parser)
+    arguments = parse_arguments(parser, argv, defaults=clear.DEFAULTS)
+    encoder_args, model_args, data_args, view_args, adapter_args, training_args = arguments
     setup_logging(training_args, logger)
 
     tokenizer = load_tokenizer(encoder_args)
@@ -187,4 +190,4 @@ def _split(names: str | None) -> list[str] | None:
 
 
 if __name__ == "__main__":
-    run_script(main)
+    main()

@@ -31,18 +31,18 @@ from contrastive_hf.commands.scripts import (
     CorpusArguments,
     EncoderArguments,
     UsageError,
+    exit_on_usage_error,
     finish_sentence_encoder_run,
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
-    run_script,
     setup_logging,
     training_data_name,
 )
 from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming
 from contrastive_hf.hub.model_card import card_info_from_trainer
+from contrastive_hf.recipes import declutr
 from contrastive_hf.recipes.declutr import (
-    DEFAULTS,
     SPAN_MASK_PROBABILITY,
     SPAN_VIEWS,
     SPAN_WORDS,
@@ -68,11 +68,14 @@ class SpanArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of anchor tokens masked for MLM."})
 
 
-def main():
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser(
         (EncoderArguments, ContrastiveModelArguments, CorpusArguments, SpanArguments, ContrastiveTrainingArguments)
     )
-    encoder_args, model_args, data_args, span_args, training_args = parse_arguments(parser, defaults=DEFAULTS)
+    encoder_args, model_args, data_args, span_args, training_args = parse_arguments(
+        parser, argv, defaults=declutr.DEFAULTS
+    )
     setup_logging(training_args, logger)
 
     if span_args.hard_negatives and model_args.contrastive_loss != "info_nce":
@@ -144,4 +147,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run_script(main)
+    main()

@@ -36,10 +36,10 @@ from contrastive_hf.commands.scripts import (
     UsageError,
     as_usage_error,
     corpus_progress_bars,
+    exit_on_usage_error,
     log_before_after,
     parse_arguments,
     publish,
-    run_script,
     save_trained_model,
     setup_logging,
 )
@@ -47,6 +47,7 @@ from contrastive_hf.data.corpus import load_corpus
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.recipes import dpr
 from contrastive_hf.recipes.dpr import (
     QueryPassageCollator,
     drop_incomplete_rows,
@@ -123,8 +124,12 @@ class DataArguments:
         },
     )
     no_hard_negatives: bool = field(default=False, metadata={"help": "Ignore any hard negative column."})
-    max_query_length: int = field(default=64, metadata={"help": "Most tokens per question."})
-    max_passage_length: int = field(default=256, metadata={"help": "Most tokens per passage (DPR: 256)."})
+    max_query_length: int = field(
+        default=QueryPassageCollator.max_query_length, metadata={"help": "Most tokens per question."}
+    )
+    max_passage_length: int = field(
+        default=QueryPassageCollator.max_passage_length, metadata={"help": "Most tokens per passage (DPR: 256)."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on at most this many pairs."})
     eval_size: int = field(
         default=1000,
@@ -211,9 +216,10 @@ def data_columns(*args, **kwargs) -> tuple[str, ...]:
         return resolve_query_passage_columns(*args, **kwargs)
 
 
-def main():
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    model_args, data_args, training_args = parse_arguments(parser)
+    model_args, data_args, training_args = parse_arguments(parser, argv, defaults=dpr.DEFAULTS)
     setup_logging(training_args, logger, summary=True)
     k_values = parse_k_values(data_args.retrieval_k)
     if data_args.eval_size < 0:
@@ -344,4 +350,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run_script(main)
+    main()

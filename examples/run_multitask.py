@@ -30,17 +30,19 @@ import torch
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveConfig
-from contrastive_hf.commands.loading import verify_reload
+from contrastive_hf.commands.loading import loading_instructions, verify_reload
 from contrastive_hf.commands.scripts import (
     UsageError,
+    exit_on_usage_error,
+    log_before_after,
     parse_arguments,
     publish,
-    run_script,
     save_trained_model,
     setup_logging,
 )
 from contrastive_hf.evaluation.sts import read_stsbenchmark
 from contrastive_hf.evaluation.transfer import read_mrpc, read_sst2
+from contrastive_hf.recipes import multitask
 from contrastive_hf.recipes.multitask import (
     MultitaskCollator,
     MultitaskConfig,
@@ -181,9 +183,10 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
     )
 
 
-def main():
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser((ModelArguments, DataArguments, MultitaskTrainingArguments))
-    model_args, data_args, training_args = parse_arguments(parser)
+    model_args, data_args, training_args = parse_arguments(parser, argv, defaults=multitask.DEFAULTS)
     setup_logging(training_args, logger)
 
     train, dev, test = load_task_data(data_args)
@@ -202,18 +205,16 @@ def main():
     )
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_trained_model(trainer, train_result, train_samples=sum(len(dataset) for dataset in train.values()))
-    publish(trainer)  # the Trainer's card; pushes with --push_to_hub
-
-    metrics = trainer.evaluate()
-    trainer.log_metrics("eval", metrics)
-    trainer.save_metrics("eval", metrics)
-    before = next((entry for entry in trainer.state.log_history if "eval_average" in entry), None)
-    if training_args.eval_on_start and before is not None and trainer.is_world_process_zero():
-        print_before_after(before, metrics)
+    # the dev figures after training, beside those of --eval_on_start (logged at step 0) when it was given
+    before = next(
+        (entry for entry in trainer.state.log_history if entry.get("step") == 0 and "eval_average" in entry), None
+    )
+    log_before_after(trainer, dev_figures(trainer.evaluate()), dev_figures(before) if before else None)
     if data_args.evaluate_test:
         metrics = trainer.evaluate(test, metric_key_prefix="test")
         trainer.log_metrics("test", metrics)
         trainer.save_metrics("test", metrics)
+    publish(trainer)  # the Trainer's card, with the evaluations; pushes with --push_to_hub
 
     if not trainer.is_world_process_zero():
         return
@@ -221,21 +222,22 @@ def main():
     trainer.model.save_sentence_encoder(encoder_dir, tokenizer)
     check_saved_models(trainer.model, training_args.output_dir, encoder_dir, tokenizer, dev)
     print(
-        f"\nThe multitask model (encoder and heads) is in {training_args.output_dir}; the encoder alone, a "
-        f"sentence encoder checkpoint, in {encoder_dir}. Load them with:\n\n"
+        f"\nThe multitask model (encoder and heads) is in {training_args.output_dir}. Load it with:\n\n"
         "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
-        "    from sentence_transformers import SentenceTransformer\n"
         f"    multitask = MultitaskModel.from_pretrained({training_args.output_dir!r})\n"
-        f"    encoder = SentenceTransformer({encoder_dir!r})\n"
+        f"\nThe encoder alone, a sentence encoder checkpoint, is in {encoder_dir}."
+        + loading_instructions(encoder_dir).removeprefix(f"\nSaved to {encoder_dir}.")
     )
 
 
-def print_before_after(before: dict, after: dict) -> None:
-    """The dev metrics before training (--eval_on_start) and after, side by side."""
-    names = [key for key in after if key in before and not key.endswith(("_runtime", "_loss", "epoch"))]
-    print("\ndev metric               before    after")
-    for name in names:
-        print(f"{name:<24} {before[name]:>6.2f}   {after[name]:>6.2f}")
+def dev_figures(metrics: dict) -> dict[str, float]:
+    """The dev set's figures of `MultitaskTrainer.evaluate` (each task's loss and metrics, their average), without
+    the ``eval_`` prefix that `log_before_after` adds back."""
+    return {
+        name.removeprefix("eval_"): value
+        for name, value in metrics.items()
+        if name.startswith("eval_") and not name.endswith(("_runtime", "_per_second"))
+    }
 
 
 def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str, tokenizer, dev: dict) -> None:
@@ -256,4 +258,4 @@ def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str,
 
 
 if __name__ == "__main__":
-    run_script(main)
+    main()

@@ -25,16 +25,17 @@ from contrastive_hf.commands.scripts import (
     CorpusArguments,
     EncoderArguments,
     UsageError,
+    exit_on_usage_error,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
-    run_script,
     setup_logging,
     training_data_name,
 )
 from contrastive_hf.hub.model_card import card_info_from_trainer
+from contrastive_hf.recipes import sg_bert
 from contrastive_hf.recipes.sg_bert import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -70,10 +71,10 @@ class SelfGuidedArguments:
     )
 
 
-def main():
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser((EncoderArguments, SelfGuidedArguments, CorpusArguments, SelfGuidedTrainingArguments))
-    parser.set_defaults(max_seq_length=64)
-    encoder_args, sg_args, data_args, training_args = parse_arguments(parser)
+    encoder_args, sg_args, data_args, training_args = parse_arguments(parser, argv, defaults=sg_bert.DEFAULTS)
     setup_logging(training_args, logger, summary=True)
     if encoder_args.model_name_or_path is None:
         raise UsageError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
@@ -123,4 +124,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run_script(main)
+    main()

@@ -7,11 +7,11 @@ pairs are the positives and each premise's contradiction hypothesis is its hard 
 csv with columns ``sent0,sent1,hard_neg``). Both use SimCSE's InfoNCE at temperature 0.05 on the [CLS] vector through
 SimCSE's MLP head (one dense layer + tanh): in training only for ``unsup``, kept at inference for ``sup``.
 
-Each mode applies SimCSE's own hyper-parameters unless the flag is given (``SIMCSE_DEFAULTS``); the log shows the
-resolved values. Batch sizes are SimCSE's global ones, split over the processes of ``accelerate launch``. Optional:
-``--do_mlm`` (SimCSE's auxiliary MLM, weight ``--mlm_weight`` 0.1) and ``--prebatch_size C`` (a queue of the
-previous C batches' keys as extra negatives); every TrainingArguments flag works, and a single JSON file of the same
-keys does too. A small unsupervised run on the shipped Wikipedia sentences:
+Each mode applies SimCSE's own hyper-parameters unless the flag is given (``contrastive_hf.recipes.simcse.DEFAULTS``);
+the log shows the resolved values. Batch sizes are SimCSE's global ones, split over the processes of ``accelerate
+launch``. Optional: ``--do_mlm`` (SimCSE's auxiliary MLM, weight ``--mlm_weight`` 0.1) and ``--prebatch_size C`` (a
+queue of the previous C batches' keys as extra negatives); every TrainingArguments flag works, and a single JSON file
+of the same keys does too. A small unsupervised run on the shipped Wikipedia sentences:
 
     python examples/run_simcse.py --mode unsup --model_name_or_path bert-base-uncased \
         --train_file examples/demo/data/wiki1m_sample.txt --stsb_dev_file examples/demo/data/sts-dev.csv \
@@ -25,9 +25,7 @@ and supervised, on SimCSE's NLI triples (nli_for_simcse.csv from its repository,
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser
@@ -42,12 +40,11 @@ from contrastive_hf.commands.scripts import (
     PromptArguments,
     UsageError,
     as_usage_error,
+    exit_on_usage_error,
     finish_sentence_encoder_run,
     load_sentences,
     load_sts_dev,
     load_tokenizer,
-    read_json_settings,
-    run_script,
     setup_logging,
     training_data_name,
 )
@@ -124,18 +121,12 @@ class DataArguments(CorpusArguments):
     )
 
 
-def parse_arguments(argv: list[str]) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
+def parse_arguments(
+    argv: list[str] | None = None,
+) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
     """Flags, or a JSON file and flags, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
     parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    json_file = argv[0] if argv and argv[0].endswith(".json") else None
-    probe = argparse.ArgumentParser(add_help=False)
-    probe.add_argument("--mode")
-    mode = probe.parse_known_args(argv[1:] if json_file else argv)[0].mode  # argparse checks it later
-    if mode is None and json_file:
-        mode = read_json_settings(json_file).get("mode")
-        if mode not in simcse.MODES:
-            raise UsageError(f'{json_file} must set "mode" to one of {", ".join(simcse.MODES)}, got {mode!r}.')
-    return scripts.parse_arguments(parser, argv, defaults=simcse.mode_defaults(mode))
+    return scripts.parse_arguments(parser, argv, defaults=simcse.argument_defaults)
 
 
 def describe_hyperparameters(mode: str, *argument_groups) -> str:
@@ -169,11 +160,14 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
     return pairs
 
 
-def main(argv: list[str] | None = None):
-    model_args, data_args, training_args = parse_arguments(sys.argv[1:] if argv is None else argv)
+@exit_on_usage_error
+def main(argv: list[str] | None = None) -> None:
+    model_args, data_args, training_args = parse_arguments(argv)
     setup_logging(training_args, logger, summary=True)
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
 
+    if data_args.train_files and (data_args.train_file or data_args.dataset_name):
+        raise UsageError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
     tokenizer = load_tokenizer(model_args)
     overrides = {**ContrastiveModelArguments.config_overrides(model_args), **model_args.prompt_overrides()}
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
@@ -193,8 +187,6 @@ def main(argv: list[str] | None = None):
         include_prompt=model.config.include_prompt,
     )
     if data_args.train_files:
-        if data_args.train_file or data_args.dataset_name:
-            raise ValueError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
         with training_args.main_process_first(desc="training data"), as_usage_error():
             train_dataset, collator = simcse.build_mixture(
                 parse_named_files(data_args.train_files),
@@ -259,9 +251,5 @@ def main(argv: list[str] | None = None):
     )
 
 
-def simcse_queue(training_args) -> dict:
-    return {"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}
-
-
 if __name__ == "__main__":
-    run_script(main)
+    main()

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -63,6 +65,28 @@ def run_bounded(command: list[str], timeout: float | None, **popen_kwargs) -> su
             message = f"{script} still running after {timeout} s:\n{stdout[-3000:]}{stderr[-3000:]}"
             raise AssertionError(message) from None
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def example_script(name: str):
+    """``examples/<name>.py`` as a module, to call its ``main(argv)`` (or read its argument dataclasses) in this
+    process: no second interpreter start-up, the same code path as the command."""
+    if name not in sys.modules:
+        sys.path.insert(0, str(REPO_ROOT / "examples"))
+        try:
+            importlib.import_module(name)
+        finally:
+            sys.path.remove(str(REPO_ROOT / "examples"))
+    return sys.modules[name]
+
+
+def usage_error(name: str, argv: list[str], capsys) -> str:
+    """What ``examples/<name>.py`` prints on stderr when ``argv`` is refused as a usage mistake: ``main(argv)``, in
+    this process, exits with status 2, as the command does."""
+    capsys.readouterr()  # what came before
+    with pytest.raises(SystemExit) as exit_:
+        example_script(name).main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
 
 
 def free_port() -> int:

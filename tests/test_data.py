@@ -15,7 +15,7 @@ from accelerate.data_loader import prepare_data_loader
 from datasets import Dataset, DatasetDict, IterableDataset
 from torch.utils.data import DataLoader
 
-import contrastive_hf.data.corpus as data_module
+import contrastive_hf.data.reading as reading_module
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
@@ -35,6 +35,8 @@ from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import TEST_DATA, tiny_bert_config
 
+# the loggers of reading (files, streams) and of tokenizing (empty lines dropped)
+READING, TOKENIZING = "contrastive_hf.data.reading", "contrastive_hf.data.tokenizing"
 WIKIPEDIA_GZ = TEST_DATA / "corpus" / "enwiki_paragraphs.txt.gz"  # 30 Wikipedia paragraphs, gzipped
 
 LINES = [
@@ -69,10 +71,10 @@ def test_text_file_skips_empty_lines_and_logs(tmp_path, cache_dir, tokenizer, ca
     path = _write_text(tmp_path / "corpus.txt", LINES)
     corpus = load_corpus(str(path), cache_dir=cache_dir)
     assert corpus["text"] == LINES  # the text builder keeps every line; tokenize_corpus drops the empty ones
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=TOKENIZING):
         tokenized = tokenize_corpus(corpus, tokenizer, max_seq_length=16)
     skipped = len(LINES) - len(NON_EMPTY)
-    records = [record for record in caplog.records if record.name == "contrastive_hf.data.corpus"]
+    records = [record for record in caplog.records if record.name == TOKENIZING]
     assert len(records) == 1
     assert records[0].levelno == logging.WARNING
     assert f"Skipped {skipped} empty line(s) of {len(LINES)}" in records[0].getMessage()
@@ -87,9 +89,9 @@ def test_text_file_skips_empty_lines_and_logs(tmp_path, cache_dir, tokenizer, ca
 
 def test_no_warning_without_empty_lines(tmp_path, cache_dir, tokenizer, caplog):
     path = _write_text(tmp_path / "clean.txt", NON_EMPTY)
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=TOKENIZING):
         tokenized = tokenize_corpus(load_corpus(path, cache_dir=cache_dir), tokenizer)
-    assert not [record for record in caplog.records if record.name == "contrastive_hf.data.corpus"]
+    assert not [record for record in caplog.records if record.name == TOKENIZING]
     assert len(tokenized) == len(NON_EMPTY)
 
 
@@ -125,7 +127,7 @@ def test_an_empty_file_is_named_and_skipped_or_refused_when_alone(tmp_path, cach
 
     present = tmp_path / f"present{name[6:]}"
     present.write_text({"corpus.txt": "one\n", "corpus.csv": "text\none\n", "corpus.jsonl": '{"text": "one"}\n'}[name])
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=READING):
         corpus = load_corpus([str(present), str(empty)], cache_dir=cache_dir, streaming=streaming)
     assert [row["text"] for row in corpus] == ["one"]
     assert f"Skipped 1 empty (0-byte) training file(s): {empty}." in caplog.text
@@ -207,7 +209,7 @@ def test_csv_with_text_column(tmp_path, cache_dir, tokenizer, caplog):
     path.write_text('id,text\n1,hello world\n2,\n3,"second line, with a comma"\n', encoding="utf-8")
     corpus = load_corpus(str(path), cache_dir=cache_dir)
     assert set(corpus.column_names) == {"id", "text"}
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=TOKENIZING):
         tokenized = tokenize_corpus(corpus, tokenizer)  # "text" is picked without being named
     assert "Skipped 1 empty line(s) of 3" in caplog.text
     assert tokenized["input_ids"] == [
@@ -268,7 +270,7 @@ def test_dataset_dict_uses_train_split(tokenizer):
 
 def test_non_string_values_are_skipped(tokenizer, caplog):
     corpus = Dataset.from_dict({"text": ["kept", None, "also kept"]})
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=TOKENIZING):
         tokenized = tokenize_corpus(corpus, tokenizer)
     assert len(tokenized) == 2
     assert "Skipped 1 empty line(s) of 3" in caplog.text
@@ -333,7 +335,7 @@ def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, c
     stream = text_stream(str(path))
     assert isinstance(stream, IterableDataset)
     assert 4 < stream.n_shards <= 64
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=READING):
         rows = list(stream)
     expected = [(line, offset) for line, offset in zip(lines, offsets, strict=True) if line]
     assert [(row["text"], row["example_index"]) for row in rows] == expected  # in order, each once
@@ -348,13 +350,13 @@ def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, c
 def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     path, lines, _ = _big_text(tmp_path)
     opened = []
-    original = data_module._read_text_shards
+    original = reading_module._read_text_shards
 
     def recording(shards):
         opened.append(list(shards))
         yield from original(shards)
 
-    monkeypatch.setattr(data_module, "_read_text_shards", recording)
+    monkeypatch.setattr(reading_module, "_read_text_shards", recording)
     stream = text_stream(str(path))
     size = path.stat().st_size
     seen, ranges = [], []
@@ -455,7 +457,7 @@ def test_shards_without_a_line_end_the_stream_instead_of_spinning(tmp_path, capl
     stream = stream_passes(text_stream(str(path)), None, processes=2, shard_names=text_shards(str(path)))
     assert stream.n_shards == 2
     assert len(list(itertools.islice(stream.shard(num_shards=2, index=0), 5))) == 5  # one line, read endlessly
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=READING):
         assert list(stream.shard(num_shards=2, index=1)) == []
     expected = "no example for process 1 of 2 (shards 1-1 of the stream's 2: one_line.txt bytes 5000-10000)"
     assert expected in caplog.text
@@ -545,7 +547,7 @@ def test_streamed_csv_and_its_empty_lines(tmp_path, tokenizer, caplog):
     path.write_text('text\nhello world\n""\nsecond line\n', encoding="utf-8")
     stream = load_corpus(str(path), streaming=True)
     assert isinstance(stream, IterableDataset)
-    with caplog.at_level(logging.WARNING, logger="contrastive_hf.data.corpus"):
+    with caplog.at_level(logging.WARNING, logger=TOKENIZING):
         rows = list(tokenize_corpus(stream, tokenizer))
     assert [row["input_ids"] for row in rows] == [tokenizer("hello world")["input_ids"],
                                                    tokenizer("second line")["input_ids"]]  # fmt: skip

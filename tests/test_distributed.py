@@ -20,7 +20,8 @@ VOCAB = 60
 NT_XENT = {"contrastive_loss": "nt_xent", "num_views": 2}
 INFO_NCE_HARD = {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3}
 GRAD_CACHE = {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True}  # chunks of 2 on each process
-SG_BERT = {"sg_bert": "base"}
+# SG-BERT's objectives: base and opt2 through in_batch_loss, opt1 and opt3 on the same gathered global batch
+SG_BERT = {loss: {"sg_bert": loss} for loss in ("base", "opt1", "opt2", "opt3")}
 # name: (settings, sentences on process 0 and on process 1, with sentence ids holding duplicates across processes)
 CASES = {
     "nt_xent": (NT_XENT, (3, 3), False),
@@ -31,7 +32,7 @@ CASES = {
     "uneven_grad_cache_duplicates": (GRAD_CACHE, (3, 5), True),
     "one_row_nt_xent_duplicates": (NT_XENT, (1, 5), True),
     "one_row_info_nce_hard_duplicates": (INFO_NCE_HARD, (5, 1), True),
-    "uneven_sg_bert": (SG_BERT, (5, 3), False),
+    **{f"uneven_sg_bert_{loss}": (settings, (5, 3), False) for loss, settings in SG_BERT.items()},
 }
 
 

@@ -16,6 +16,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoConfig, AutoModel, BertModel
 
+import contrastive_hf.models.distributed as distributed
 import contrastive_hf.models.objectives as objectives
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
@@ -269,10 +270,10 @@ def test_gathered_loss_scores_local_queries_against_every_process_passages(monke
     mine = torch.randn(3, 3, 8, generator=generator, requires_grad=True)
     other_ids, my_ids = torch.arange(9).view(3, 3), torch.arange(9).view(3, 3) + 9
     my_ids[0, 1] = other_ids[2, 1]  # a positive duplicated across processes
-    monkeypatch.setattr(objectives, "world_size", lambda: 2)
-    monkeypatch.setattr(objectives, "rank", lambda: 1)
-    monkeypatch.setattr(objectives, "gather_sizes", lambda size, device: [3, size])
-    monkeypatch.setattr(objectives, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    monkeypatch.setattr(distributed, "gather_sizes", lambda size, device: [3, size])
+    monkeypatch.setattr(distributed, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
     monkeypatch.setattr(objectives, "gather_no_grad", lambda t, sizes: torch.cat([other_ids, t]))
     loss, negatives = model.compute_contrastive_loss(mine, sentence_ids=my_ids, gather_across_devices=True)
     everyone = torch.cat([other, mine.detach()])

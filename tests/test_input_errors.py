@@ -13,12 +13,11 @@ import pytest
 import torch
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.commands.scripts import UsageError
 from contrastive_hf.data.collators import PairCollator
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.recipes.dpr import QueryPassageCollator
 
-from conftest import DEMO_DATA, REPO_ROOT, tiny_bert_config
+from conftest import DEMO_DATA, tiny_bert_config, usage_error
 
 LONG_PROMPT = "represent this sentence for searching relevant passages: "  # 15 tokens with [CLS] and [SEP]
 
@@ -36,17 +35,6 @@ def checkpoint(tmp_path_factory, request):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-@pytest.fixture(scope="module")
-def run_simcse():
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        import run_simcse
-
-        yield run_simcse
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
 
 
 def simcse_sup_arguments(checkpoint, tmp_path, *extra: str) -> list[str]:
@@ -87,10 +75,10 @@ def test_a_prompt_that_fills_the_maximum_length_is_refused_by_encode(tokenizer):
         model.encode(["a sentence"], tokenizer=tokenizer, prompt_name="long", max_length=12)
 
 
-def test_run_simcse_refuses_a_prompt_that_fills_max_seq_length_as_a_usage_error(run_simcse, checkpoint, tmp_path):
+def test_run_simcse_refuses_a_prompt_that_fills_max_seq_length_as_a_usage_error(checkpoint, tmp_path, capsys):
     arguments = simcse_sup_arguments(checkpoint, tmp_path, "--max_seq_length", "8", "--query_prompt", LONG_PROMPT)
-    with pytest.raises(UsageError, match=r"set max_length \(--max_seq_length\) to at least 16"):
-        run_simcse.main(arguments)
+    error = usage_error("run_simcse", arguments, capsys)
+    assert error.startswith("run_simcse.py: error: The prompt") and "--max_seq_length) to at least 16." in error
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,9 +101,9 @@ def test_truncate_dim_above_the_embedding_size_is_refused():
         DualEncoderConfig(query_encoder=tiny_bert_config(), truncate_dim=64)
 
 
-def test_run_simcse_refuses_truncate_dim_above_the_embedding_size_as_a_usage_error(run_simcse, checkpoint, tmp_path):
-    with pytest.raises(UsageError, match=r"truncate_dim must be a size in 1\.\.32 .* got 10000"):
-        run_simcse.main(simcse_sup_arguments(checkpoint, tmp_path, "--truncate_dim", "10000"))
+def test_run_simcse_refuses_truncate_dim_above_the_embedding_size_as_a_usage_error(checkpoint, tmp_path, capsys):
+    error = usage_error("run_simcse", simcse_sup_arguments(checkpoint, tmp_path, "--truncate_dim", "10000"), capsys)
+    assert error.startswith("run_simcse.py: error: truncate_dim must be a size in 1..32") and "got 10000" in error
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import torch
 from scipy.stats import spearmanr
 
 import contrastive_hf.models.distributed as distributed
-import contrastive_hf.models.objectives as objectives
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.evaluation import STSData, evaluate_sts_per_dimension
 from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card
@@ -90,11 +89,10 @@ def test_gathered_negatives_are_truncated_with_this_process_s_vectors(monkeypatc
     model = pretraining_model(matryoshka_weights=WEIGHTS)
     generator = torch.Generator().manual_seed(3)
     other, mine = torch.randn(3, 2, 32, generator=generator), torch.randn(2, 2, 32, generator=generator)
-    monkeypatch.setattr(objectives, "world_size", lambda: 2)
-    monkeypatch.setattr(objectives, "rank", lambda: 1)
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
     monkeypatch.setattr(distributed, "rank", lambda: 1)
-    monkeypatch.setattr(objectives, "gather_sizes", lambda size, device: [3, size])
-    monkeypatch.setattr(objectives, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
+    monkeypatch.setattr(distributed, "gather_sizes", lambda size, device: [3, size])
+    monkeypatch.setattr(distributed, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
     loss, _ = model.compute_contrastive_loss(mine, gather_across_devices=True)
     everyone = torch.cat([other, mine])
     expected = by_hand(lambda d: info_nce(mine[:, 0, :d], everyone[:, 1, :d], 0.05, positive_offset=3)) * 2 * 2 / 5

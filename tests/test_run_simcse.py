@@ -13,8 +13,9 @@ import torch
 from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveModel
+from contrastive_hf.commands.scripts import UsageError
 
-from conftest import DEMO_DATA, REPO_ROOT, tiny_bert_config
+from conftest import DEMO_DATA, REPO_ROOT, example_script, tiny_bert_config
 
 DEMO = REPO_ROOT / "examples" / "demo"
 SNLI_TRIPLES = DEMO_DATA / "nli_sample.csv"
@@ -23,13 +24,7 @@ SNLI_TRIPLES = DEMO_DATA / "nli_sample.csv"
 @pytest.fixture(scope="module")
 def run_simcse():
     """The script as a module (for its argument parsing and data loading, without training)."""
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        import run_simcse
-
-        yield run_simcse
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
+    return example_script("run_simcse")
 
 
 def snli_slice(path, rows: int) -> str:
@@ -120,7 +115,7 @@ def test_pair_columns_the_data_lacks_are_a_usage_error(run_simcse, tmp_path):
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(DEMO / "tokenizer")
     collator = run_simcse.simcse.build_collator("sup", tokenizer, pair_columns=["foo", "bar"])
-    with pytest.raises(run_simcse.UsageError, match=r"\['foo', 'bar'\] are not in .* --pair_columns"):
+    with pytest.raises(UsageError, match=r"\['foo', 'bar'\] are not in .* --pair_columns"):
         run_simcse.load_pairs(data_args, collator, None)
 
 
@@ -133,8 +128,13 @@ def test_mode_is_required_and_checked(run_simcse, tmp_path, capsys):
     assert "invalid choice: 'semi'" in capsys.readouterr().err
     settings = tmp_path / "run.json"
     settings.write_text(json.dumps({"output_dir": "x"}))
-    with pytest.raises(ValueError, match='must set "mode" to one of unsup, sup'):
+    with pytest.raises(SystemExit):
         run_simcse.parse_arguments([str(settings)])
+    assert f'{settings} must set "mode" (--mode): one of unsup, sup.' in capsys.readouterr().err
+    settings.write_text(json.dumps({"output_dir": "x", "mode": "semi"}))
+    with pytest.raises(SystemExit):
+        run_simcse.parse_arguments([str(settings)])
+    assert f"{settings}: \"mode\" must be one of unsup, sup, got 'semi'." in capsys.readouterr().err
 
 
 def test_sup_batches_are_triplets_and_incomplete_rows_are_dropped(run_simcse, tmp_path, tokenizer):

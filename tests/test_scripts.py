@@ -19,7 +19,7 @@ from contrastive_hf.commands.scripts import (
 )
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import DEMO_DATA, REPO_ROOT
+from conftest import DEMO_DATA, example_script, usage_error
 
 
 def parser() -> HfArgumentParser:
@@ -73,6 +73,29 @@ def test_recipe_defaults_apply_under_what_is_given(tmp_path):
         assert (training.seed, training.learning_rate) == (3, 1e-4)
 
 
+def test_defaults_that_follow_a_given_setting_read_it_from_the_flags_or_the_settings_file(tmp_path):
+    """As SimCSE's follow its --mode: the function gets what the flags and the file set, typed, and nothing else."""
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"output_dir": "out", "seed": 3}))
+    given = []
+
+    def by_seed(settings_given):
+        given.append(dict(settings_given))
+        return {"learning_rate": 1e-4 if settings_given.get("seed") == 3 else 2e-4}
+
+    rates = []
+    for argv in ([str(settings)], ["--output_dir", "out", "--seed", "3"], [str(settings), "--seed", "4"]):
+        *_, training = parse_arguments(parser(), argv, defaults=by_seed)
+        rates.append(training.learning_rate)
+    assert rates == [1e-4, 1e-4, 2e-4]
+    assert given == [{"output_dir": "out", "seed": 3}] * 2 + [{"output_dir": "out", "seed": 4}]
+
+
+def test_defaults_for_what_is_not_an_argument_are_a_bug_of_the_recipe():
+    with pytest.raises(ValueError, match=r"Defaults for \['span_words'\], which are not arguments of this script"):
+        parse_arguments(parser(), ["--output_dir", "out"], defaults={"span_words": 8})
+
+
 def test_local_files_that_do_not_exist_are_refused_before_anything_loads(tmp_path, capsys):
     missing = str(tmp_path / "corpus.txt")
     error = error_of(["--train_file", missing, "--output_dir", "out"], capsys)
@@ -88,11 +111,7 @@ def test_local_files_that_do_not_exist_are_refused_before_anything_loads(tmp_pat
 
 
 def test_a_missing_task_folder_of_run_multitask_is_one_line(tmp_path, capsys):
-    sys.path.insert(0, str(REPO_ROOT / "examples"))
-    try:
-        import run_multitask
-    finally:
-        sys.path.remove(str(REPO_ROOT / "examples"))
+    run_multitask = example_script("run_multitask")
     multitask = HfArgumentParser(
         (run_multitask.ModelArguments, run_multitask.DataArguments, run_multitask.MultitaskTrainingArguments)
     )
@@ -127,6 +146,28 @@ def test_run_script_prints_usage_errors_and_missing_files_as_one_line(monkeypatc
         run_script(bug)
 
 
+@pytest.mark.parametrize(
+    "script,argv,message",
+    [
+        ("run_clear", [], "Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used)."),
+        ("run_simcse", ["--mode", "unsup"], "Give --tokenizer_name"),
+        (
+            "run_simcse",
+            ["--mode", "sup", "--train_files", "nli=nli.csv", "--dataset_name", "snli"],
+            "Give --train_files (several datasets) or --train_file / --dataset_name, not both.",
+        ),
+        ("run_declutr", [], "Give --tokenizer_name"),
+        ("run_dpr", [], "Give --tokenizer_name"),
+        ("run_sg_bert", [], "SG-BERT tunes a pretrained encoder: give --model_name_or_path"),
+        ("run_multitask", ["--model_name_or_path", "m"], "No task to train on: give at least one of --sst_dir"),
+    ],
+)
+def test_every_scripts_main_ends_a_usage_mistake_with_one_line_and_status_2(script, argv, message, tmp_path, capsys):
+    """``main(argv)`` in process, as the command runs it (`exit_on_usage_error`): the line names the script."""
+    error = usage_error(script, [*argv, "--output_dir", str(tmp_path), "--report_to", "none"], capsys)
+    assert error.startswith(f"{script}.py: error: {message}") and len(error.splitlines()) == 1
+
+
 def test_before_and_after_are_printed_side_by_side():
     after = {"stsb_spearman": 82.4612, "stsb_alignment": 0.31234}
     before = {"stsb_spearman": 79.7328, "stsb_alignment": 0.25}
@@ -148,20 +189,20 @@ def test_before_and_after_are_printed_side_by_side():
 
 def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):
     from contrastive_hf.commands.scripts import load_sentences
-    from contrastive_hf.data import corpus as corpus_module
+    from contrastive_hf.data import tokenizing as tokenizing_module
 
     lines = (DEMO_DATA / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:200]
     path = tmp_path / "corpus.txt"
     path.write_text("\n".join(lines[:3] + ["", "  "] + lines[3:]) + "\n", encoding="utf-8")  # 2 empty lines early
     training = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none")
     tokenized_rows = []
-    tokenize_corpus = corpus_module.tokenize_corpus
+    tokenize_corpus = tokenizing_module.tokenize_corpus
 
     def counting(corpus, *args, **kwargs):
         tokenized_rows.append(len(corpus))
         return tokenize_corpus(corpus, *args, **kwargs)
 
-    monkeypatch.setattr(corpus_module, "tokenize_corpus", counting)
+    monkeypatch.setattr(tokenizing_module, "tokenize_corpus", counting)
     whole = load_sentences(CorpusArguments(train_file=str(path), max_seq_length=24), tokenizer, training)
     first = load_sentences(
         CorpusArguments(train_file=str(path), max_seq_length=24, max_train_samples=10), tokenizer, training

@@ -18,6 +18,7 @@ from safetensors import safe_open
 from transformers import AutoTokenizer, BertModel
 
 import contrastive_hf  # noqa: F401  (registers the model type)
+import contrastive_hf.models.distributed as distributed
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.evaluation import STSData, evaluate_sts, read_stsbenchmark
 from contrastive_hf.recipes.sg_bert import (
@@ -187,24 +188,41 @@ def test_the_losses_differ_as_the_paper_says():
     assert len({round(value, 4) for value in values}) == 3
 
 
+def replace_collectives(monkeypatch, rank: int, sizes: tuple[int, ...], global_batch: torch.Tensor) -> None:
+    """This process is ``rank`` of ``len(sizes)`` (holding ``sizes[rank]`` rows), and what it gathers is
+    ``global_batch`` with its own rows, the ones it passes, in their place (so that their gradient path is kept)."""
+    rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+
+    def gather_with_grad(tensor, gathered_sizes):
+        assert torch.equal(tensor, global_batch[rows]) and list(gathered_sizes) == list(sizes)
+        return torch.cat([global_batch[: rows.start], tensor, global_batch[rows.stop :]])
+
+    monkeypatch.setattr(distributed, "world_size", lambda: len(sizes))
+    monkeypatch.setattr(distributed, "rank", lambda: rank)
+    monkeypatch.setattr(distributed, "gather_sizes", lambda size, device: list(sizes))
+    monkeypatch.setattr(distributed, "gather_with_grad", gather_with_grad)
+
+
 @pytest.mark.parametrize("name", list(FAST_AND_SLOW))
-def test_local_losses_against_gathered_rows_average_to_the_global_loss(name):
-    """What each of 2 processes computes with the gathered batch (its rows at `offset`) averages to the global loss."""
+def test_each_process_s_loss_on_the_gathered_batch_averages_to_the_global_loss(name, monkeypatch):
+    """2 processes of 4 and 2 sentences, the collectives replaced: each scores its rows at its offset in the global
+    batch, scaled by its share, and the mean over the processes is the loss of the whole batch (with real collectives,
+    on 2 gloo processes: tests/test_distributed.py)."""
     c, h, layer_h = _inputs(b=6)
-    halves = [slice(0, 3), slice(3, 6)]
-    if name == "base":
-        local = [self_guided_base_loss(c[s], h[s], 0.1, c, h, s.start) for s in halves]
-        whole = self_guided_base_loss(c, h, 0.1)
-    elif name == "opt1":
-        local = [self_guided_opt1_loss(c[s], h[s], 0.1, c, h, s.start) for s in halves]
-        whole = self_guided_opt1_loss(c, h, 0.1)
-    elif name == "opt2":
-        local = [self_guided_opt2_loss(c[s], h[s], 0.1, h, s.start) for s in halves]
-        whole = self_guided_opt2_loss(c, h, 0.1)
-    else:
-        local = [self_guided_opt3_loss(c[s], layer_h[s], 0.1, layer_h, s.start) for s in halves]
-        whole = self_guided_opt3_loss(c, layer_h, 0.1)
-    torch.testing.assert_close(sum(local) / 2, whole)
+    loss = {
+        "base": self_guided_base_loss,
+        "opt1": self_guided_opt1_loss,
+        "opt2": self_guided_opt2_loss,
+        "opt3": self_guided_opt3_loss,
+    }[name]
+    views = layer_h if name == "opt3" else h
+    global_batch = layer_h if name == "opt3" else torch.stack([c, h], dim=1)  # what each loss gathers
+    sizes, local = (4, 2), []
+    for rank, rows in enumerate((slice(0, 4), slice(4, 6))):
+        replace_collectives(monkeypatch, rank, sizes, global_batch)
+        local.append(loss(c[rows], views[rows], 0.1, gather_across_devices=True))
+    monkeypatch.undo()
+    torch.testing.assert_close(sum(local) / 2, loss(c, views, 0.1))
 
 
 # --- views, sampler, regulariser -------------------------------------------------------------------------------------

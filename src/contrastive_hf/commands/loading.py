@@ -14,7 +14,7 @@ from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its
 from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
-from .scripts import UsageError, as_usage_error
+from .errors import UsageError, as_usage_error
 
 __all__ = [
     "load_pretraining_model",

@@ -1,8 +1,9 @@
 """Text in, batches out: corpora (files, Hub, streaming), CLEAR's augmentations on token ids, synonyms, and the
 collators that turn sentences into views.
 
-``corpus`` (reading and tokenizing), ``augmentations`` and ``synonyms`` (views), ``collators`` (batches),
-``seeding`` and ``token_batch`` (keyed random draws and padded arrays, shared by all of them).
+``reading`` and ``tokenizing`` (a corpus from files, the Hub or a stream; ``corpus`` exports both), ``augmentations``
+and ``synonyms`` (views), ``collators`` (batches), ``seeding`` and ``token_batch`` (keyed random draws and padded
+arrays, shared by all of them).
 """
 
 from __future__ import annotations
@@ -10,21 +11,19 @@ from __future__ import annotations
 from .._lazy import lazy_exports
 
 _EXPORTS = {
-    **{
-        name: ".corpus"
-        for name in (
-            "first_examples",
+    **dict.fromkeys(
+        (
             "load_corpus",
-            "tokenize_corpus",
+            "first_examples",
             "text_stream",
             "text_shards",
-            "split_into_sentences",
             "prepare_streaming",
-            "special_token_frame",
             "resolve_text_column",
             "EmptyCorpusError",
-        )
-    },
+        ),
+        ".reading",
+    ),
+    **dict.fromkeys(("tokenize_corpus", "split_into_sentences", "special_token_frame"), ".tokenizing"),
     "ContrastiveDataCollator": ".collators",
     "PairCollator": ".collators",
     "EXAMPLE_INDEX_COLUMN": ".seeding",

@@ -10,7 +10,7 @@
 Every random draw (augmentations, MLM masking) is derived from (seed, epoch, example, view), see
 `contrastive_hf.data.seeding`: a run resumed from a checkpoint sees exactly the views of the uninterrupted run, and a
 sentence's views do not depend on the batch it is in. The example is the ``example_index`` column when the dataset
-has one (`contrastive_hf.data.corpus.tokenize_corpus` adds it), otherwise a hash of the sentence's token ids.
+has one (`contrastive_hf.data.tokenizing.tokenize_corpus` adds it), otherwise a hash of the sentence's token ids.
 """
 
 from __future__ import annotations
@@ -407,7 +407,7 @@ class ContrastiveDataCollator:
         if (sentences.lengths == 0).any():
             raise ValueError(
                 f"Example {int(np.argmin(sentences.lengths))} of the batch has no tokens; drop empty examples "
-                "before training (contrastive_hf.data.corpus.tokenize_corpus does)."
+                "before training (contrastive_hf.data.tokenize_corpus does)."
             )
         identities = example_identities(features, sentences)
         size, views_per = len(sentences), self.num_views

@@ -24,7 +24,15 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["world_size", "rank", "gather_sizes", "gather_with_grad", "gather_no_grad", "share_of_global_mean"]
+__all__ = [
+    "world_size",
+    "rank",
+    "gather_sizes",
+    "gather_with_grad",
+    "gather_no_grad",
+    "gather_global_batch",
+    "share_of_global_mean",
+]
 
 
 def world_size() -> int:
@@ -89,6 +97,16 @@ def gather_no_grad(tensor: torch.Tensor, sizes: list[int] | None = None) -> torc
         return tensor
     sizes = gather_sizes(tensor.shape[0], tensor.device) if sizes is None else sizes
     return _all_gather_rows(tensor, sizes)
+
+
+def gather_global_batch(tensor: torch.Tensor) -> tuple[torch.Tensor, int, list[int] | None]:
+    """The global batch of a per-process ``(B_r, ...)`` tensor: ``(every rank's rows in rank order, with gradient;
+    where this rank's rows start in them; every rank's B_r)``, and ``(tensor, 0, None)`` when not distributed. The
+    ranks may hold different numbers of rows."""
+    if world_size() == 1:
+        return tensor, 0, None
+    sizes = gather_sizes(tensor.shape[0], tensor.device)
+    return gather_with_grad(tensor, sizes), sum(sizes[: rank()]), sizes
 
 
 def share_of_global_mean(local_mean: torch.Tensor, sizes: list[int] | None) -> torch.Tensor:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .distributed import gather_no_grad, gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
+from .distributed import gather_global_batch, gather_no_grad, share_of_global_mean
 from .losses import SIMILARITIES, duplicate_mask, info_nce, loss_dtype, nt_xent
 
 __all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "matryoshka_loss", "cached_gradient_surrogate"]
@@ -91,11 +91,10 @@ def in_batch_loss(
         raise ValueError(f"Unknown similarity {similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
     batch_size, num_views = embeddings.shape[:2]
     everyone, everyone_ids, offset, sizes = embeddings, sentence_ids, 0, None
-    if gather_across_devices and world_size() > 1:
-        sizes = gather_sizes(batch_size, embeddings.device)  # batch sizes may differ between processes
-        everyone = gather_with_grad(embeddings, sizes)  # (M, S, d), in rank order
-        everyone_ids = None if sentence_ids is None else gather_no_grad(sentence_ids, sizes)
-        offset = sum(sizes[: rank()])
+    if gather_across_devices:
+        everyone, offset, sizes = gather_global_batch(embeddings)  # (M, S, d), in rank order; sizes may differ
+        if sizes is not None and sentence_ids is not None:
+            everyone_ids = gather_no_grad(sentence_ids, sizes)
     local = torch.arange(batch_size, device=embeddings.device)
     total = everyone.shape[0]
 

@@ -10,13 +10,15 @@ Its parts are the library's core, so this recipe only names them and their paper
   [CLS] through its pooler, a 2-layer MLP projection used in training only, NT-Xent at tau 0.05,
   ``mlm_weight = cl_weight = 1``);
 * the command: ``examples/run_clear.py``.
+
+Its card and (empty) defaults are the shape every recipe has (`contrastive_hf.recipes`).
 """
 
 from __future__ import annotations
 
 from ..hub.method_cards import register_method_card
 
-__all__ = ["MODEL_CARD"]
+__all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS"]
 
 MODEL_CARD = {
     "name": "CLEAR",
@@ -27,4 +29,7 @@ MODEL_CARD = {
     "  author={Wu, Zhuofeng and Wang, Sinong and Gu, Jiatao and Khabsa, Madian and Sun, Fei and Ma, Hao},\n"
     "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
 }
-register_method_card(MODEL_CARD)
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+# CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and run_clear.py's view flags'): nothing to set.
+DEFAULTS: dict = {}
+register_method_card(*MODEL_CARDS.values())

@@ -28,13 +28,15 @@ from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
 from ..data.collators import MLM_VIEW, content_hashes, example_identities, mlm_copy
-from ..data.corpus import resolve_text_column, special_token_frame
+from ..data.reading import resolve_text_column
 from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
 from ..data.synonyms import word_start_table
 from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
+from ..data.tokenizing import special_token_frame
 from ..hub.method_cards import register_method_card
 
 __all__ = [
+    "MODEL_CARDS",
     "MODEL_CARD",
     "DEFAULTS",
     "SPAN_VIEWS",
@@ -57,11 +59,13 @@ MODEL_CARD = {
     "Textual Representations},\n  author={Giorgi, John and Nitski, Osvald and Wang, Bo and Bader, Gary},\n"
     "  booktitle={ACL-IJCNLP},\n  year={2021}\n}",
 }
-register_method_card(MODEL_CARD)
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+register_method_card(*MODEL_CARDS.values())
 SPAN_WORDS = 32  # words per span
 SPAN_MASK_PROBABILITY = 0.15  # tokens masked in each copy of a slice view
-# The recipe's model and data defaults (examples/run_declutr.py's): DeCLUTR mean-pools the token embeddings, and its
-# three-view batches (a hard negative span) need InfoNCE; spans of 32 words fit in 128 tokens.
+# The recipe's model and data defaults (examples/run_declutr.py's; its span flags default to SPAN_*): DeCLUTR
+# mean-pools the token embeddings, and its three-view batches (a hard negative span) need InfoNCE; spans of 32 words
+# fit in 128 tokens.
 DEFAULTS = {"pooler_type": "mean", "contrastive_loss": "info_nce", "max_seq_length": 128}
 
 

@@ -18,12 +18,14 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ..data.collators import RolePrompts, column_views, first_example, negative_columns, sentence_ids
-from ..data.corpus import drop_incomplete_rows
+from ..data.reading import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 from ..hub.method_cards import register_method_card
 
 __all__ = [
+    "MODEL_CARDS",
     "MODEL_CARD",
+    "DEFAULTS",
     "QUERY_COLUMN_CANDIDATES",
     "POSITIVE_COLUMN_CANDIDATES",
     "HARD_NEGATIVE_COLUMN_CANDIDATES",
@@ -46,7 +48,11 @@ MODEL_CARD = {
     "Answering},\n  author={Karpukhin, Vladimir and O{\\u{g}}uz, Barlas and Min, Sewon and Lewis, Patrick and Wu, "
     "Ledell and Edunov, Sergey and Chen, Danqi and Yih, Wen-tau},\n  booktitle={EMNLP},\n  year={2020}\n}",
 }
-register_method_card(MODEL_CARD)
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+# DPR's settings are its parts' own defaults (`DualEncoderConfig`: the [CLS] state, inner products; the collator's
+# 64 / 256 tokens), which run_dpr.py's flags take: nothing to set.
+DEFAULTS: dict = {}
+register_method_card(*MODEL_CARDS.values())
 
 # Column names tried, in order, when none is given: ours, then common Hub layouts (sentence-transformers' query/answer,
 # SimCSE's NLI sent0/sent1/hard_neg, anchor/positive/negative).

@@ -9,22 +9,27 @@
 Both train InfoNCE at temperature 0.05 on the [CLS] vector through SimCSE's MLP head (one dense layer and tanh):
 in training only for ``unsup``, kept at inference for ``sup``. This module holds the recipe's defaults (its paper's
 §3-4 and Appendix A, and its released ``run_unsup_example.sh`` / ``run_sup_example.sh``), its model configuration,
-its batches and its model-card text; ``examples/run_simcse.py`` is the command.
+its batches and its model-card texts, in the shape of every recipe (`contrastive_hf.recipes`);
+``examples/run_simcse.py`` is the command.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from ..data.seeding import EXAMPLE_INDEX_COLUMN
 from ..hub.method_cards import register_method_card
 
 __all__ = [
+    "MODEL_CARDS",
+    "DEFAULTS",
     "MODES",
     "SIMCSE_DEFAULTS",
     "SIMCSE_HEAD",
-    "MODEL_CARDS",
+    "argument_defaults",
     "mode_defaults",
     "model_config",
     "build_collator",
@@ -46,9 +51,9 @@ _MODEL = {
     "contrastive_loss": "info_nce",
     "hard_negative_weight": 0.0,
 }
-# Each mode's hyper-parameters for BERT-base. "batch_size" is the global batch: each process gets
-# batch_size / WORLD_SIZE (--per_device_train_batch_size); max length 32 in both.
-SIMCSE_DEFAULTS = {
+# Each mode's hyper-parameters for BERT-base, as run_simcse.py's arguments (`argument_defaults`), except "batch_size",
+# the global batch: each process gets batch_size / WORLD_SIZE (--per_device_train_batch_size); max length 32 in both.
+DEFAULTS = {
     "unsup": {
         **_MODEL,
         "batch_size": 64,
@@ -69,6 +74,8 @@ SIMCSE_DEFAULTS = {
         "mlm_weight": 0.1,
     },
 }
+
+SIMCSE_DEFAULTS = DEFAULTS  # the name of 0.1
 
 _BIBTEX = (
     "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence Embeddings},\n"
@@ -94,13 +101,19 @@ MODEL_CARDS = {
 register_method_card(*MODEL_CARDS.values())
 
 
+def argument_defaults(given: Mapping[str, Any]) -> dict:
+    """run_simcse.py's defaults for the settings ``given`` on its command line or in its settings file: the table of
+    their ``mode`` (`mode_defaults`), for `commands.arguments.parse_arguments`."""
+    return mode_defaults(given.get("mode"))
+
+
 def mode_defaults(mode: str | None, world_size: int | None = None) -> dict:
     """SimCSE's defaults for ``mode`` as argument values: model configuration, ``per_device_train_batch_size`` (the
     global batch over ``world_size`` processes; default: ``WORLD_SIZE`` as `accelerate launch` sets it), learning
     rate, epochs, max length. {} for a missing or unknown mode (an argument parser then reports it)."""
-    if mode not in SIMCSE_DEFAULTS:
+    if mode not in DEFAULTS:
         return {}
-    defaults = dict(SIMCSE_DEFAULTS[mode])
+    defaults = dict(DEFAULTS[mode])
     world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
     defaults["per_device_train_batch_size"] = max(1, defaults.pop("batch_size") // world_size)
     return defaults
@@ -111,7 +124,7 @@ def model_config(mode: str, do_mlm: bool = False, **overrides) -> dict:
     and with ``do_mlm`` its auxiliary MLM term."""
     if mode not in MODES:
         raise ValueError(f"Unknown SimCSE mode {mode!r}: choose one of {', '.join(MODES)}.")
-    config = {name: SIMCSE_DEFAULTS[mode][name] for name in (*_MODEL, "projection_at_inference", "mlm_weight")}
+    config = {name: DEFAULTS[mode][name] for name in (*_MODEL, "projection_at_inference", "mlm_weight")}
     config.update(SIMCSE_HEAD, cl_weight=1.0, **overrides)
     if not do_mlm:
         config["mlm_weight"] = 0.0
@@ -166,7 +179,7 @@ def prepare_pairs(corpus, collator, num_proc: int | None = None):
     collator, so that every batch uses the same), rows missing any of them dropped and counted, and each row numbered
     (`EXAMPLE_INDEX_COLUMN`, from which its MLM masks are drawn). The texts stay text: the collator tokenizes each
     batch."""
-    from ..data.corpus import drop_incomplete_rows
+    from ..data.reading import drop_incomplete_rows
 
     columns = collator.resolve_columns({name: name for name in corpus.column_names})  # by the names present
     collator.columns = columns
@@ -192,8 +205,9 @@ def build_mixture(
     sentences; a csv or json file, (anchor, positive, hard negatives) rows with its own columns (`prepare_pairs`).
     ``collator_options`` go to `build_collator` (``do_mlm``, ``mlm_probability``, ``seed``, ``prompts``...); each
     dataset is cut to its first ``max_train_samples`` examples."""
-    from ..data.corpus import first_examples, load_corpus, tokenize_corpus
     from ..data.mixture import DatasetMixture, MixtureCollator
+    from ..data.reading import first_examples, load_corpus
+    from ..data.tokenizing import tokenize_corpus
 
     datasets, collators = {}, {}
     for name, path in files.items():

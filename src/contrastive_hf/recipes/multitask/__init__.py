@@ -1,12 +1,18 @@
 """Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
 
 ``modeling``: task specs, heads and `MultitaskModel`; ``data``: task datasets, collators and the batch schedules;
-``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient projection.
+``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient projection. In the shape of every recipe
+(`contrastive_hf.recipes`): its parts are imported on first use.
 """
 
 from __future__ import annotations
 
 from ..._lazy import lazy_exports
+
+# No card text: a multitask run ends with the Trainer's own model card. The script's flags default to the parts' own
+# values (`TaskSpec`, `MultitaskTrainingArguments`): nothing to set.
+MODEL_CARDS: dict = {}
+DEFAULTS: dict = {}
 
 _MODELING = (
     "TASK_TYPES",
@@ -29,4 +35,4 @@ _EXPORTS = {
     **dict.fromkeys(_TRAINER, ".trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = list(_EXPORTS)
+__all__ = ["MODEL_CARDS", "DEFAULTS", *_EXPORTS]

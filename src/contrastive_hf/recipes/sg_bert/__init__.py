@@ -55,20 +55,8 @@ Example:
 
 from __future__ import annotations
 
+from ..._lazy import lazy_exports
 from ...hub.method_cards import register_method_card
-from .data import SelfGuidedCollator
-from .losses import (
-    LAYER_POOLINGS,
-    parameter_distance,
-    pool_layers,
-    sample_layer_views,
-    self_guided_base_loss,
-    self_guided_opt1_loss,
-    self_guided_opt2_loss,
-    self_guided_opt3_loss,
-)
-from .modeling import HEAD_FILE, SELF_GUIDED_LOSSES, SelfGuidedConfig, SelfGuidedModel, SelfGuidedOutput
-from .trainer import SelfGuidedTrainer, SelfGuidedTrainingArguments
 
 MODEL_CARD = {
     "name": "SG-BERT",
@@ -80,24 +68,30 @@ MODEL_CARD = {
     "Representations},\n  author={Kim, Taeuk and Yoo, Kang Min and Lee, Sang-goo},\n  booktitle={ACL-IJCNLP},\n"
     "  year={2021}\n}",
 }
-register_method_card(MODEL_CARD)
+MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
+# The paper's sentences are cut at 64 tokens (run_sg_bert.py's other flags default to SelfGuidedConfig's values).
+DEFAULTS = {"max_seq_length": 64}
+register_method_card(*MODEL_CARDS.values())
 
-__all__ = [
-    "MODEL_CARD",
-    "SELF_GUIDED_LOSSES",
-    "LAYER_POOLINGS",
-    "HEAD_FILE",
-    "SelfGuidedConfig",
-    "SelfGuidedModel",
-    "SelfGuidedOutput",
-    "SelfGuidedCollator",
-    "SelfGuidedTrainingArguments",
-    "SelfGuidedTrainer",
-    "pool_layers",
-    "sample_layer_views",
-    "self_guided_base_loss",
-    "self_guided_opt1_loss",
-    "self_guided_opt2_loss",
-    "self_guided_opt3_loss",
-    "parameter_distance",
-]
+_EXPORTS = {
+    **dict.fromkeys(("SelfGuidedCollator",), ".data"),
+    **dict.fromkeys(
+        (
+            "LAYER_POOLINGS",
+            "pool_layers",
+            "sample_layer_views",
+            "self_guided_base_loss",
+            "self_guided_opt1_loss",
+            "self_guided_opt2_loss",
+            "self_guided_opt3_loss",
+            "parameter_distance",
+        ),
+        ".losses",
+    ),
+    **dict.fromkeys(
+        ("SELF_GUIDED_LOSSES", "HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"), ".modeling"
+    ),
+    **dict.fromkeys(("SelfGuidedTrainer", "SelfGuidedTrainingArguments"), ".trainer"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS", *_EXPORTS]

@@ -1,4 +1,6 @@
-"""SG-BERT's views and losses as pure functions (the formulas: this package's docstring)."""
+"""SG-BERT's views and losses as functions (the formulas: this package's docstring). ``base`` and ``opt2`` are cases
+of the library's in-batch objective (`models.objectives.in_batch_loss`); ``opt1`` and ``opt3`` have denominators of
+their own, computed here on the same global batch (`distributed.gather_global_batch`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...models.losses import cosine_logits, info_nce, nt_xent
+from ...models.distributed import gather_global_batch, share_of_global_mean
+from ...models.losses import cosine_logits
+from ...models.objectives import in_batch_loss
 
 __all__ = [
     "LAYER_POOLINGS",
@@ -67,33 +71,26 @@ def sample_layer_views(
 
 
 def self_guided_base_loss(
-    sentences: torch.Tensor,
-    views: torch.Tensor,
-    temperature: float,
-    all_sentences: torch.Tensor | None = None,
-    all_views: torch.Tensor | None = None,
-    offset: int = 0,
+    sentences: torch.Tensor, views: torch.Tensor, temperature: float, gather_across_devices: bool = False
 ) -> torch.Tensor:
     r"""SG's :math:`L^{base}` (§3.1): NT-Xent over the 2b vectors :math:`\{c_i\} \cup \{h_i\}`, the positive of each
-    being the other half of its pair (the matching function :math:`\mu`), the mean over the 2b anchors.
+    being the other half of its pair (the matching function :math:`\mu`), the mean over the 2b anchors: the library's
+    in-batch objective (`models.objectives.in_batch_loss`) on the pairs :math:`(c_i, h_i)`.
 
     Args:
         sentences: ``(b, d)`` projected sentence vectors :math:`f(c_i)`.
         views: ``(b, d)`` projected sampled views :math:`f(h_i)`.
         temperature: tau.
-        all_sentences, all_views: ``(M, d)`` the global batch gathered from every process, where this process's rows
-            start at ``offset``; None on one process.
+        gather_across_devices: with several processes, contrast with the pairs of every process (which may hold
+            different numbers of sentences); the returned loss is then this process's share of the global batch's
+            mean (`distributed.share_of_global_mean`), as for every loss here.
     """
-    return nt_xent(sentences, views, temperature, all_sentences, all_views, offset)
+    pairs = torch.stack([sentences, views], dim=1)  # (b, 2, d)
+    return in_batch_loss(pairs, "nt_xent", temperature, gather_across_devices=gather_across_devices)[0]
 
 
 def self_guided_opt1_loss(
-    sentences: torch.Tensor,
-    views: torch.Tensor,
-    temperature: float,
-    all_sentences: torch.Tensor | None = None,
-    all_views: torch.Tensor | None = None,
-    offset: int = 0,
+    sentences: torch.Tensor, views: torch.Tensor, temperature: float, gather_across_devices: bool = False
 ) -> torch.Tensor:
     r""":math:`L^{opt1}` (§3.2): :math:`L^{base}` with only the anchors :math:`c_i` (BERT_F is not trained, so the
     terms anchored on an :math:`h` teach nothing); each :math:`c_i` is still contrasted with the other 2b - 1 vectors:
@@ -102,39 +99,31 @@ def self_guided_opt1_loss(
 
     averaged over the b anchors. Arguments as `self_guided_base_loss`.
     """
-    if all_sentences is None:
-        all_sentences, all_views, offset = sentences, views, 0
-    batch, total = sentences.shape[0], all_sentences.shape[0]
-    logits = cosine_logits(sentences, torch.cat([all_sentences, all_views], dim=0), temperature)  # (b, 2M)
+    pairs, offset, sizes = _global_batch(torch.stack([sentences, views], dim=1), gather_across_devices)  # (M, 2, d)
+    batch, total = sentences.shape[0], pairs.shape[0]
+    logits = cosine_logits(sentences, torch.cat([pairs[:, 0], pairs[:, 1]], dim=0), temperature)  # (b, 2M)
     rows = torch.arange(batch, device=logits.device)
     itself = torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
     logits = logits.index_put((rows, rows + offset), itself)  # a sentence is not its own negative
-    return F.cross_entropy(logits, rows + offset + total)
+    return share_of_global_mean(F.cross_entropy(logits, rows + offset + total), sizes)
 
 
 def self_guided_opt2_loss(
-    sentences: torch.Tensor,
-    views: torch.Tensor,
-    temperature: float,
-    all_views: torch.Tensor | None = None,
-    offset: int = 0,
+    sentences: torch.Tensor, views: torch.Tensor, temperature: float, gather_across_devices: bool = False
 ) -> torch.Tensor:
     r""":math:`L^{opt2}` (§3.2): :math:`L^{opt1}` without the other sentences' :math:`c_j` among the negatives:
 
     .. math:: -\log \frac{\phi(c_i, h_i)}{\sum_j \phi(c_i, h_j)}
 
-    averaged over the b anchors (InfoNCE of the :math:`c` against the :math:`h`). ``all_views``: the gathered
-    ``(M, d)`` views, this process's starting at ``offset``.
+    averaged over the b anchors: InfoNCE of the :math:`c` (queries) against the :math:`h` (keys), the library's
+    in-batch objective (`models.objectives.in_batch_loss`). Arguments as `self_guided_base_loss`.
     """
-    return info_nce(sentences, views if all_views is None else all_views, temperature, positive_offset=offset)
+    pairs = torch.stack([sentences, views], dim=1)  # (b, 2, d)
+    return in_batch_loss(pairs, "info_nce", temperature, gather_across_devices=gather_across_devices)[0]
 
 
 def self_guided_opt3_loss(
-    sentences: torch.Tensor,
-    layer_views: torch.Tensor,
-    temperature: float,
-    all_layer_views: torch.Tensor | None = None,
-    offset: int = 0,
+    sentences: torch.Tensor, layer_views: torch.Tensor, temperature: float, gather_across_devices: bool = False
 ) -> torch.Tensor:
     r""":math:`L^{opt3}` (§3.2, SG-OPT): every layer view of a sentence is a positive of its :math:`c_i`, and every
     view of the other sentences a negative; the positive being scored is the only view of the sentence's own in its
@@ -149,11 +138,9 @@ def self_guided_opt3_loss(
         sentences: ``(b, d)`` projected sentence vectors :math:`f(c_i)`.
         layer_views: ``(b, l + 1, d)`` projected views :math:`f(h_{i,k})` of every layer.
         temperature: tau.
-        all_layer_views: ``(M, l + 1, d)`` the views gathered from every process, this process's starting at
-            ``offset``; None on one process.
+        gather_across_devices: as `self_guided_base_loss`: the views of every process are negatives.
     """
-    if all_layer_views is None:
-        all_layer_views, offset = layer_views, 0
+    all_layer_views, offset, sizes = _global_batch(layer_views, gather_across_devices)  # (M, l + 1, d)
     batch = sentences.shape[0]
     total, num_layers, size = all_layer_views.shape
     logits = cosine_logits(sentences, all_layer_views.reshape(total * num_layers, size), temperature)
@@ -164,7 +151,13 @@ def self_guided_opt3_loss(
         (rows, rows + offset), torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
     )
     negative_mass = negatives.flatten(1).logsumexp(dim=1, keepdim=True)  # (b, 1): log sum over m != i, all n
-    return (torch.logaddexp(positives, negative_mass) - positives).mean()
+    return share_of_global_mean((torch.logaddexp(positives, negative_mass) - positives).mean(), sizes)
+
+
+def _global_batch(tensor: torch.Tensor, gather_across_devices: bool) -> tuple[torch.Tensor, int, list[int] | None]:
+    """``(global batch, this process's offset in it, every process's size)``: `distributed.gather_global_batch`
+    when gathering, else this process's batch alone."""
+    return gather_global_batch(tensor) if gather_across_devices else (tensor, 0, None)
 
 
 def parameter_distance(reference: nn.Module, model: nn.Module) -> torch.Tensor:

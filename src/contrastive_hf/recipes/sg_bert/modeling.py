@@ -16,7 +16,6 @@ from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.distributed import gather_sizes, gather_with_grad, rank, share_of_global_mean, world_size
 from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
 from .losses import (
     LAYER_POOLINGS,
@@ -33,7 +32,13 @@ __all__ = ["SELF_GUIDED_LOSSES", "HEAD_FILE", "SelfGuidedConfig", "SelfGuidedMod
 
 logger = logging.getLogger(__name__)
 
-SELF_GUIDED_LOSSES = ("base", "opt1", "opt2", "opt3")
+_LOSSES = {
+    "base": self_guided_base_loss,
+    "opt1": self_guided_opt1_loss,
+    "opt2": self_guided_opt2_loss,
+    "opt3": self_guided_opt3_loss,
+}
+SELF_GUIDED_LOSSES = tuple(_LOSSES)
 # The projection head f, written into Trainer checkpoints (not into the final model) so that a resumed run continues
 # with the head and optimiser state it stopped with.
 HEAD_FILE = "self_guided_head.safetensors"
@@ -268,14 +273,9 @@ class SelfGuidedModel(nn.Module):
         output = SelfGuidedOutput(embeddings=sentences)
         if return_loss:
             layer_views = self.layer_views(input_ids, attention_mask, token_type_ids)  # (B, K, h), no gradient
-            gather = gather_across_devices and world_size() > 1
-            sizes = gather_sizes(input_ids.shape[0], input_ids.device) if gather else None  # may differ per process
-            offset = sum(sizes[: rank()]) if gather else 0
             projected = self.projection(sentences)  # (B, d)
             if config.loss == "opt3":
                 views = self.projection(layer_views)  # (B, K, d)
-                everyone = gather_with_grad(views, sizes) if gather else None
-                cl_loss = self_guided_opt3_loss(projected, views, config.temperature, everyone, offset)
             else:
                 if view_layers is None:
                     picked, view_layers = sample_layer_views(layer_views, config.layer_sampling_weights)
@@ -283,14 +283,8 @@ class SelfGuidedModel(nn.Module):
                     view_layers = self._check_view_layers(view_layers, input_ids.shape[0], layer_views.shape[1])
                     picked = layer_views[torch.arange(input_ids.shape[0], device=input_ids.device), view_layers]
                 views = self.projection(picked)  # (B, d)
-                all_views = gather_with_grad(views, sizes) if gather else None
-                if config.loss == "opt2":
-                    cl_loss = self_guided_opt2_loss(projected, views, config.temperature, all_views, offset)
-                else:
-                    all_sentences = gather_with_grad(projected, sizes) if gather else None
-                    loss_function = self_guided_base_loss if config.loss == "base" else self_guided_opt1_loss
-                    cl_loss = loss_function(projected, views, config.temperature, all_sentences, all_views, offset)
-            cl_loss = share_of_global_mean(cl_loss, sizes)  # the average over processes: the global batch's loss
+            # each process's share of the global batch's loss: their average is the global batch's loss
+            cl_loss = _LOSSES[config.loss](projected, views, config.temperature, gather_across_devices)
             output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
             if config.regularization_weight > 0:
                 output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)

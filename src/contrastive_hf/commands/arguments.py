@@ -1,0 +1,389 @@
+"""The example scripts' arguments: the dataclasses they share (where the model starts, the `ContrastiveConfig` fields,
+Matryoshka sizes, prompts, the corpus) and reading them, from flags or one JSON file of the same keys, with a
+recipe's paper defaults under what is given and one clear line for each mistake (`parse_arguments`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from transformers import HfArgumentParser
+
+from .._files import written_as_local_path
+from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
+from .errors import UsageError
+
+__all__ = [
+    "EncoderArguments",
+    "ContrastiveModelArguments",
+    "MatryoshkaArguments",
+    "PromptArguments",
+    "CorpusArguments",
+    "parse_number_list",
+    "parse_arguments",
+    "read_json_settings",
+    "check_paths",
+    "training_data_name",
+]
+
+
+@dataclass
+class EncoderArguments:
+    """Where the model starts, as run_mlm.py names it."""
+
+    hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "config_name", "tokenizer_name")
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A pretrained encoder (Hub id or folder) or a contrastive_hf checkpoint to continue from. "
+            "Leave unset to train from scratch with --config_name."
+        },
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Encoder config (Hub id, folder or config.json) for training from scratch."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer, when it differs from --model_name_or_path."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+
+
+def _config_default(name: str) -> str:
+    return f"default: the checkpoint's, else ContrastiveConfig's {getattr(ContrastiveConfig, name)!r}"
+
+
+@dataclass
+class MatryoshkaArguments:
+    """Matryoshka training and default truncation (config-backed: the model config's ``matryoshka_dims``,
+    ``matryoshka_weights`` and ``truncate_dim``), for every script that trains an embedding."""
+
+    matryoshka_dims: str | None = field(
+        default=None,
+        metadata={
+            "help": "Matryoshka representation learning: the contrastive loss on the first m dimensions for each m, "
+            "summed, e.g. 384,256,128,64 (list the full size to keep training it); the end-of-run evaluation (STS-B, "
+            "retrieval) is then scored at each size. Needs the projection kept at inference or none."
+        },
+    )
+    matryoshka_weights: str | None = field(
+        default=None, metadata={"help": "One weight per --matryoshka_dims size, e.g. 1,1,1,1 (default: 1 each)."}
+    )
+    truncate_dim: int | None = field(
+        default=None,
+        metadata={
+            "help": "Truncate the saved model's embeddings to this size by default (encode and sentence-transformers' "
+            "truncate_dim, in config_sentence_transformers.json); default: no truncation."
+        },
+    )
+
+    def matryoshka_overrides(self) -> dict:
+        """The model config fields these flags set, the sizes and weights as lists."""
+        overrides = {"truncate_dim": self.truncate_dim} if self.truncate_dim is not None else {}
+        for name, kind in (("matryoshka_dims", int), ("matryoshka_weights", float)):
+            if getattr(self, name) is not None:
+                overrides[name] = parse_number_list(getattr(self, name), kind, f"--{name}")
+        return overrides
+
+
+@dataclass
+class ContrastiveModelArguments(MatryoshkaArguments):
+    """`ContrastiveConfig` fields a script may set. Unset (None) keeps the value of the checkpoint continued from, or
+    the config's default (a recipe's script may set its paper's defaults instead): the config is the one source of
+    truth for these values."""
+
+    pooler_type: str | None = field(
+        default=None, metadata={"help": f"{', '.join(POOLER_TYPES)} ({_config_default('pooler_type')})."}
+    )
+    projection_type: str | None = field(
+        default=None, metadata={"help": f"{', '.join(PROJECTION_TYPES)} ({_config_default('projection_type')})."}
+    )
+    projection_dim: int | None = field(default=None, metadata={"help": "Projection output size (default: hidden)."})
+    projection_at_inference: bool | None = field(
+        default=None,
+        metadata={"help": f"Keep the projection in the embeddings ({_config_default('projection_at_inference')})."},
+    )
+    temperature: float | None = field(
+        default=None, metadata={"help": f"tau of the contrastive loss ({_config_default('temperature')})."}
+    )
+    contrastive_loss: str | None = field(
+        default=None,
+        metadata={
+            "help": f"{' or '.join(CONTRASTIVE_LOSSES)}; info_nce is needed for hard negatives and --prebatch_size "
+            f"({_config_default('contrastive_loss')})."
+        },
+    )
+    hard_negative_weight: float | None = field(
+        default=None,
+        metadata={"help": f"Added to each anchor's hard-negative logit ({_config_default('hard_negative_weight')})."},
+    )
+    mlm_weight: float | None = field(
+        default=None, metadata={"help": f"Weight of L_MLM, 0 turns MLM off ({_config_default('mlm_weight')})."}
+    )
+    cl_weight: float | None = field(
+        default=None, metadata={"help": f"Weight of L_CL ({_config_default('cl_weight')})."}
+    )
+    sub_batch_size: str | None = field(
+        default=None,
+        metadata={
+            "help": "How views are encoded: packed (one sequence of real tokens), sorted (length-sorted groups), "
+            "N (sorted groups of N views), 0 (one padded pass) or auto (packed where the encoder allows, else "
+            f"sorted on CPU, padded on a GPU) ({_config_default('sub_batch_size')})."
+        },
+    )
+
+    def config_overrides(self) -> dict:
+        """The fields that were given, as `ContrastiveConfig` keyword arguments."""
+        names = [item.name for item in dataclasses.fields(ContrastiveModelArguments)]  # also in a subclass
+        overrides = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {**overrides, **MatryoshkaArguments.matryoshka_overrides(self)}
+
+
+@dataclass
+class PromptArguments:
+    """Training-time prompts (E5, BGE) of the scripts that train on pairs: config-backed (the model config's
+    ``prompts``, ``include_prompt`` and ``default_prompt_name``), applied by the collators in training and by
+    ``encode`` at inference."""
+
+    query_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the anchors (queries) in training and saved as the model's 'query' prompt "
+            "(E5: 'query: '), which encode(prompt_name='query') applies; see --document_prompt."
+        },
+    )
+    document_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt prepended to the positives and hard negatives (passages) in training, saved as the "
+            "'document' prompt (E5: 'passage: ')."
+        },
+    )
+    include_prompt: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Pool the prompt's tokens with the sentence's; false leaves them out of the pooling, in training "
+            "as at inference (default: the checkpoint's, else true)."
+        },
+    )
+    default_prompt_name: str | None = field(
+        default=None,
+        metadata={"help": "The prompt encode (and the STS evaluation) applies when none is named, e.g. query."},
+    )
+
+    def prompt_overrides(self) -> dict:
+        """The model config fields these flags set: ``prompts`` from ``--query_prompt`` and ``--document_prompt``
+        (they replace a continued checkpoint's), ``include_prompt`` and ``default_prompt_name``."""
+        overrides = {}
+        prompts = {role: getattr(self, f"{role}_prompt") for role in ("query", "document")}
+        if any(text is not None for text in prompts.values()):
+            overrides["prompts"] = {role: text for role, text in prompts.items() if text is not None}
+        for name in ("include_prompt", "default_prompt_name"):
+            if getattr(self, name) is not None:
+                overrides[name] = getattr(self, name)
+        return overrides
+
+
+def parse_number_list(value, kind: type = int, flag: str = "the value") -> list:
+    """``"384,256,128"`` (a flag) or ``[384, 256, 128]`` (a JSON settings file) as a list of ``kind``."""
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        numbers = [kind(str(part).strip()) for part in parts if str(part).strip()]
+    except ValueError as error:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.") from error
+    if not numbers:
+        raise ValueError(f"{flag} takes comma-separated numbers such as 384,256,128, got {value!r}.")
+    return numbers
+
+
+@dataclass
+class CorpusArguments:
+    """A training corpus of text (files, a Hub dataset, or a stream) and the STS-B dev set scored around training."""
+
+    local_paths: ClassVar[tuple[str, ...]] = ("train_file", "stsb_dev_file")
+
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "A local corpus: .txt (one sentence or document per line, or .txt.gz), .csv/.tsv, .json."},
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset to train on instead."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    text_column: str | None = field(default=None, metadata={"help": "The text column (default: 'text' or the first)."})
+    max_seq_length: int = field(default=32, metadata={"help": "Maximum tokens per example, special tokens included."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the corpus on the fly, endlessly (needs --max_steps); each process reads its own shards."
+        },
+    )
+    stsb_dev_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "STS Benchmark sts-dev.csv: scored before and after training, and every --eval_steps with "
+            "--eval_strategy steps (--metric_for_best_model eval_stsb_spearman --load_best_model_at_end keeps the "
+            "best checkpoint, as SimCSE does)."
+        },
+    )
+
+
+def training_data_name(data_args: CorpusArguments) -> str:
+    """How a model card names the training data: the Hub dataset, else the file's name (never its local path); for
+    several datasets (``--train_files``), each name with its file's name, and the schedule."""
+    if getattr(data_args, "train_files", None):
+        from ..data.mixture import parse_named_files
+
+        files = parse_named_files(data_args.train_files).items()
+        named = ", ".join(f"{name} ({os.path.basename(path)})" for name, path in files)
+        return f"{named}; {getattr(data_args, 'dataset_schedule', 'proportional')} schedule"
+    if data_args.dataset_name:
+        return data_args.dataset_name
+    return os.path.basename(data_args.train_file) if data_args.train_file else "not recorded"
+
+
+Defaults = Mapping[str, Any] | Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def parse_arguments(
+    parser: HfArgumentParser, argv: list[str] | None = None, defaults: Defaults | None = None
+) -> tuple:
+    """The parser's dataclasses from ``argv`` (default: the command line): flags, or a ``.json`` file of the same
+    keys, optionally followed by flags that override it (``run_clear.py settings.json --seed 1``).
+
+    ``defaults`` (a recipe's ``DEFAULTS``: its paper settings, `contrastive_hf.recipes`) replace the dataclasses'
+    defaults under what is given, and ``--help`` shows them. Where they depend on what is given (SimCSE's follow its
+    ``--mode``), ``defaults`` is a function of the settings given, ``{name: value}`` of the flags and the settings
+    file, returning them.
+
+    A mistake ends the script as argparse does, with a short usage line, what was wrong and exit status 2: an unknown
+    flag or key (with the closest known names: "did you mean --augmentations?"), a JSON file that is missing or not
+    an object of settings, a setting it lacks or gives outside its choices, a local file or folder that does not
+    exist (the fields a dataclass lists in its ``local_paths``, and those of its ``hub_ids_or_paths`` that can only be
+    local paths).
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    # argparse prints the usage with each error: one line, not the hundred flags of TrainingArguments
+    parser.usage = "%(prog)s --flag value ... | %(prog)s SETTINGS.json [--flag value ...]  (--help lists the flags)"
+    json_file = argv[0] if argv and argv[0].endswith(".json") else None
+    flags = argv[1:] if json_file else argv
+    known = {item.name for kind in parser.dataclass_types for item in dataclasses.fields(kind) if item.init}
+    try:
+        given = read_json_settings(json_file) if json_file else {}
+        unknown = [key for key in given if key not in known]
+        if unknown:
+            raise UsageError(
+                f"{json_file}: unknown key(s) {_with_suggestions(unknown, known, repr)}; the keys are the flags' "
+                "names without --."
+            )
+        if callable(defaults):
+            defaults = defaults({**given, **_given_flags(parser, flags)})
+        not_arguments = sorted(set(defaults or {}) - known)
+        if not_arguments:  # a recipe's mistake, not the user's: a traceback
+            raise ValueError(f"Defaults for {not_arguments}, which are not arguments of this script.")
+        settings = {**(defaults or {}), **given}
+        if json_file:
+            _check_settings_file(parser, json_file, given, settings if not flags else None)
+        if json_file and not flags:
+            parsed = parser.parse_dict(settings)
+        else:
+            parser.set_defaults(**settings)  # argparse applies a default only where the flag is absent
+            for action in parser._actions:
+                if action.dest in settings:
+                    action.required = False  # given by the settings
+            *parsed, remaining = parser.parse_args_into_dataclasses(args=flags, return_remaining_strings=True)
+            if remaining:
+                raise UsageError(_unrecognized_message(parser, remaining))
+        check_paths(parsed)
+    except UsageError as error:
+        parser.error(str(error))
+    return tuple(parsed)
+
+
+def _given_flags(parser: HfArgumentParser, flags: list[str]) -> dict[str, Any]:
+    """What ``flags`` set, read as the parser reads them (types, choices), without any default: what a recipe's
+    defaults may follow from. Flags it does not know are left for the full parse to report; so is ``--help``."""
+    if any(flag in ("-h", "--help") for flag in flags):
+        return {}
+    saved = [(action, action.default, action.required) for action in parser._actions]
+    try:
+        for action, _, _ in saved:
+            action.default, action.required = argparse.SUPPRESS, False  # absent flags stay absent
+        given, _ = parser.parse_known_args(flags)
+    finally:
+        for action, default, required in saved:
+            action.default, action.required = default, required
+    return vars(given)
+
+
+def _check_settings_file(
+    parser: HfArgumentParser, json_file: str, given: Mapping[str, Any], settings: Mapping[str, Any] | None
+) -> None:
+    """A `UsageError` for a setting of ``json_file`` outside its choices and, where the file is all there is (no flag
+    follows it: argparse checks flags only), for a required setting that the ``settings`` (the file's and the
+    recipe's defaults) lack."""
+    for action in parser._actions:
+        choices = ", ".join(map(str, action.choices or ()))
+        if action.dest in given and action.choices is not None and given[action.dest] not in action.choices:
+            raise UsageError(f'{json_file}: "{action.dest}" must be one of {choices}, got {given[action.dest]!r}.')
+        if settings is not None and action.required and action.dest not in settings:
+            among = f": one of {choices}" if choices else ""
+            raise UsageError(f'{json_file} must set "{action.dest}" (--{action.dest}){among}.')
+
+
+def read_json_settings(path: str) -> dict:
+    """The settings object of a JSON file given instead of flags; a `UsageError` names what is wrong with it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            settings = json.load(handle)
+    except FileNotFoundError:
+        raise UsageError(f"settings file not found: {path}") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(settings, dict):
+        raise UsageError(f'{path} must hold one JSON object of settings ({{"flag_name": value, ...}}).')
+    return settings
+
+
+def check_paths(arguments) -> None:
+    """A `UsageError` for the first argument naming a local file or folder that does not exist: the fields each
+    dataclass lists in ``local_paths``, and those of its ``hub_ids_or_paths`` written as local paths (absolute,
+    starting with . or ~, or with more slashes than a Hub id's one)."""
+    for group in arguments:
+        names = [(name, True) for name in getattr(group, "local_paths", ())]
+        names += [(name, False) for name in getattr(group, "hub_ids_or_paths", ())]
+        for name, always_local in names:
+            value = getattr(group, name, None)
+            if not isinstance(value, str) or not value or os.path.exists(os.path.expanduser(value)):
+                continue
+            if always_local or written_as_local_path(value):
+                raise UsageError(f"--{name} {value}: no such file or folder (relative to {os.getcwd()}).")
+
+
+def _with_suggestions(names: list[str], known, show: Callable[[str], str] = str) -> str:
+    """``names`` listed, each with the closest of ``known`` where one is close: "--augmentaion (did you mean
+    --augmentations?)"."""
+    described = []
+    for name in names:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        described.append(f"{show(name)} (did you mean {show(close[0])}?)" if close else show(name))
+    return ", ".join(described)
+
+
+def _unrecognized_message(parser: HfArgumentParser, remaining: list[str]) -> str:
+    flags = [item.split("=", 1)[0] for item in remaining if item.startswith("-")]
+    if not flags:  # words where flags were expected, e.g. a settings file after flags
+        return (
+            f"unexpected argument(s) {' '.join(remaining)}: give --flag value pairs, after a .json file of settings "
+            "if there is one."
+        )
+    # the underscore spelling of each flag (HfArgumentParser also accepts --learning-rate for --learning_rate)
+    known = [option for option in parser._option_string_actions if option.startswith("--") and "-" not in option[2:]]
+    return f"unrecognized argument(s) {_with_suggestions(flags, known)}."

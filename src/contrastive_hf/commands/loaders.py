@@ -1,0 +1,97 @@
+"""What an example script reads besides its model (`loading.py`): the tokenizer, the training corpus (tokenized, cut,
+or streamed with each process reading its own shards) and the STS-B dev set scored around training."""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+
+from .arguments import CorpusArguments, EncoderArguments
+from .errors import UsageError, as_usage_error
+
+__all__ = ["load_tokenizer", "load_sentences", "corpus_progress_bars", "load_sts_dev", "STSB"]
+
+
+def load_tokenizer(encoder_args: EncoderArguments):
+    """The tokenizer of ``--tokenizer_name``, else of ``--model_name_or_path``."""
+    from transformers import AutoTokenizer
+
+    name = encoder_args.tokenizer_name or encoder_args.model_name_or_path
+    if name is None:
+        raise UsageError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
+    return AutoTokenizer.from_pretrained(name, cache_dir=encoder_args.cache_dir)
+
+
+def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_dir: str | None = None, **tokenize):
+    """The training corpus of ``data_args``, tokenized (`tokenize_corpus`, with the ``tokenize`` options such as
+    ``line_by_line``) and cut to ``--max_train_samples`` (a line-by-line corpus before tokenizing, so that the lines
+    left out are never tokenized); with ``--streaming``, an endless stream of which each process reads its own shards
+    (`prepare_streaming`)."""
+    from ..data.reading import first_examples, load_corpus, prepare_streaming, rows_holding_lines
+    from ..data.tokenizing import tokenize_corpus
+
+    count = data_args.max_train_samples
+    with training_args.main_process_first(desc="corpus tokenization"), corpus_progress_bars(data_args.train_file):
+        corpus = load_corpus(
+            data_args.train_file,
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=cache_dir,
+            streaming=data_args.streaming,
+        )
+        if count is not None and count > 0 and tokenize.get("line_by_line", True) and not data_args.streaming:
+            corpus = rows_holding_lines(corpus, count, data_args.text_column)  # a line gives one example or more
+        dataset = tokenize_corpus(
+            corpus,
+            tokenizer,
+            max_seq_length=data_args.max_seq_length,
+            text_column=data_args.text_column,
+            num_proc=data_args.preprocessing_num_workers,
+            **tokenize,
+        )
+    if data_args.streaming:
+        return prepare_streaming(dataset, training_args, count, data_args.train_file)
+    return first_examples(dataset, count)
+
+
+SMALL_CORPUS_BYTES = 10_000_000  # read and tokenized in seconds: no progress bars for it above --log_level info
+
+
+@contextmanager
+def corpus_progress_bars(path: str | None):
+    """datasets' progress bars while the corpus file ``path`` is read and tokenized: off for a small file (they
+    flash by) unless the log level is INFO or lower; a Hub dataset (None) or a large file keeps them."""
+    import datasets
+
+    small = path is not None and os.path.isfile(path) and os.path.getsize(path) < SMALL_CORPUS_BYTES
+    quiet = small and logging.getLogger("contrastive_hf").getEffectiveLevel() > logging.INFO
+    if not quiet or datasets.are_progress_bars_disabled():
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
+
+
+def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
+    """``(stsb, before)``: STS-B dev from ``--stsb_dev_file`` (None without it) and ``model``'s figures on it before
+    training (`sts_eval_metrics`: ``stsb_spearman``, ``stsb_pearson``, ``stsb_alignment``, ``stsb_uniformity``).
+    Scored on every process: under DeepSpeed ZeRO-3 a forward pass needs every process's shards."""
+    from ..evaluation import read_stsbenchmark, sts_eval_metrics
+
+    if not data_args.stsb_dev_file:
+        if training_args.eval_strategy != "no":
+            raise UsageError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
+        return None, None
+    with as_usage_error():  # a file that is not STS-B's (its line named), or not UTF-8
+        stsb = read_stsbenchmark(data_args.stsb_dev_file)
+    before = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
+    if training_args.should_log:
+        print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")
+    return stsb, before
+
+
+STSB = "stsb"  # the eval set's name in metric names (eval_stsb_spearman), as ContrastiveTrainer logs it
