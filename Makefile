@@ -33,7 +33,7 @@ $(STAMP): setup.py
 	@touch $(STAMP) $(DEMO_STAMP)
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks model_cards
 	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
 
@@ -70,12 +70,12 @@ demo: $(DEMO_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/run_clear.py examples/demo/clear_demo.json --model_name_or_path "$(MINILM)"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks model_cards
+	$(BIN)/ruff format --check src tests examples benchmarks model_cards
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests examples benchmarks
-	$(BIN)/ruff format src tests examples benchmarks
+	$(BIN)/ruff check --fix src tests examples benchmarks model_cards
+	$(BIN)/ruff format src tests examples benchmarks model_cards
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs site

@@ -35,12 +35,14 @@ def save_trained_model(trainer, train_result, **sample_counts: int | None) -> No
 
 def log_before_after(trainer, after: dict[str, float], before: dict[str, float] | None = None) -> dict:
     """Save evaluation metrics measured after training (``eval_<name>``) and, when given, before it
-    (``eval_<name>_before``), and print them on the main process, each beside its change. Returns what was saved."""
+    (``eval_<name>_before``), log them (the model card's results), and print them on the main process, each beside
+    its change. Returns what was saved."""
     saved = {f"eval_{name}": value for name, value in after.items()}
     if before:
         saved.update({f"eval_{name}_before": value for name, value in before.items()})
     trainer.save_metrics("eval", saved)
     if trainer.is_world_process_zero():
+        trainer.log(saved)  # into the run's log history, which the model card reads its results from
         print(format_before_after(after, before))  # the run's summary lines are printed, not logged
     return saved
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -52,6 +53,8 @@ _DATASET_NAMES = {
     "stsb": "STS Benchmark",
     "sickr": "SICK-R",
 }
+# eval_recall@5, eval_mrr, eval_<set>_recall@5_dim64: the retrieval metrics a run logs (never the _before ones)
+_RETRIEVAL_METRIC = re.compile(r"eval_(?:(?P<task>\w+?)_)?(?P<metric>(?:recall@\d+|mrr)(?:_dim\d+)?)")
 _FRAMEWORKS = ("contrastive_hf", "transformers", "sentence-transformers", "torch", "datasets", "accelerate")
 
 
@@ -79,6 +82,10 @@ class ModelCardInfo:
     license: str | None = None
     language: list[str] | str | None = None
     tags: list[str] = field(default_factory=list)
+    # What the card says of the machine and the libraries; None: the ones this process runs on (set to render a
+    # recorded run's card again, as model_cards/ does)
+    hardware: str | None = None
+    frameworks: str | None = None
 
 
 def card_info_from_trainer(
@@ -110,6 +117,9 @@ def card_info_from_trainer(
             if key.startswith("eval_") and key.endswith(("_spearman", "_pearson")):
                 task, metric = key[len("eval_") :].rsplit("_", 1)
                 results.setdefault(f"{task}_dev" if task == "stsb" else task, {})[metric] = value
+            retrieval = _RETRIEVAL_METRIC.fullmatch(key)
+            if retrieval:  # a dual encoder's retrieval evaluation (evaluation/retrieval.py): eval_[<set>_]recall@k
+                results.setdefault(retrieval["task"] or "retrieval", {})[retrieval["metric"]] = value
     name_or_path = getattr(model.config, "_name_or_path", "")
     hyperparameters.update(extra_hyperparameters or {})
     info = ModelCardInfo(
@@ -119,7 +129,9 @@ def card_info_from_trainer(
         augmentation=described.get("views", "as the collator makes them"),
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
-        eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics},
+        eval_results={
+            task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics
+        },
         hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
@@ -195,9 +207,13 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     eval_rows, eval_results = [], []
     for task, metrics in info.eval_results.items():
         for metric, value in metrics.items():
+            if _RETRIEVAL_METRIC.fullmatch(f"eval_{metric}"):
+                eval_rows.append({"task": task, "metric": metric, "value": f"{value:.4f}"})  # a fraction
+                eval_results.append(_retrieval_result(task, metric, value, getattr(config, "similarity", "cosine")))
+                continue
             if metric not in ("spearman", "pearson", "accuracy"):
                 continue
-            eval_rows.append({"task": task, "metric": f"{metric} x 100", "value": value})
+            eval_rows.append({"task": task, "metric": f"{metric} x 100", "value": f"{value:.2f}"})
             if task.startswith("avg"):
                 continue  # averages go in the table only: the Hub's model-index wants one data set per result
             similarity = metric != "accuracy"
@@ -251,8 +267,8 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         tei_caveats="; ".join(text_embeddings_inference_caveats(model)) if stacks else "",
         training_data=", ".join(info.datasets) if info.datasets else info.training_data,
         hyperparameters=hyperparameters,
-        hardware=_hardware(info.world_size, info.zero_stage),
-        frameworks=_framework_versions(),
+        hardware=info.hardware or _hardware(info.world_size, info.zero_stage),
+        frameworks=info.frameworks or _framework_versions(),
         eval_rows=eval_rows,
         repo_id=info.repo_id or info.model_name,
         embedding_size=config.embedding_size,
@@ -290,6 +306,22 @@ def text_embeddings_inference_caveats(model) -> list[str]:
     if getattr(model.config, "truncate_dim", None):
         reasons.append(f"it returns every dimension (it ignores truncate_dim={model.config.truncate_dim})")
     return reasons
+
+
+def _retrieval_result(task: str, metric: str, value: float, similarity: str) -> EvalResult:
+    """A retrieval figure as sentence-transformers' information-retrieval evaluator names it: recall@k (DPR's top-k
+    accuracy, a relevant passage among the first k) as ``<similarity>_accuracy@k``, the mean reciprocal rank over
+    every rank as ``<similarity>_mrr``."""
+    name, _, dim = metric.partition("_dim")
+    metric_type = f"{similarity}_accuracy@{name.split('@')[1]}" if name.startswith("recall@") else f"{similarity}_mrr"
+    return EvalResult(
+        task_type="information-retrieval",
+        dataset_type=f"{task}-{dim}" if dim else task,
+        dataset_name="held-out question-passage pairs" if task == "retrieval" else task,
+        dataset_split="validation",
+        metric_type=metric_type,
+        metric_value=round(float(value), 4),
+    )
 
 
 def _result_type(task: str) -> str:
