@@ -30,6 +30,7 @@ from contrastive_hf.commands.scripts import (
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_training,
     setup_logging,
     training_data_name,
 )
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=collator,
         processing_class=tokenizer,
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = run_training(trainer)
     card_info = card_info_from_trainer(
         trainer, training_data=training_data_name(data_args), adapter=_describe_adapter(trainer.model)
     )

@@ -40,6 +40,7 @@ from contrastive_hf.commands.scripts import (
     log_before_after,
     parse_arguments,
     publish,
+    run_training,
     save_trained_model,
     setup_logging,
 )
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     if retrieval is not None and data_args.evaluate_before_training and trainer.is_world_process_zero():
         before = score()
 
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = run_training(trainer)
     save_trained_model(trainer, train_result, train_pairs=len(train_dataset))
     if retrieval is not None and trainer.is_world_process_zero():
         log_before_after(trainer, score(), before)

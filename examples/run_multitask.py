@@ -37,6 +37,7 @@ from contrastive_hf.commands.scripts import (
     log_before_after,
     parse_arguments,
     publish,
+    run_training,
     save_trained_model,
     setup_logging,
 )
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length),
         processing_class=tokenizer,
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = run_training(trainer)
     save_trained_model(trainer, train_result, train_samples=sum(len(dataset) for dataset in train.values()))
     # the dev figures after training, beside those of --eval_on_start (logged at step 0) when it was given
     before = next(

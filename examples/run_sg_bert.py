@@ -31,6 +31,7 @@ from contrastive_hf.commands.scripts import (
     load_sts_dev,
     load_tokenizer,
     parse_arguments,
+    run_training,
     setup_logging,
     training_data_name,
 )
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=SelfGuidedCollator(tokenizer, max_length=data_args.max_seq_length),
         processing_class=tokenizer,
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = run_training(trainer)
     config = model.self_guided_config
     card_info = card_info_from_trainer(
         trainer,

@@ -45,6 +45,7 @@ from contrastive_hf.commands.scripts import (
     load_sentences,
     load_sts_dev,
     load_tokenizer,
+    run_training,
     setup_logging,
     training_data_name,
 )
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=collator,
         processing_class=tokenizer,
     )
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = run_training(trainer)
 
     if data_args.train_files:  # the mixture's collator describes each dataset's views
         views = collator.card_description()["views"]

@@ -143,8 +143,13 @@ def test_contrastive_hf_mine_on_snli_with_minilm_writes_rows_the_trainer_reads(t
         ]
     )  # fmt: skip
     assert status == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "Mined " in printed and "of 120 pairs against" in printed
+    # what it does, before each long phase, and the encoding's progress
+    phases = [f"Reading {pairs} ...", "Loading the model (", "Embedding 120 queries and "]
+    assert [printed.index(phase) for phase in phases] == sorted(printed.index(phase) for phase in phases)
+    assert "Batches" in captured.err  # the progress bar of the embedding
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert rows and list(rows[0]) == ["query", "positive", "negative_1", "negative_2"]
     with open(pairs, newline="") as handle:

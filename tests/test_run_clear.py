@@ -160,9 +160,9 @@ def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatc
     assert not training.disable_tqdm  # a progress bar with an ETA
 
 
-def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
-    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is the progress bar, the STS-B lines and what
-    the epoch held."""
+def test_the_demo_command_says_what_it_does_and_nothing_else(repo_root, tmp_path):
+    """`make demo`'s command, cut to 2 steps and 40 STS-B pairs: its log is a line before each long phase (loading,
+    reading, scoring, training, saving, checking), the progress bar, the STS-B lines and what the epoch held."""
     command = [sys.executable, "examples/run_clear.py", "examples/demo/clear_demo.json"]
     command += ["--model_name_or_path", MINILM, "--max_steps", "2", "--per_device_train_batch_size", "8"]
     command += ["--max_train_samples", "16"]
@@ -172,9 +172,22 @@ def test_the_demo_command_prints_the_bar_and_the_scores(repo_root, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=repo_root)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("STS-B dev Spearman before training: ")
-    assert lines[1].endswith("data_counts - Epoch 1: 16 examples, all 16 of the training set once.")  # what it saw
-    assert lines[2] == "Before and after training:" and lines[3].startswith("  stsb_spearman ")
+    phases = [
+        "Loading the model (model) ...",
+        "Reading and tokenizing the corpus (wiki1m_sample.txt) ...",
+        "Scoring STS-B dev before training (40 pairs) ...",
+        "STS-B dev Spearman before training: ",
+        "Training for 2 steps ...",
+        "Epoch 1: 16 examples, all 16 of the training set once.",  # what it saw
+        f"Saving the model to {tmp_path / 'demo'} ...",
+        "Scoring STS-B dev after training ...",
+        "Before and after training:",
+        "  stsb_spearman ",
+        "Checking that the saved model reloads with the trained embeddings ...",
+    ]
+    found = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
+    assert found == sorted(found), lines  # in this order
+    assert len(lines[: found[-1]]) <= len(phases) + 4  # and little else before the loading instructions
     assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
     # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
     for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",

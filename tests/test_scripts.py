@@ -209,3 +209,45 @@ def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, toke
     )
     assert tokenized_rows == [202, 12]  # the 10 lines asked for and the 2 empty lines among them
     assert first[:] == whole.select(range(10))[:]  # the same examples, with the same identities
+
+
+def test_deepspeed_s_first_build_on_the_cpu_is_announced_once(tmp_path, monkeypatch, capsys):
+    """DeepSpeed compiles its CPU communication op on first use, for a minute or more, without a word: the scripts
+    say so before it starts, and only when it has not been built yet."""
+    from contrastive_hf.commands.logs import DEEPSPEED_CPU_OP, announce_first_deepspeed_build
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.delenv("RANK", raising=False)
+    announce_first_deepspeed_build([])
+    assert "DeepSpeed compiles its CPU communication op on first use" in capsys.readouterr().out
+    built = tmp_path / "py311_cpu" / DEEPSPEED_CPU_OP
+    built.mkdir(parents=True)
+    (built / f"{DEEPSPEED_CPU_OP}.so").write_bytes(b"")
+    announce_first_deepspeed_build([])
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
+    (built / f"{DEEPSPEED_CPU_OP}.so").unlink()
+    announce_first_deepspeed_build([])  # no DeepSpeed in this run
+    assert capsys.readouterr().out == ""
+
+
+def test_deepspeed_s_flood_of_torch_deprecations_is_filtered_and_nothing_else(recwarn):
+    """torch 2.13 warns at every call of the collectives DeepSpeed 0.19 calls in each ZeRO step (hundreds of lines
+    per process); those two messages are filtered, any other warning still shows."""
+    import warnings
+
+    from contrastive_hf.training.trainer import quiet_deepspeed_deprecations
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        quiet_deepspeed_deprecations()
+        for name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
+            warnings.warn(
+                f"`torch.distributed.{name}` is deprecated. Please use ... instead.", FutureWarning, stacklevel=2
+            )
+        warnings.warn("`torch.distributed.broadcast` is deprecated.", FutureWarning, stacklevel=2)
+        warnings.warn("contrastive_hf's own warning", UserWarning, stacklevel=2)
+    assert [str(w.message) for w in recwarn] == [
+        "`torch.distributed.broadcast` is deprecated.", "contrastive_hf's own warning"
+    ]  # fmt: skip

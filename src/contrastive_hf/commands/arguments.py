@@ -19,6 +19,7 @@ from transformers import HfArgumentParser
 from .._files import written_as_local_path
 from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
 from .errors import UsageError
+from .logs import announce_first_deepspeed_build
 
 __all__ = [
     "EncoderArguments",
@@ -270,6 +271,7 @@ def parse_arguments(
     local paths).
     """
     argv = sys.argv[1:] if argv is None else argv
+    announce_first_deepspeed_build(argv)  # it happens while the training arguments are built, below
     # argparse prints the usage with each error: one line, not the hundred flags of TrainingArguments
     parser.usage = "%(prog)s --flag value ... | %(prog)s SETTINGS.json [--flag value ...]  (--help lists the flags)"
     json_file = argv[0] if argv and argv[0].endswith(".json") else None

@@ -109,6 +109,7 @@ def mine_command(args: argparse.Namespace) -> int:
     from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
     from ..recipes.dpr import resolve_query_passage_columns
 
+    print(f"Reading {args.pairs} ...", flush=True)
     pairs = load_corpus(args.pairs)
     columns = resolve_query_passage_columns(pairs.column_names, args.query_column, args.positive_column)
     pairs = drop_incomplete_rows(pairs, columns)
@@ -122,8 +123,14 @@ def mine_command(args: argparse.Namespace) -> int:
         extra = load_corpus(path)
         text_column = args.corpus_column or ("text" if "text" in extra.column_names else extra.column_names[0])
         corpus += [text for text in extra[text_column] if isinstance(text, str) and text.strip()]
+    print(f"Loading the model ({args.model}) ...", flush=True)
     encode_queries, encode_documents, similarity = load_mining_encoder(
         args.model, batch_size=args.batch_size, max_length=args.max_length, device=args.device
+    )
+    print(
+        f"Embedding {len(pairs):,} queries and {len(set(pairs[columns[1]]) | set(corpus)):,} passages, then searching "
+        f"each query's {args.num_negatives} negative(s) ...",
+        flush=True,
     )
     mined = mine_hard_negatives(
         pairs[columns[0]],

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from .arguments import CorpusArguments, EncoderArguments
 from .errors import UsageError, as_usage_error
+from .logs import announce
 
 __all__ = ["load_tokenizer", "load_sentences", "corpus_progress_bars", "load_sts_dev", "STSB"]
 
@@ -32,6 +33,8 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
     from ..data.tokenizing import tokenize_corpus
 
     count = data_args.max_train_samples
+    source = os.path.basename(data_args.train_file) if data_args.train_file else data_args.dataset_name
+    announce(f"{'Streaming' if data_args.streaming else 'Reading and tokenizing'} the corpus ({source}) ...")
     with training_args.main_process_first(desc="corpus tokenization"), corpus_progress_bars(data_args.train_file):
         corpus = load_corpus(
             data_args.train_file,
@@ -88,6 +91,7 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
         return None, None
     with as_usage_error():  # a file that is not STS-B's (its line named), or not UTF-8
         stsb = read_stsbenchmark(data_args.stsb_dev_file)
+    announce(f"Scoring STS-B dev before training ({len(stsb):,} pairs) ...")
     before = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
     if training_args.should_log:
         print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")

@@ -15,6 +15,7 @@ from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_file
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
+from .logs import announce
 
 __all__ = [
     "load_pretraining_model",
@@ -42,6 +43,7 @@ def load_pretraining_model(
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
     """
     if model_name_or_path:
+        announce(f"Loading the model ({os.path.basename(os.path.normpath(model_name_or_path))}) ...")
         # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake
         with as_usage_error(), naming_damaged_files(model_name_or_path):
             if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
@@ -52,7 +54,7 @@ def load_pretraining_model(
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
-    logger.info("Training a %s encoder from scratch.", encoder_config.model_type)
+    announce(f"Building a {encoder_config.model_type} encoder from scratch ({os.path.basename(config_name)}) ...")
     with as_usage_error():
         return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import transformers
 from transformers import set_seed
 
-__all__ = ["setup_logging"]
+__all__ = ["setup_logging", "announce", "run_training", "announce_first_deepspeed_build"]
 
 
 def setup_logging(training_args, logger: logging.Logger, summary: bool = False) -> None:
@@ -51,3 +52,47 @@ def _hide_transformers_progress_bars() -> None:
 
 def _without_deepspeed_cpu_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("Setting accelerator to CPU")
+
+
+def announce(message: str) -> None:
+    """Say on the main process what the script starts doing, before each phase that can take minutes (loading,
+    scoring, training, saving, checking), so that a run on a busy machine never looks hung."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(message, flush=True)
+
+
+def run_training(trainer):
+    """`trainer.train()` (resuming from ``--resume_from_checkpoint``), announced."""
+    args = trainer.args
+    resume = args.resume_from_checkpoint
+    length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
+    announce(f"Training for {length}{f', resuming from {resume}' if resume else ''} ...")
+    return trainer.train(resume_from_checkpoint=resume)
+
+
+# DeepSpeed's CPU accelerator communicates through a C++ op it compiles with ninja the first time it runs, for a
+# minute or more, silently; torch keeps the result (its extensions folder) for later runs.
+DEEPSPEED_CPU_OP = "deepspeed_shm_comm"
+
+
+def announce_first_deepspeed_build(argv: list[str]) -> None:
+    """Announce DeepSpeed's one-time build of its CPU communication op, when this run uses DeepSpeed on the CPU
+    (``accelerate launch`` with a DeepSpeed config, or ``--deepspeed``; ``DS_ACCELERATOR=cpu``) and the op is not
+    in torch's extensions folder yet."""
+    uses_deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" or "--deepspeed" in argv
+    if not uses_deepspeed or os.environ.get("DS_ACCELERATOR") != "cpu" or _built(DEEPSPEED_CPU_OP):
+        return
+    announce(
+        "DeepSpeed compiles its CPU communication op on first use: a minute or more, once (later runs reuse it) ..."
+    )
+
+
+def _built(op: str) -> bool:
+    """Whether torch's extensions folder (``TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``) holds a
+    compiled ``op``."""
+    import glob
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "torch_extensions"
+    )
+    return bool(glob.glob(os.path.join(root, "**", f"{op}*", "*.so"), recursive=True))

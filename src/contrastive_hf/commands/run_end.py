@@ -7,6 +7,7 @@ import logging
 import sys
 
 from .loaders import STSB
+from .logs import announce
 
 __all__ = [
     "save_trained_model",
@@ -25,6 +26,7 @@ def save_trained_model(trainer, train_result, **sample_counts: int | None) -> No
     """Save the model (without pushing: `publish` pushes once the card is written, so a failed push cannot lose the
     run), then save the train metrics (with ``sample_counts`` that are known, e.g. ``train_samples``; printed at
     ``--log_level info``) and the trainer state."""
+    announce(f"Saving the model to {trainer.args.output_dir} ...")
     trainer.save_model(_internal_call=True)
     metrics = {**train_result.metrics, **{name: count for name, count in sample_counts.items() if count is not None}}
     if logger.isEnabledFor(logging.INFO):
@@ -146,6 +148,7 @@ def finish_sentence_encoder_run(
     model = trainer.model
     sentences = ["A man is playing a guitar.", "A cat sleeps on the sofa.", "Stocks fell sharply on Monday."]
     if stsb is not None:
+        announce("Scoring STS-B dev after training ...")
         after = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
         per_dimension = matryoshka_sts(model, stsb, tokenizer)
         after.update({f"{STSB}_spearman_dim{dim}": result["spearman"] for dim, result in per_dimension.items()})
@@ -169,5 +172,6 @@ def finish_sentence_encoder_run(
         logger.info("LoRA adapter saved in %s; merged checkpoint in %s.", trainer.args.output_dir, loadable_dir)
     if not trainer.is_world_process_zero():
         return
+    announce("Checking that the saved model reloads with the trained embeddings ...")
     verify_reload(loadable_dir, tokenizer, sentences, trained)
     print(loading_instructions(loadable_dir))

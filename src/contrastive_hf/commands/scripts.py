@@ -25,7 +25,7 @@ from .arguments import (
 )
 from .errors import UsageError, as_usage_error, exit_on_usage_error, run_script
 from .loaders import STSB, corpus_progress_bars, load_sentences, load_sts_dev, load_tokenizer
-from .logs import setup_logging
+from .logs import announce, run_training, setup_logging
 from .run_end import (
     finish_sentence_encoder_run,
     format_before_after,
@@ -51,6 +51,8 @@ __all__ = [
     "read_json_settings",
     "check_paths",
     "setup_logging",
+    "announce",
+    "run_training",
     "load_tokenizer",
     "training_data_name",
     "load_sentences",

@@ -253,7 +253,12 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
         if device is not None:
             model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        options = {"tokenizer": tokenizer, "batch_size": batch_size, "max_length": max_length}
+        options = {
+            "tokenizer": tokenizer,
+            "batch_size": batch_size,
+            "max_length": max_length,
+            "show_progress_bar": True,
+        }
         return (
             lambda texts: model.encode_query(texts, **options),
             lambda texts: model.encode_document(texts, **options),
@@ -262,7 +267,7 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
     from ..evaluation.encoders import load_encoder
 
     encoder = load_encoder(name_or_path, max_length=max_length, device=device)
-    encode = lambda texts: encoder.encode(texts, batch_size=batch_size)  # noqa: E731
+    encode = lambda texts: encoder.encode(texts, batch_size=batch_size, show_progress=True)  # noqa: E731
     return encode, encode, "cosine"
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import warnings
 from contextlib import contextmanager
 
 import torch
@@ -115,6 +116,8 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         check_training_setup(self)  # refuse what can never learn; warn when a logged window shows it has stopped
         self.add_callback(TrainingSanityCallback())
         self._check_zero3_can_save()
+        if self.is_deepspeed_enabled:
+            quiet_deepspeed_deprecations()
         self._epoch_examples = _EpochExampleCount(self)  # says at each epoch's end how many examples it held
         self.add_callback(self._epoch_examples)
 
@@ -464,6 +467,17 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
     def _zero_stage(self) -> int | None:
         plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
         return None if plugin is None else plugin.zero_stage
+
+
+# torch 2.13 deprecates the collectives DeepSpeed 0.19 calls in every ZeRO step (reduce_scatter_tensor,
+# all_gather_into_tensor), and the warning is repeated at each call: hundreds of lines per process in a short run,
+# which bury the progress bar and the project's own warnings. Only these two messages are filtered.
+DEEPSPEED_DEPRECATION_FLOOD = r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated"
+
+
+def quiet_deepspeed_deprecations() -> None:
+    """Filter torch's deprecation warnings for the collectives DeepSpeed calls (`DEEPSPEED_DEPRECATION_FLOOD`)."""
+    warnings.filterwarnings("ignore", message=DEEPSPEED_DEPRECATION_FLOOD, category=FutureWarning)
 
 
 def means_over_processes(accelerator, names, sums: dict, counts: dict, device) -> dict[str, float]:
