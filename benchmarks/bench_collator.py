@@ -16,7 +16,7 @@ tokenizer with random embeddings. Run it on one core:
 
     taskset -c 0 .venv/bin/python benchmarks/bench_collator.py
 
-``--smoke`` runs every part in seconds on the shipped sample (tests/test_benchmarks.py runs it).
+``--smoke`` runs every part in seconds on the shipped sample (tests/integration/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations

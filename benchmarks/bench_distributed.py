@@ -22,7 +22,7 @@ time with the gather on minus off at 2 processes. Usage (from the repository roo
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_distributed.py
 
 ``--smoke`` runs every part in seconds on the repository's sample (batch 4, length 16, one round of one step;
-tests/test_benchmarks.py runs it).
+tests/integration/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations

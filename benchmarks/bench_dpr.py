@@ -22,8 +22,8 @@ the defaults):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_dpr.py
 
-``--smoke`` runs every part in seconds (batch 4, lengths 16 and 32, one round of one step); tests/test_benchmarks.py
-runs it.
+``--smoke`` runs every part in seconds (batch 4, lengths 16 and 32, one round of one step);
+tests/integration/test_benchmarks.py runs it.
 """
 
 from __future__ import annotations

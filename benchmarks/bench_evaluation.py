@@ -16,7 +16,7 @@ not shipped there, SICK train (4,500 pairs; the test split has 4,927). STS13-16 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_evaluation.py --data-dir ../shared/data --repeats 3
 
 ``--smoke`` runs every part in seconds: STS-B only, its first 64 pairs from the repository's
-``examples/demo/data/sts-dev.csv``, one repeat (tests/test_benchmarks.py runs it).
+``examples/demo/data/sts-dev.csv``, one repeat (tests/integration/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ at 128). ``--corpus_file PATH``: any text file (or .gz), one text per line, pack
 they are). A corpus too small for every round is reused from its start (printed).
 
 CPU smoke test (tiny model, batch 8, length 32, sub_batch_size 0, 4 and packed, 2 timed steps, 1 round, fp32; about
-15 s of CPU on one core) and the FLOP check (about 10 s); tests/test_benchmarks.py runs both on the repository's
+15 s of CPU on one core) and the FLOP check (about 10 s); tests/integration/test_benchmarks.py runs both on the repository's
 samples:
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --device cpu --tiny

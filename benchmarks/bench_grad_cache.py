@@ -32,7 +32,7 @@ table (markdown) to stdout and the plot to ``docs/images/grad_cache_memory.png``
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_grad_cache.py
 
 ``--smoke`` runs every part in seconds on the repository's sample (batch 8 with and without chunks of 4, length 16,
-the default allocator, the plot to a temporary file; tests/test_benchmarks.py runs it).
+the default allocator, the plot to a temporary file; tests/integration/test_benchmarks.py runs it).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ docs/benchmarks.md, about 25):
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py
 
 ``--smoke`` runs every part in seconds on the repository's own sample (batch 8, length 16, one round of one timed
-step); tests/test_benchmarks.py runs it.
+step); tests/integration/test_benchmarks.py runs it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ the script stops with a message naming what is missing (the folder is not part o
 
 ``--smoke`` runs the chosen experiments end to end in a temporary folder, on a data folder made from the repository's
 samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps per run; its
-scores mean nothing, it checks that the path runs (tests/test_benchmarks.py runs ``all --smoke``).
+scores mean nothing, it checks that the path runs (tests/integration/test_benchmarks.py runs ``all --smoke``).
 """
 
 from __future__ import annotations

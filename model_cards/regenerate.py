@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CARDS = REPO_ROOT / "model_cards"
 DEMO = REPO_ROOT / "examples" / "demo"
-SAMPLES = REPO_ROOT / "tests" / "data"
+SAMPLES = REPO_ROOT / "tests" / "fixtures"
 STSB_DEV = SAMPLES / "sts" / "stsbenchmark" / "sts-dev.csv"
 
 # The run of each card: the script and its flags (a tiny encoder from scratch, 2 steps, the shipped data).

@@ -17,10 +17,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_TOKENIZER = REPO_ROOT / "examples" / "demo" / "tokenizer"
-# The demo's data (examples/demo/data) and small slices of public data sets in their own layouts (tests/data); the
-# suite reads nothing outside the repository (tests/data/README.md says where each slice comes from).
+# The demo's data (examples/demo/data) and small slices of public data sets in their own layouts (tests/fixtures);
+# the suite reads nothing outside the repository (tests/fixtures/README.md says where each slice comes from).
 DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
-TEST_DATA = Path(__file__).resolve().parent / "data"
+TEST_DATA = Path(__file__).resolve().parent / "fixtures"
+CHECKPOINTS_0_1 = TEST_DATA / "checkpoints_0_1"  # saved by contrastive_hf 0.1, with their expected embeddings
 
 
 @pytest.fixture
@@ -118,3 +119,16 @@ def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4)
     for name, parameter in model.named_parameters():
         if name in full:
             torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+INTEGRATION = Path(__file__).resolve().parent / "integration"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test in tests/integration/ is slow: it launches processes (example scripts, 2-process and DeepSpeed
+    runs, fresh interpreters, benchmark smoke runs) or runs for long. `make test` runs them, `make test-fast` does
+    not (``-m "not slow"``). (A conftest.py of its own there would shadow this one's names: the test folders are not
+    packages.)"""
+    for item in items:
+        if INTEGRATION in Path(item.fspath).resolve().parents:
+            item.add_marker(pytest.mark.slow)

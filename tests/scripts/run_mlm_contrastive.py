@@ -3,8 +3,8 @@
 
 A condensed copy of the structure of transformers' examples/pytorch/language-modeling/run_mlm.py (argument
 dataclasses, HfArgumentParser, ``load_dataset("text", ...)``, tokenization with ``datasets.map``, Trainer, train,
-save, metrics, model card), written for tests/test_drop_in.py. Only the lines marked ``# contrastive_hf`` differ
-from run_mlm.py's; they are the diff the README shows:
+save, metrics, model card), written for tests/integration/test_drop_in.py. Only the lines marked
+``# contrastive_hf`` differ from run_mlm.py's; they are the diff the README shows:
 
 - the model is a `ContrastiveForPreTraining` (encoder + pooler + projection + MLM head) instead of
   ``AutoModelForMaskedLM``, from the same pretrained checkpoint or encoder config;

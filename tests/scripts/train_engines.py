@@ -1,7 +1,8 @@
 """Train one saved model a few steps under several engines in a single launch: every run a fresh ContrastiveTrainer.
 
 Launched with 2 processes (``accelerate launch --multi_gpu --num_processes 2``, gloo, DeepSpeed on its CPU
-accelerator) by tests/test_deepspeed.py. Each run is a JSON object of `ContrastiveTrainingArguments` overrides, with
+accelerator) by tests/integration/test_deepspeed.py. Each run is a JSON object of
+`ContrastiveTrainingArguments` overrides, with
 ``deepspeed`` naming a DeepSpeed JSON file (whose "auto" values the Trainer fills) and ``zero_stage`` overriding its
 stage. `TrainingArguments` resets Accelerate's state when it is built, so DDP and ZeRO-1/2/3 runs follow one another
 on the same process group, which saves a launch (tens of seconds) per engine.

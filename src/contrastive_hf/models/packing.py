@@ -15,7 +15,7 @@ sentences apart:
 * pooling reads the sentence boundaries (`PackedSequences.first_tokens`, `segment_mean`, `segment_max`).
 
 Only encoders whose attention and positions work this way are packed (`packing_unsupported_reason`): the model types
-of `PACKABLE_MODEL_TYPES`, each checked against the padded pass in tests/test_packing.py. Like the rest of
+of `PACKABLE_MODEL_TYPES`, each checked against the padded pass in tests/models/test_packing.py. Like the rest of
 ``models/``, this file imports torch, transformers and its siblings only.
 """
 

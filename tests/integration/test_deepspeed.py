@@ -1,0 +1,336 @@
+"""DeepSpeed ZeRO under Accelerate: examples/run_clear.py launched with the shipped ds_configs/ on 2 CPU processes.
+
+Each run starts from the same saved checkpoint (dropout off, so that every run does the same arithmetic) and trains 3
+steps of 2 x 16 sentences. Plain DistributedDataParallel is the reference: ZeRO-2 and ZeRO-3 must give its losses,
+gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one file by
+``stage3_gather_16bit_weights_on_model_save``) must equal the weights consolidated from the DeepSpeed checkpoint of
+the last step and load in a single process; a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
+machines with the multi-node config, must end on the same weights; a LoRA adapter trained under ZeRO-3 must merge
+into a whole checkpoint; and GradCache must train under ZeRO-1, 2 and 3 as under DDP (tests/scripts/train_engines.py
+trains all five runs of that comparison in one launch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+import contrastive_hf
+from contrastive_hf import ContrastiveForPreTraining
+
+from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
+from helpers.launching import (
+    CPU_ENV,
+    DEEPSPEED_ON_CPU,
+    DS_CONFIGS,
+    MAX_STEPS,
+    NO_DROPOUT,
+    accelerate_launch,
+    assert_same_weights,
+    deepspeed_launch,
+    run_clear,
+    save_tiny_model,
+    weights,
+)
+
+# A learning rate large enough that 3 Adam steps move every weight by ~2e-3, far above the comparison tolerance.
+TRAINING = ("--pooler_type", "mean", "--learning_rate", "1e-3", "--max_steps", str(MAX_STEPS))
+NO_STS_EVAL = ("--stsb_dev_file", "")  # the final STS-B evaluation runs once, in the ZeRO-3 run
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def log_history(directory) -> list[dict]:
+    return json.loads((directory / "trainer_state.json").read_text())["log_history"]
+
+
+def losses_and_grad_norms(directory) -> list[float]:
+    """Every step's loss and gradient norm (logged every step), flat: [loss_1, norm_1, loss_2, ...]."""
+    return [entry[key] for entry in log_history(directory) if "grad_norm" in entry for key in ("loss", "grad_norm")]
+
+
+def max_change(trained: dict, initial: dict) -> float:
+    return max((trained[name] - initial[name]).abs().max().item() for name in initial)
+
+
+@pytest.fixture(scope="module")
+def initial_checkpoint(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("initial"), pooler_type="mean")
+
+
+def from_initial(initial_checkpoint) -> tuple[str, ...]:
+    return ("--model_name_or_path", str(initial_checkpoint), "--tokenizer_name", str(initial_checkpoint), *TRAINING)
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory, initial_checkpoint):
+    launcher = accelerate_launch("--multi_gpu", "--num_processes", 2, "--num_machines", 1)
+    launcher += ["--mixed_precision", "no", "--dynamo_backend", "no"]
+    tmp_path = tmp_path_factory.mktemp("ddp")
+    _, output_dir = run_clear(
+        REPO_ROOT, tmp_path, *from_initial(initial_checkpoint), *NO_STS_EVAL, launcher=launcher, env=CPU_ENV
+    )
+    return output_dir
+
+
+@pytest.fixture(scope="module")
+def zero3_run(tmp_path_factory, initial_checkpoint):
+    """ZeRO-3 with the one-machine config, a checkpoint every 2 steps (so at steps 2 and 3), the final STS-B eval."""
+    tmp_path = tmp_path_factory.mktemp("zero3")
+    result, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        *from_initial(initial_checkpoint),
+        *DEEPSPEED_ON_CPU,
+        "--save_strategy", "steps",
+        "--save_steps", "2",
+        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
+        env=CPU_ENV,
+    )  # fmt: skip
+    return result, output_dir
+
+
+@pytest.mark.parametrize("name", ["zero2.json", "zero3.json", "zero3_offload.json"])
+def test_configs_fill_their_auto_values_and_pass_deepspeeds_parser(tmp_path, name):
+    """The Trainer fills every "auto" (batch size, learning rate, clipping, bucket sizes); DeepSpeed accepts the
+    result. zero3_offload.json is only checked here: its DeepSpeedCPUAdam is a C++ op compiled on first use, which
+    takes minutes."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig, unset_hf_deepspeed_config
+
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=16, learning_rate=1e-3, use_cpu=True, report_to="none"
+    )
+    model = ContrastiveForPreTraining.from_config(tiny_bert_config())
+    hf_config = HfTrainerDeepSpeedConfig(str(DS_CONFIGS / name))
+    try:  # the object registers itself globally as the ZeRO-3 switch of from_pretrained: unregister it after
+        hf_config.trainer_config_process(args)
+        hf_config.trainer_config_finalize(args, model, num_training_steps=MAX_STEPS)
+        assert "auto" not in json.dumps(hf_config.config)
+        config = DeepSpeedConfig(hf_config.config)
+    finally:
+        unset_hf_deepspeed_config()
+    assert config.train_batch_size == 16 and config.gradient_clipping == args.max_grad_norm
+    assert config.zero_config.reduce_bucket_size == model.config.hidden_size**2
+    offloaded = name == "zero3_offload.json"
+    assert config.zero_optimization_stage == (2 if name == "zero2.json" else 3)
+    assert config.zero_config.gather_16bit_weights_on_model_save == (name != "zero2.json")
+    assert (config.zero_config.offload_optimizer is not None) == offloaded
+    assert (config.zero_config.offload_param is not None) == offloaded
+    if offloaded:
+        assert config.zero_config.offload_optimizer.device == config.zero_config.offload_param.device == "cpu"
+        assert config.optimizer_params["lr"] == 1e-3  # DeepSpeed's AdamW, with the Trainer's hyper-parameters
+    else:
+        assert config.optimizer_name is None  # the Trainer's optimizer and scheduler: every --optim flag works
+
+
+def test_zero2_trains_like_ddp_and_saves_a_loadable_model(tmp_path, initial_checkpoint, ddp_run):
+    _, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        *from_initial(initial_checkpoint),
+        *NO_STS_EVAL,
+        *DEEPSPEED_ON_CPU,
+        launcher=deepspeed_launch("accelerate_zero2.yaml", "zero2.json"),
+        env=CPU_ENV,
+    )
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == MAX_STEPS
+    assert "DeepSpeed ZeRO stage 2" in (output_dir / "README.md").read_text()
+    assert len(losses_and_grad_norms(output_dir)) == 2 * MAX_STEPS
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(ddp_run), rel=1e-5)
+    trained = weights(output_dir)
+    assert_same_weights(trained, weights(ddp_run), atol=1e-5)
+    assert max_change(trained, weights(initial_checkpoint)) > 1e-3
+
+    model = ContrastiveForPreTraining.from_pretrained(output_dir)
+    assert_same_weights(model.state_dict(), trained, atol=0)
+
+
+def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_checkpoint, ddp_run, zero3_run):
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    result, output_dir = zero3_run
+    assert (output_dir / "checkpoint-2" / "global_step2").is_dir()  # sharded DeepSpeed states, one file per rank
+    # the last step's shards, consolidated by DeepSpeed's own tool, are the model saved at the end of training
+    consolidated = get_fp32_state_dict_from_zero_checkpoint(str(output_dir / f"checkpoint-{MAX_STEPS}"))
+    saved = weights(output_dir)
+    assert_same_weights(saved, consolidated, atol=0)
+    assert_same_weights(saved, weights(ddp_run), atol=1e-5)  # and ZeRO-3 trained as DDP does
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(ddp_run), rel=1e-5)
+    assert max_change(saved, weights(initial_checkpoint)) > 1e-3
+
+    pretraining = ContrastiveForPreTraining.from_pretrained(output_dir)  # in this single process, no DeepSpeed
+    assert_same_weights(pretraining.state_dict(), consolidated, atol=0)
+    encoder = AutoModel.from_pretrained(output_dir)  # the encoder alone, in its own architecture
+    assert_same_weights({f"contrastive.encoder.{name}": value for name, value in encoder.state_dict().items()}, {
+        name: value for name, value in consolidated.items() if name.startswith("contrastive.encoder.")
+    }, atol=0)  # fmt: skip
+    assert_same_weights(load_file(output_dir / "model.safetensors"), encoder.state_dict(), atol=0)
+
+    # the final STS-B evaluation ran on every process (ZeRO-3 forwards are collective) and the script's own reload
+    # check passed on the main one
+    assert -100 <= json.loads((output_dir / "eval_results.json").read_text())["eval_stsb_spearman"] <= 100
+    assert "gives the trained embeddings" in result.stdout + result.stderr
+    assert "DeepSpeed ZeRO stage 3" in (output_dir / "README.md").read_text()
+
+
+def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
+    """Resume at step 2 and train to step 3, launched as 2 machines x 1 process with the multi-node config (both on
+    localhost). The model is built from scratch with other random weights: only a real resume (weights, Adam
+    moments, schedule, data order and random states all restored) ends on the uninterrupted run's weights."""
+    _, zero3_dir = zero3_run
+    encoder_config = tmp_path / "encoder.json"
+    encoder_config.write_text(json.dumps({**tiny_bert_config(**NO_DROPOUT).to_dict(), "model_type": "bert"}))
+    output_dir = tmp_path / "resumed"
+    port = free_port()  # for the rendezvous of the two "machines"
+
+    def machine(rank: int):
+        launcher = deepspeed_launch(
+            "accelerate_multinode_zero3.yaml",
+            "zero3.json",
+            "--machine_rank", rank,
+            "--main_process_ip", "127.0.0.1",
+            "--main_process_port", port,
+        )  # fmt: skip
+        machine_dir = tmp_path / f"machine{rank}"
+        machine_dir.mkdir()
+        return run_clear(
+            REPO_ROOT,
+            machine_dir,
+            "--config_name", str(encoder_config),
+            "--tokenizer_name", str(zero3_dir),
+            *TRAINING,
+            *NO_STS_EVAL,
+            *DEEPSPEED_ON_CPU,
+            "--resume_from_checkpoint", str(zero3_dir / "checkpoint-2"),
+            "--output_dir", str(output_dir),  # one folder for both, as on a shared file system
+            launcher=launcher,
+            env=CPU_ENV,
+        )  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for run in [pool.submit(machine, rank) for rank in (1, 0)]:
+            run.result()  # re-raises a machine's failure with its output
+
+    assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == MAX_STEPS
+    assert losses_and_grad_norms(output_dir) == pytest.approx(losses_and_grad_norms(zero3_dir), rel=1e-6)
+    assert_same_weights(weights(output_dir), weights(zero3_dir), atol=1e-6)
+    assert max_change(weights(output_dir), weights(zero3_dir / "checkpoint-2")) > 1e-4  # step 3 was trained here
+
+
+def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(tmp_path):
+    """Under ZeRO-3 each process holds a shard of every weight: the LoRA merge at the end gathers them first, and
+    run_clear's own check (the merged checkpoint, reloaded, gives the trained embeddings) would fail otherwise."""
+    from transformers import BertForMaskedLM
+
+    base_dir = tmp_path / "base"
+    BertForMaskedLM(tiny_bert_config()).save_pretrained(base_dir)
+    AutoTokenizer.from_pretrained(DEMO_TOKENIZER).save_pretrained(base_dir)
+    result, output_dir = run_clear(
+        REPO_ROOT,
+        tmp_path,
+        "--model_name_or_path", str(base_dir),
+        "--lora_r", "4",
+        "--pooler_type", "mean",
+        *DEEPSPEED_ON_CPU,
+        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
+        env=CPU_ENV,
+    )  # fmt: skip
+    assert (output_dir / "adapter_model.safetensors").exists()
+    assert "gives the trained embeddings" in result.stdout + result.stderr
+    merged = weights(tmp_path / "out-merged")
+    assert all(value.numel() > 0 for value in merged.values())  # no empty shard saved in place of a weight
+    assert isinstance(
+        contrastive_hf.ContrastiveModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel
+    )
+
+
+# GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives
+# gathered from both processes, the pre-batch queue (InfoNCE), and 2 accumulated micro-batches per step, so that both
+# micro-batch kinds are covered (the first accumulates only; the second's last chunk is DeepSpeed's boundary).
+# Each process's micro-batch of 8 sentences is encoded in chunks of 3, 3 and 2.
+STEP = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "max_steps": MAX_STEPS,
+    "learning_rate": 1e-3,
+    "prebatch_size": 1,
+}
+CHUNKED = {**STEP, "grad_cache_chunk_size": 3}
+ENGINE_RUNS = {
+    "ddp_unchunked": STEP,
+    "ddp": CHUNKED,
+    "zero1": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json"), "zero_stage": 1},
+    "zero2": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json")},
+    "zero3": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero3.json")},
+}
+# The Trainer logs `loss` and `grad_norm` as computed; ContrastiveTrainer.log rounds its step metrics to 4 decimals,
+# so two runs 1e-6 apart may log them one unit of the last decimal apart.
+EXACT_LOGS = ("loss", "grad_norm")
+ROUNDED_LOGS = ("mlm_loss", "cl_loss", "negatives_per_query", "queue_fill")
+LOGGED = EXACT_LOGS + ROUNDED_LOGS
+
+
+def logged_steps(run_dir) -> list[dict]:
+    entries = json.loads((run_dir / "log_history.json").read_text())
+    return [{key: entry[key] for key in LOGGED} for entry in entries if "grad_norm" in entry]
+
+
+def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
+    """GradCache's chunks are one optimizer step under DeepSpeed too: ZeRO-1, 2 and 3 log the losses and end on the
+    weights of GradCache under DDP, which equal the unchunked DDP run's (dropout off). One launch trains all five."""
+    model_dir = save_tiny_model(tmp_path / "initial", pooler_type="mean", contrastive_loss="info_nce")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text((REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text()[:20000])
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps(ENGINE_RUNS))
+    command = accelerate_launch(
+        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
+        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs, "--output_dir", tmp_path / "out",
+    )  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    out = tmp_path / "out"
+    engines = {name: json.loads((out / name / "engine.json").read_text()) for name in ENGINE_RUNS}
+    assert engines["ddp_unchunked"]["grad_cache_steps"] == [0, 0]
+    for name in ("ddp_unchunked", "ddp"):
+        assert engines[name]["wrapper"] == "DistributedDataParallel" and engines[name]["zero_stage"] is None
+    for stage in (1, 2, 3):
+        assert engines[f"zero{stage}"]["wrapper"] == "DeepSpeedEngine"
+        assert engines[f"zero{stage}"]["zero_stage"] == stage
+    for name in ENGINE_RUNS:
+        if name != "ddp_unchunked":  # every micro-batch went through GradCache
+            assert engines[name]["grad_cache_steps"] == [MAX_STEPS * STEP["gradient_accumulation_steps"]] * 2, name
+
+    reference = logged_steps(out / "ddp")
+    assert len(reference) == MAX_STEPS
+    assert reference[-1]["queue_fill"] > 0 and reference[-1]["mlm_loss"] > 0
+    # each query: the other 15 sentences' positives of the gathered batch and one queued batch of 16 keys, minus
+    # duplicates
+    assert 16 < reference[-1]["negatives_per_query"] <= 31
+    for name in ENGINE_RUNS:
+        steps = logged_steps(out / name)
+        for step, (got, expected) in enumerate(zip(steps, reference, strict=True)):
+            for key in EXACT_LOGS:
+                assert got[key] == pytest.approx(expected[key], rel=1e-5), (name, step + 1, key)
+            for key in ROUNDED_LOGS:
+                assert got[key] == pytest.approx(expected[key], abs=1.01e-4), (name, step + 1, key)
+        assert_same_weights(weights(out / name), weights(out / "ddp"), atol=1e-5)
+    assert max_change(weights(out / "ddp"), weights(model_dir)) > 1e-3

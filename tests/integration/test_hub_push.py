@@ -1,0 +1,184 @@
+"""Pushing to the Hub, end to end against a loopback server that speaks the Hub API (tests/helpers/fake_hub.py):
+what is uploaded, and that no uploaded byte holds the Hub token or a local absolute path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertModel
+
+from contrastive_hf import ContrastiveModel
+
+from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
+from helpers.fake_hub import FakeHub
+from helpers.launching import run_clear
+
+TOKEN = "hf_SecretTokenThatMustNeverBeSaved0123"
+DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
+
+
+def forbidden_strings(tmp_path) -> list[str]:
+    """The token, and the absolute paths of this machine a saved file could leak."""
+    return [TOKEN, str(tmp_path), str(REPO_ROOT), os.path.expanduser("~") + "/", sys.prefix, "/tmp/pytest-of"]
+
+
+def assert_clean(files: dict[str, bytes], tmp_path) -> None:
+    for name, content in files.items():
+        for secret in forbidden_strings(tmp_path):
+            assert secret.encode() not in content, f"{name} holds {secret!r}"
+
+
+def tiny_encoder_config(tmp_path):
+    path = tmp_path / "encoder.json"
+    path.write_text(json.dumps({**tiny_bert_config().to_dict(), "model_type": "bert"}))
+    return str(path)
+
+
+def push_flags(repo: str) -> list[str]:
+    return ["--push_to_hub", "--hub_model_id", repo, "--hub_token", TOKEN]
+
+
+def run_script(script: str, tmp_path, *flags: str, hub: FakeHub, check: bool = True):
+    command = [sys.executable, str(REPO_ROOT / "examples" / script), *flags]
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HUB_OFFLINE": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("HF_TOKEN", None)  # the token comes from the command line only
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--report_to", "none", "--save_strategy", "no"]
+COMMON += ["--use_cpu", "true", "--disable_tqdm", "true", "--logging_steps", "1"]
+
+
+def script_commands(tmp_path) -> dict[str, tuple[str, list[str]]]:
+    """Every example script that can push, with a tiny model and the shipped data."""
+    encoder = tiny_encoder_config(tmp_path)
+    scratch = ["--config_name", encoder, "--tokenizer_name", str(DEMO_TOKENIZER)]
+    wiki = ["--train_file", str(DEMO_DATA / "wiki1m_sample.txt"), "--max_train_samples", "32"]
+    stsb = ["--stsb_dev_file", str(DEMO_DATA / "sts-dev.csv")]
+    pretrained = tmp_path / "pretrained"
+    BertModel(tiny_bert_config()).save_pretrained(pretrained)
+    return {
+        "clear": ("run_clear.py", [*scratch, *wiki, *stsb]),
+        "simcse": ("run_simcse.py", ["--mode", "unsup", *scratch, *wiki]),
+        "declutr": (
+            "run_declutr.py",
+            [*scratch, "--train_file", str(DEMO_DATA / "enwiki_paragraphs_sample.txt"), "--span_words", "8"],
+        ),
+        "sg_bert": (
+            "run_sg_bert.py",
+            ["--model_name_or_path", str(pretrained), "--tokenizer_name", str(DEMO_TOKENIZER), *wiki]
+            + ["--projection_hidden_size", "16"],
+        ),
+        "dpr": (
+            "run_dpr.py",
+            [*scratch, "--train_file", str(DEMO_DATA / "nli_sample.csv"), "--eval_size", "16"]
+            + ["--max_train_samples", "32", "--max_query_length", "64", "--max_passage_length", "64"],  # 64 positions
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["clear", "simcse", "declutr", "sg_bert", "dpr"])
+def test_every_script_pushes_without_the_token_or_a_local_path(tmp_path, name):
+    """--hub_token on the command line: the token authorises the push, and no uploaded byte holds it, nor a path of
+    this machine (training_args.bin, config.json, trainer_state.json, the card...)."""
+    script, flags = script_commands(tmp_path)[name]
+    repo = f"tester/{name}-tiny"
+    with FakeHub() as hub:
+        run_script(
+            script, tmp_path, *flags, *COMMON, "--output_dir", str(tmp_path / "out"), *push_flags(repo), hub=hub
+        )
+    files = hub.repos[repo]
+    assert "training_args.bin" in files and "README.md" in files
+    assert_clean(files, tmp_path)
+    assert hub.tokens and set(hub.tokens) == {TOKEN}  # the push was made with the command line's token
+    saved = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
+    assert saved.hub_token is None and saved.output_dir == "out"  # what the Trainer itself wrote
+
+
+def test_run_clear_pushes_a_checkpoint_that_sentence_transformers_loads_as_readme_lists(repo_root, tmp_path):
+    with FakeHub() as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": TOKEN}
+        result, output_dir = run_clear(
+            repo_root, tmp_path, "--push_to_hub", "--hub_model_id", "tester/clear-tiny", env=env
+        )
+    files = hub.repos["tester/clear-tiny"]
+    expected = {  # README's "Model cards and the Hub" lists these
+        "config.json",
+        "model.safetensors",
+        "contrastive_config.json",
+        "contrastive_heads.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        "1_Pooling/config.json",
+        "README.md",
+        "training_args.bin",
+    }
+    assert expected <= set(files), sorted(files)
+    assert not any(name.startswith("checkpoint-") or name.endswith(".py") for name in files)
+    assert files["model.safetensors"] == (output_dir / "model.safetensors").read_bytes()  # what was saved locally
+    assert json.loads(files["config.json"])["architectures"] == ["BertModel"]
+    card = files["README.md"].decode()
+    assert "model-index" in card and "spearman_cosine" in card
+    assert 'SentenceTransformer("tester/clear-tiny")' in card
+    assert_clean(files, tmp_path)
+
+
+def test_a_failed_push_leaves_the_checkpoint_intact_and_says_so(repo_root, tmp_path):
+    with FakeHub(fail_commits=True) as hub:
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": TOKEN}
+        result, output_dir = run_clear(
+            repo_root, tmp_path, "--push_to_hub", "--hub_model_id", "tester/clear-tiny", env=env, check=False
+        )
+    assert result.returncode == 1
+    assert "Pushing to the Hub failed" in result.stderr + result.stdout
+    assert "is complete and unchanged" in result.stderr + result.stdout
+    model = ContrastiveModel.from_pretrained(output_dir).eval()
+    assert model(input_ids=torch.tensor([[2, 10, 11, 3]])).pooler_output.shape == (1, 32)
+    assert np.isfinite(model.encode(["a man plays"])).all()
+    assert (output_dir / "README.md").exists()
+
+
+def test_no_saved_config_holds_the_local_path_its_encoder_was_loaded_from(tmp_path):
+    """Every model family, loaded from a local folder, saves no trace of that folder (0.1 kept it in the encoder
+    sub-config's _name_or_path)."""
+    from transformers import BertForMaskedLM
+
+    from contrastive_hf import ContrastiveForPreTraining, DualEncoderModel
+    from contrastive_hf.recipes.multitask import MultitaskModel, TaskSpec
+
+    source = tmp_path / "local-encoder"
+    BertForMaskedLM(tiny_bert_config()).save_pretrained(source)
+    models = {
+        "contrastive": ContrastiveForPreTraining.from_encoder_pretrained(source, pooler_type="mean"),
+        "dual": DualEncoderModel.from_encoder_pretrained(source),
+        "multitask": MultitaskModel.from_sentence_encoder(
+            source, [TaskSpec(name="sst", type="classification")], pooler_type="mean"
+        ),
+    }
+    models["dual"].tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)  # two towers: each carries it
+    for name, model in models.items():
+        model.save_pretrained(tmp_path / name)
+        files = {
+            str(path.relative_to(tmp_path)): path.read_bytes()
+            for path in (tmp_path / name).rglob("*")
+            if path.is_file()
+        }
+        assert_clean(files, tmp_path)

@@ -1,0 +1,188 @@
+"""Checkpoints that are whole or say loudly that they are not (`contrastive_hf.training.checkpoints`): a save that
+was killed or ran out of disk leaves a checkpoint that resuming skips (with a warning) or refuses (listing what is
+wrong), a full disk says so, and ``save_total_limit`` never deletes the last complete checkpoint."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from contrastive_hf.training import trainer as trainer_module
+from contrastive_hf.training.checkpoints import (
+    INCOMPLETE_MARKER,
+    CheckpointLayout,
+    CheckpointSaveError,
+    IncompleteCheckpointError,
+)
+from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
+
+from helpers.builders import make_dual_encoder_trainer, make_queue_trainer
+
+LAYOUT = CheckpointLayout()
+
+
+class _CountSteps(TrainerCallback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps += 1
+
+
+def _train(tokenizer, output_dir, max_steps=4, resume=None, **extra):
+    """Train (saving every 2 steps), resuming from ``resume``; returns the trainer and how many steps it took."""
+    trainer = make_queue_trainer(
+        tokenizer, output_dir, max_steps=max_steps, save_strategy="steps", save_steps=2, logging_steps=1, **extra
+    )
+    counter = _CountSteps()
+    trainer.add_callback(counter)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer, counter.steps
+
+
+def _truncate(path, keep=0.5):
+    content = path.read_bytes()
+    path.write_bytes(content[: int(len(content) * keep)])
+
+
+def test_a_finished_save_leaves_a_complete_checkpoint_without_the_marker(tokenizer, tmp_path):
+    trainer, _ = _train(tokenizer, tmp_path, prebatch_size=2)
+    for step in (2, 4):
+        folder = tmp_path / f"checkpoint-{step}"
+        assert not (folder / INCOMPLETE_MARKER).exists()
+        assert (folder / PREBATCH_QUEUE_FILE).exists()
+        assert trainer.checkpoint_layout().problems(str(folder)) == []
+
+
+@pytest.mark.parametrize("killed", ["while_writing_the_model", "while_writing_the_queue"])
+def test_resuming_the_latest_skips_a_half_written_checkpoint_with_a_warning(tokenizer, tmp_path, caplog, killed):
+    _train(tokenizer, tmp_path, prebatch_size=2)
+    newest = tmp_path / "checkpoint-4"
+    if killed == "while_writing_the_model":  # what transformers' own save leaves: no trainer_state.json (written last)
+        _truncate(newest / "model.safetensors")
+        for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", PREBATCH_QUEUE_FILE):
+            (newest / name).unlink()
+    else:  # the last file, after trainer_state.json: only the marker tells
+        (newest / INCOMPLETE_MARKER).write_text("saving")
+        _truncate(newest / PREBATCH_QUEUE_FILE)
+
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.training.checkpoints"):
+        trainer, steps = _train(tokenizer, tmp_path, resume=True, prebatch_size=2)
+    assert steps == 2  # resumed at step 2, not 4
+    warning = " ".join(record.getMessage() for record in caplog.records)
+    assert f"Skipping the incomplete checkpoint {newest}" in warning
+    assert f"resuming from {tmp_path / 'checkpoint-2'}" in warning
+    assert ("model.safetensors is truncated" if killed == "while_writing_the_model" else INCOMPLETE_MARKER) in warning
+    # the resumed run saved step 4 again, whole
+    assert trainer.checkpoint_layout().problems(str(newest)) == []
+
+
+def test_resuming_an_incomplete_checkpoint_by_name_lists_what_is_missing(tokenizer, tmp_path):
+    _train(tokenizer, tmp_path)
+    newest = tmp_path / "checkpoint-4"
+    (newest / "optimizer.pt").unlink()  # transformers alone would resume with a fresh optimizer, silently
+    (newest / "rng_state.pth").unlink()
+    trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=6)
+    with pytest.raises(IncompleteCheckpointError) as caught:
+        trainer.train(resume_from_checkpoint=str(newest))
+    message = str(caught.value)
+    assert f"Cannot resume from {newest}" in message
+    assert "missing optimizer.pt" in message and "missing rng_state.pth" in message
+    assert f"Resume from {tmp_path / 'checkpoint-2'}" in message and "--save_only_model" in message
+
+    _truncate(newest / "model.safetensors", keep=0.9)
+    with pytest.raises(IncompleteCheckpointError, match=r"model\.safetensors is truncated or corrupt"):
+        trainer.train(resume_from_checkpoint=str(newest))
+    with pytest.raises(IncompleteCheckpointError, match="no such folder"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-8"))
+
+
+@pytest.mark.parametrize("latest", [True, "true", "latest"])  # strings: a script's --resume_from_checkpoint
+def test_resuming_the_latest_with_no_complete_checkpoint_says_so(tokenizer, tmp_path, latest):
+    trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=2)
+    (tmp_path / "checkpoint-2").mkdir()  # a save killed before it wrote anything
+    with pytest.raises(IncompleteCheckpointError, match="no complete checkpoint") as caught:
+        trainer.train(resume_from_checkpoint=latest)
+    assert f"{tmp_path / 'checkpoint-2'} (missing trainer_state.json" in str(caught.value)
+
+
+def test_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tokenizer, tmp_path, monkeypatch, caplog):
+    real_save_file = trainer_module.save_file
+
+    def save_file_on_a_full_disk(tensors, path, *args, **kwargs):
+        if "checkpoint-4" in str(path):  # the queue, the last file of the checkpoint
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save_file(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "save_file", save_file_on_a_full_disk)
+    with pytest.raises(CheckpointSaveError) as caught:
+        _train(tokenizer, tmp_path, prebatch_size=2, save_total_limit=1)
+    message = str(caught.value)
+    assert caught.value.errno == errno.ENOSPC
+    assert f"{tmp_path / 'checkpoint-4'} failed: the disk is full" in message
+    assert f"{tmp_path / 'checkpoint-2'} is the latest complete checkpoint" in message
+    assert "--output_dir" in message and "--save_total_limit" in message
+    layout = CheckpointLayout(extra_files=(PREBATCH_QUEUE_FILE,))
+    assert layout.problems(str(tmp_path / "checkpoint-2")) == []  # not rotated away by the failed save
+    assert (tmp_path / "checkpoint-4" / INCOMPLETE_MARKER).exists()
+
+    monkeypatch.setattr(trainer_module, "save_file", real_save_file)
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf.training.checkpoints"):
+        _, steps = _train(tokenizer, tmp_path, resume=True, prebatch_size=2, save_total_limit=1)
+    assert steps == 2 and "Skipping the incomplete checkpoint" in caplog.text
+
+
+def test_torchs_write_error_on_a_full_disk_says_the_disk_is_full(tokenizer, tmp_path, monkeypatch):
+    real_save = torch.save
+
+    def failing_save(obj, path, *args, **kwargs):
+        if str(path).endswith(os.path.join("checkpoint-4", "optimizer.pt")):  # what a full disk gave in issue 13
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 4206208 vs 4206096")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=2**40, used=2**40, free=0))
+    with pytest.raises(CheckpointSaveError, match="the disk is full"):
+        _train(tokenizer, tmp_path / "full")
+
+    # the same error with room on the disk is not a full disk: it goes through, naming the incomplete checkpoint
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=2**40, used=0, free=2**40))
+    with pytest.raises(RuntimeError, match="unexpected pos") as caught:
+        _train(tokenizer, tmp_path / "room")
+    assert not isinstance(caught.value, CheckpointSaveError)
+    note = " ".join(caught.value.__notes__)
+    assert f"{tmp_path / 'room' / 'checkpoint-4'} is incomplete" in note
+    assert f"{tmp_path / 'room' / 'checkpoint-2'} is the latest complete checkpoint" in note
+
+
+def test_rotation_never_deletes_the_last_complete_checkpoint_for_a_newer_incomplete_one(tokenizer, tmp_path):
+    _train(tokenizer, tmp_path, max_steps=2)
+    # A save of step 6 killed in an earlier run; newer by step number, and by time too here (another node's clock
+    # on a shared filesystem): transformers' rotation keeps "the most recent" checkpoint, which is this one.
+    stale = tmp_path / "checkpoint-6"
+    shutil.copytree(tmp_path / "checkpoint-2", stale)
+    (stale / INCOMPLETE_MARKER).write_text("saving")
+    os.utime(stale, (time.time() + 3600, time.time() + 3600))
+
+    _train(tokenizer, tmp_path, max_steps=4, resume=str(tmp_path / "checkpoint-2"), save_total_limit=1)
+    assert LAYOUT.problems(str(tmp_path / "checkpoint-4")) == []
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-4"]  # the incomplete one went first, then the oldest
+
+
+def test_a_dual_encoders_checkpoint_is_checked_tower_by_tower(tokenizer, tmp_path):
+    trainer = make_dual_encoder_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train()
+    layout, checkpoint = trainer.checkpoint_layout(), tmp_path / "checkpoint-2"
+    assert layout.weight_folders == ("query_0_Transformer", "document_0_Transformer")  # no weights at the root
+    assert layout.problems(str(checkpoint)) == []
+    (checkpoint / "document_0_Transformer" / "model.safetensors").unlink()
+    with pytest.raises(IncompleteCheckpointError, match="missing the model's weights \\(document_0_Transformer/"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from safetensors.torch import load_file
+
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.models.losses import info_nce
+from contrastive_hf.training.prebatch_queue import PrebatchQueue
+from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
+from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+from conftest import tiny_bert_config
+from helpers.builders import QUEUE_SENTENCES, make_queue_trainer
+
+
+def test_queue_is_a_bounded_fifo_with_warmup_and_reset():
+    queue = PrebatchQueue(num_batches=2, warmup_steps=3)
+    batches = [torch.full((4, 3), float(i)) for i in range(3)]
+    assert queue.negatives(step=10) is None  # empty
+    for batch in batches:
+        queue.push(batch)
+    assert len(queue) == 8
+    assert queue.negatives(step=2) is None  # warming up
+    torch.testing.assert_close(queue.negatives(step=3), torch.cat(batches[1:]))  # oldest dropped
+    restored = PrebatchQueue(num_batches=2)
+    restored.load_state_dict(queue.state_dict())
+    torch.testing.assert_close(restored.negatives(step=0), queue.negatives(step=3))
+    queue.reset()
+    assert len(queue) == 0 and queue.negatives(step=10) is None
+    with pytest.raises(ValueError, match="num_batches"):
+        PrebatchQueue(num_batches=0)
+
+
+def test_queued_keys_are_extra_negatives_of_the_loss():
+    model = ContrastiveForPreTraining(
+        ContrastiveConfig(encoder=tiny_bert_config(vocab_size=60), contrastive_loss="info_nce", mlm_weight=0.0)
+    ).eval()
+    views = torch.randint(5, 60, (4, 2, 6))
+    queued = torch.randn(8, 32)
+    out = model(input_ids=views, extra_negatives=queued)
+    expected = info_nce(out.embeddings[:, 0], out.embeddings[:, 1], 0.05, extra_negatives=queued)
+    torch.testing.assert_close(out.loss, expected)
+    assert out.loss > model(input_ids=views).loss  # more negatives, larger loss
+
+
+def test_trainer_feeds_the_queue_after_warmup(tokenizer, tmp_path):
+    trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=4, prebatch_size=2, prebatch_warmup_steps=2)
+    seen = []
+    forward = trainer.model.forward
+
+    def recording_forward(*args, **kwargs):
+        negatives = kwargs.get("extra_negatives")
+        seen.append(None if negatives is None else negatives.shape[0])
+        return forward(*args, **kwargs)
+
+    trainer.model.forward = recording_forward
+    trainer.train()
+    assert seen == [None, None, 8, 8]  # steps 0-1 warm up; then 2 batches of 4 keys
+    assert len(trainer.prebatch_queue) == 8
+
+
+def test_nt_xent_with_a_queue_is_refused_with_the_fix(tokenizer, tmp_path):
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
+    args = ContrastiveTrainingArguments(output_dir=str(tmp_path), prebatch_size=2, report_to="none", use_cpu=True)
+    with pytest.raises(ValueError, match="info_nce"):
+        ContrastiveTrainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": QUEUE_SENTENCES}))
+
+
+def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer, tmp_path):
+    straight = make_queue_trainer(tokenizer, tmp_path / "straight", max_steps=4, prebatch_size=2, save_strategy="no")
+    straight.train()
+
+    first = make_queue_trainer(
+        tokenizer, tmp_path / "resumed", max_steps=4, prebatch_size=2, save_strategy="steps", save_steps=2
+    )
+    first.train()  # saves checkpoint-2 (with its queue) and checkpoint-4
+    checkpoint = tmp_path / "resumed" / "checkpoint-2"
+    saved = load_file(checkpoint / PREBATCH_QUEUE_FILE)
+    assert sorted(saved) == ["batch_0", "batch_1", "ids_0", "ids_1"]  # two batches of keys, with their sentence ids
+    resumed = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, prebatch_size=2, save_strategy="no")
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    for (name, expected), (_, got) in zip(
+        straight.model.named_parameters(), resumed.model.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=name)
+    torch.testing.assert_close(resumed.prebatch_queue.negatives(10), straight.prebatch_queue.negatives(10))
+    assert torch.equal(resumed.prebatch_queue.negative_ids(10), straight.prebatch_queue.negative_ids(10))
