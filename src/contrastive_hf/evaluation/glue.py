@@ -47,8 +47,10 @@ is read and checked before the first run starts.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
+import logging
 import math
 import os
 import statistics
@@ -557,6 +559,35 @@ def build_classifier(name_or_path: str | os.PathLike, task: str | GlueTask, head
     )
 
 
+@contextlib.contextmanager
+def _errors_only():
+    """transformers' and contrastive_hf's loggers at ERROR (their reports of a fresh head's weights) for the block."""
+    from transformers.utils import logging as transformers_logging
+
+    ours = logging.getLogger("contrastive_hf")
+    verbosity, level = transformers_logging.get_verbosity(), ours.level
+    transformers_logging.set_verbosity_error()
+    ours.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        ours.setLevel(level)
+
+
+@contextlib.contextmanager
+def _datasets_bars_off():
+    import datasets
+
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
+
+
 def _subset(dataset, size: int | None, seed: int):
     """A fixed random subset of ``size`` examples (all when ``size`` is None or not smaller)."""
     if size is None or size >= len(dataset):
@@ -605,16 +636,20 @@ def fine_tune(
     seed: int,
     arguments: GlueArguments,
     show_progress: bool = False,
+    load_report: bool = True,
 ) -> dict:
     """One run: a fresh classifier fine-tuned on the tokenized ``train`` set, ``dev`` (key -> tokenized Dataset)
-    scored after every epoch. Returns ``{"learning_rate", "batch_size", "seed", "score", "figures", "best_epoch",
-    "epochs": [{"epoch", "score", "figures"}], "steps", "seconds"}``, ``score``/``figures`` of the best epoch."""
+    scored after every epoch; ``load_report=False`` keeps the report of the fresh head's weights quiet (the same for
+    every run of an evaluation). Returns ``{"learning_rate", "batch_size", "seed", "score", "figures", "best_epoch",
+    "last_epoch_score", "epochs": [{"epoch", "score", "figures"}], "steps", "seconds"}``, ``score`` and ``figures``
+    those of the best epoch."""
     import torch
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
     task = _task(task)
     set_seed(seed)  # before the head is drawn: the seed is the run's initialisation, as in RoBERTa's five
-    model = build_classifier(name_or_path, task, arguments.head, arguments.pooler_type)
+    with contextlib.nullcontext() if load_report else _errors_only():
+        model = build_classifier(name_or_path, task, arguments.head, arguments.pooler_type)
     use_cpu = arguments.use_cpu or not torch.cuda.is_available()
     with tempfile.TemporaryDirectory(prefix="glue-") as output_dir:
         training_arguments = TrainingArguments(
@@ -769,14 +804,15 @@ def evaluate_glue(
         dev = {
             key: _subset(split, arguments.max_eval_samples, arguments.subset_seed) for key, split in data.dev.items()
         }
-        tokenized_train = _tokenized(train, task, tokenizer, max_length)
-        tokenized_dev = {key: _tokenized(split, task, tokenizer, max_length) for key, split in dev.items()}
+        with contextlib.nullcontext() if show_progress else _datasets_bars_off():
+            tokenized_train = _tokenized(train, task, tokenizer, max_length)
+            tokenized_dev = {key: _tokenized(split, task, tokenizer, max_length) for key, split in dev.items()}
         runs = []
         for learning_rate, batch_size in configurations:
             for seed in arguments.seeds:
                 run = fine_tune(
                     name_or_path, tokenizer, task, tokenized_train, tokenized_dev, learning_rate, batch_size, seed,
-                    arguments, show_progress,
+                    arguments, show_progress, load_report=not results and not runs,
                 )  # fmt: skip
                 runs.append(run)
                 if report is not None:
