@@ -94,13 +94,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
 def plot_command(args: argparse.Namespace) -> int:
     from ..evaluation.plots import (
         alignment_uniformity_trajectory,
+        load_glue_scores,
         load_model_point,
         load_training_run,
         plot_alignment_uniformity,
+        plot_glue,
         plot_training_curves,
     )
 
-    runs, models, left_out = [], [], []
+    runs, models, glue, left_out = [], [], [], []
     for path in args.inputs:
         if os.path.isdir(path):
             runs.append(load_training_run(path))
@@ -111,11 +113,14 @@ def plot_command(args: argparse.Namespace) -> int:
         if isinstance(content, dict) and "log_history" in content:
             runs.append(load_training_run(path))
             continue
+        if isinstance(content, dict) and content.get("glue"):
+            glue.append(load_glue_scores(path))
         try:
             models.append(load_model_point(path))
         except ValueError as error:  # e.g. results of `evaluate --tasks sts`: drawn if something else is
-            left_out.append(str(error))
-    if not runs and not models:
+            if not (isinstance(content, dict) and content.get("glue")):
+                left_out.append(str(error))
+    if not runs and not models and not glue:
         raise ValueError(" ".join(left_out))
     for reason in left_out:
         print(f"Left out of alignment_uniformity.png: {reason}")
@@ -132,6 +137,8 @@ def plot_command(args: argparse.Namespace) -> int:
             "No alignment/uniformity was logged during these runs (train with STS evaluation: --eval_strategy steps "
             "--stsb_dev_file ...), so alignment_uniformity.png is not drawn."
         )
+    if glue:
+        written.append(plot_glue(glue, os.path.join(args.output_dir, "glue.png")))
     for path in written:
         print(f"Wrote {path}")
     return 0
@@ -277,14 +284,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     plot = commands.add_parser(
         "plot",
-        help="Draw the alignment-uniformity plane and training curves.",
-        description="Writes training_curves.png (from each run's trainer_state.json) and alignment_uniformity.png "
-        "(a trajectory per run that logged eval_*_alignment/uniformity, a point per evaluate results JSON).",
+        help="Draw the alignment-uniformity plane, training curves and GLUE scores.",
+        description="Writes training_curves.png (from each run's trainer_state.json), alignment_uniformity.png "
+        "(a trajectory per run that logged eval_*_alignment/uniformity, a point per evaluate results JSON) and "
+        "glue.png (the GLUE scores of each evaluate results JSON that has them, seeds as dots).",
     )
     plot.add_argument(
         "inputs",
         nargs="+",
-        help="Training output directories or trainer_state.json files, and results JSON of `evaluate --tasks align`.",
+        help="Training output directories or trainer_state.json files, and results JSON of `evaluate` (--tasks align, "
+        "glue).",
     )
     plot.add_argument("--output-dir", default=".", help="Where the PNG files go (default: the current directory).")
     plot.set_defaults(handler=plot_command)

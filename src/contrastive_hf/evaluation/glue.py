@@ -95,7 +95,7 @@ HEADS = ("encoder", "embedding")
 GLUE_ROOTS = ("", "glue_data", "glue")
 GLUE_DATA_HINT = (
     "GLUE's download script (download_glue_data.py of the GLUE baselines, github.com/nyu-mll/GLUE-baselines) writes "
-    "this layout; without the folder, the task is loaded from the Hub (nyu-mll/glue)."
+    "this layout; a task with no folder holding train.tsv under --data-dir is loaded from the Hub (nyu-mll/glue)."
 )
 
 
@@ -641,8 +641,8 @@ def fine_tune(
     """One run: a fresh classifier fine-tuned on the tokenized ``train`` set, ``dev`` (key -> tokenized Dataset)
     scored after every epoch; ``load_report=False`` keeps the report of the fresh head's weights quiet (the same for
     every run of an evaluation). Returns ``{"learning_rate", "batch_size", "seed", "score", "figures", "best_epoch",
-    "last_epoch_score", "epochs": [{"epoch", "score", "figures"}], "steps", "seconds"}``, ``score`` and ``figures``
-    those of the best epoch."""
+    "last_epoch_score", "epochs": [{"epoch", "score", "figures"}], "training_loss", "steps", "seconds"}``, ``score``
+    and ``figures`` those of the best epoch."""
     import torch
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
@@ -692,7 +692,7 @@ def fine_tune(
         if not show_progress:
             trainer.remove_callback(PrinterCallback)  # it prints every log when progress bars are off
         start = time.perf_counter()
-        trainer.train()
+        training_loss = trainer.train().training_loss
         seconds = time.perf_counter() - start
         epochs = _epoch_figures(trainer.state.log_history, task)
         steps = trainer.state.global_step
@@ -713,6 +713,7 @@ def fine_tune(
         "best_epoch": best["epoch"],
         "last_epoch_score": epochs[-1]["score"],
         "epochs": epochs,
+        "training_loss": training_loss,
         "steps": steps,
         "seconds": round(seconds, 1),
     }
@@ -846,11 +847,15 @@ def evaluate_glue(
 def glue_card_results(glue: dict) -> dict[str, dict]:
     """The GLUE section of `evaluate_glue`'s results as `ModelCardInfo.eval_results` entries: ``glue_<config>``
     (MNLI: ``glue_mnli_matched``, ``glue_mnli_mismatched``) -> its figures x 100, with ``"dataset"``: the Hub id
-    when the data came from the Hub; and ``avg_glue`` -> ``{"score"}``."""
+    when the data came from the Hub (not from a local copy of it); and ``avg_glue`` -> ``{"score"}``."""
+    from .._files import written_as_local_path
+
     entries: dict[str, dict] = {}
     for name, result in glue["tasks"].items():
         task = GLUE_TASKS[name]
         hub = result.get("data", {}).get("hub_dataset")
+        if hub and (written_as_local_path(hub) or os.path.isdir(hub)):
+            hub = None  # the card names data sets by Hub id only when they came from the Hub
         for _, _, key in task.dev_splits:
             suffix = "" if key == "dev" else f"_{key}"
             figures = {metric: result["figures"][_figure_name(metric, key)] for metric in METRICS[task.metric].figures}
