@@ -40,8 +40,12 @@ SMOKE_RUNS = {
     ),
     "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
     "glue_data.py": (
-        ["--senteval-dir", str(REPO_ROOT / "tests" / "data" / "senteval"), "--stsb-dir",
-         str(REPO_ROOT / "tests" / "data" / "sts" / "stsbenchmark")],
+        [
+            "--senteval-dir",
+            str(REPO_ROOT / "tests" / "data" / "senteval"),
+            "--stsb-dir",
+            str(REPO_ROOT / "tests" / "data" / "sts" / "stsbenchmark"),
+        ],
         ["SST-2/train.tsv: 60 rows", "STS-B/dev.tsv: 40 rows", "MRPC's dev.tsv is the MSR test set"],
     ),  # fmt: skip
 }

@@ -399,7 +399,9 @@ def load_glue_task(
     """``task``'s data: from its folder in GLUE's layout under ``data_dir`` when there is one, else from the Hub
     (``datasets.load_dataset(hub_dataset, config)``; a local copy of the Hub dataset's folder works too)."""
     task = _task(task)
-    if data_dir is not None:
+    if data_dir is not None and not os.path.isdir(data_dir):
+        looked_in = f"the --data-dir {os.fspath(data_dir)} does not exist"
+    elif data_dir is not None:
         folder = find_glue_folder(data_dir, task)
         if folder is not None:
             return _from_folder(task, folder)
