@@ -47,7 +47,7 @@ SMOKE_RUNS = {
             str(REPO_ROOT / "tests" / "data" / "sts" / "stsbenchmark"),
         ],
         ["SST-2/train.tsv: 60 rows", "STS-B/dev.tsv: 40 rows", "MRPC's dev.tsv is the MSR test set"],
-    ),  # fmt: skip
+    ),
 }
 
 
