@@ -116,7 +116,7 @@ class GlueTask:
     metric: str = "accuracy"  # one of METRICS
     labels_written_as_names: bool = False  # MNLI, QNLI, RTE write "entailment", not ids
     dev_splits: tuple[tuple[str, str, str], ...] = (("validation", "dev.tsv", "dev"),)
-    # QQP's training file has a few rows with a missing column, which transformers' GLUE reader skipped too
+    # rows with a field missing are dropped (QQP), as transformers' GLUE reader and the Hub's GLUE builder drop them
     skip_short_rows: bool = False
 
     @property
@@ -306,8 +306,8 @@ def read_glue_file(task: str | GlueTask, path: str | os.PathLike):
     """One GLUE file (``train.tsv``, ``dev.tsv``, ...) as a `datasets.Dataset` with the Hub's columns and label ids.
 
     Fields are split on tabs without quoting (GLUE's quotes are text), as GLUE's own readers did. Errors name the file
-    and the line: a missing column of the header, a row with too few fields (QQP's few such rows are skipped), a
-    label that is not one of the task's.
+    and the line: a missing column of the header, a row with too few fields (QQP's such rows are skipped, as
+    transformers' reader skipped them), a label that is not one of the task's.
     """
     from datasets import Dataset
 
