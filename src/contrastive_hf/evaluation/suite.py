@@ -91,10 +91,10 @@ def run_evaluation(
 
     ``model`` is anything `as_encoder` takes, or a checkpoint's folder or Hub id (loaded with `load_encoder`). GLUE
     fine-tunes ``checkpoint`` (default: ``model`` when it is a folder or Hub id) as ``glue`` says (default: RoBERTa's
-    recipe, `GlueArguments`). Every data file is read and checked before the first sentence is encoded. Returns the
-    results JSON of ``contrastive-hf evaluate``: ``{"model", "encoder", "sts": {...}, "transfer": {...}, "align":
-    {...}, "glue": {...}}`` with the parts that were asked for (see `evaluate_sts_suite`, `evaluate_transfer`,
-    `evaluate_alignment_uniformity`, `evaluate_glue`).
+    recipe, `GlueArguments`) and prints a line per run. Every data file is read and checked before the first
+    sentence is encoded. Returns the results JSON of ``contrastive-hf evaluate``: ``{"model", "encoder", "sts":
+    {...}, "transfer": {...}, "align": {...}, "glue": {...}}`` with the parts that were asked for (see
+    `evaluate_sts_suite`, `evaluate_transfer`, `evaluate_alignment_uniformity`, `evaluate_glue`).
     """
     tasks = parse_tasks(tasks)
     sts_tasks = [task for task in tasks if task in STS_TASKS]
@@ -139,9 +139,8 @@ def run_evaluation(
             )  # fmt: skip
     if glue_data is not None:
         results["glue"] = evaluate_glue(
-            checkpoint, glue_tasks, data_dir, glue, datasets=glue_data, show_progress=show_progress,
-            report=print if show_progress else None,
-        )  # fmt: skip
+            checkpoint, glue_tasks, data_dir, glue, datasets=glue_data, show_progress=show_progress, report=print
+        )  # a line per fine-tuning run, progress bars or not: a run takes minutes
     return results
 
 
