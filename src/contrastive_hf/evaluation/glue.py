@@ -8,8 +8,7 @@ its figures, which is each of these rules. The group ``glue`` is the eight tasks
 tables (MNLI, QNLI, QQP, RTE, SST-2, MRPC, CoLA, STS-B); WNLI, which they leave out, runs when named.
 
 **Protocol**: RoBERTa's single-task dev setting (Liu et al., 2019, arXiv 1907.11692, §5.1, Appendix C, Tables 9
-and 10; the same values in fairseq's ``examples/roberta/README.glue.md``), the published GLUE recipe of the RoBERTa
-family CLEAR pre-trains in:
+and 10; the same values in fairseq's ``examples/roberta/README.glue.md``):
 
 - a grid of learning rates {1e-5, 2e-5, 3e-5} x batch sizes {16, 32};
 - 10 epochs; linear warm-up over the first 6% of the steps, then linear decay to 0; weight decay 0.1; Adam with
