@@ -791,6 +791,7 @@ def evaluate_glue(
     "spread", "grid", "runs", "data": {"source", "train", "dev", "train_used", ...}}}, "avg": {"score", "tasks"}}``,
     figures x 100. ``datasets`` (from `load_glue_tasks`) skips the reading.
     """
+    import torch
     from transformers import AutoTokenizer
 
     arguments = arguments or GlueArguments()
@@ -838,6 +839,8 @@ def evaluate_glue(
     average = float(np.mean([result["score"] for result in results.values()])) if results else None
     settings = asdict(arguments)
     settings["max_length"] = max_length
+    on_gpu = not arguments.use_cpu and torch.cuda.is_available()
+    settings["device"] = torch.cuda.get_device_name(0) if on_gpu else "cpu"
     return {
         "head": arguments.head,
         "arguments": settings,
