@@ -172,7 +172,7 @@ def plot_glue(models: Sequence[GlueScores], path: str | os.PathLike) -> str:
     axes.set_ylabel("dev score x 100 (median over seeds; dots: seeds)")
     axes.set_title("GLUE dev, fine-tuned per task (CLEAR's metrics)")
     axes.grid(True, axis="y", alpha=0.3)
-    axes.legend(fontsize=8, loc="lower right")
+    figure.legend(fontsize=8, loc="outside lower center", ncols=min(len(models), 2))  # below, off the bars
     figure.savefig(path, dpi=150)
     return os.fspath(path)
 
