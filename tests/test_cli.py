@@ -170,8 +170,8 @@ def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_pa
     assert main(["evaluate", tiny_checkpoint, "--tasks", "sts", "--data-dir", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert "STS12: no data folder found" in error and str(tmp_path / "STS" / "STS12-en-test") in error
-    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts,glue", "--data-dir", str(tmp_path)]) == 2
-    assert "Unknown task 'glue'" in capsys.readouterr().err
+    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts,glu", "--data-dir", str(tmp_path)]) == 2
+    assert "Unknown task 'glu'" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint]) == 2
     assert "Give --data-dir" in capsys.readouterr().err
     assert not (tmp_path / "eval_results.json").exists()  # no failed run wrote a results file
