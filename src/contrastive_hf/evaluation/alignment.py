@@ -60,7 +60,7 @@ def evaluate_alignment_uniformity(
     result = alignment_uniformity_from_vectors(data, dict(zip(sentences, embeddings, strict=True)), positive_threshold)
     if result["alignment"] is None:
         raise ValueError(
-            f"No pair scores above {positive_threshold}, so there is no positive pair to measure alignment on; use STS-B "
-            "(scores 0-5) or lower positive_threshold."
+            f"No pair scores above {positive_threshold}, so there is no positive pair to measure alignment on; use "
+            "STS-B (scores 0-5) or lower positive_threshold."
         )
     return result

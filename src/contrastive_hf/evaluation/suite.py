@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from .alignment import POSITIVE_THRESHOLD, evaluate_alignment_uniformity
 from .encoders import CachedEncoder, as_encoder
 from .sts import STS_TASKS, evaluate_sts_suite, load_sts_tasks
-from .transfer import TRANSFER_TASKS, evaluate_transfer, load_transfer_tasks
+from .transfer import DEFAULT_PROTOCOL, TRANSFER_TASKS, evaluate_transfer, load_transfer_tasks
 
 __all__ = ["TASK_GROUPS", "parse_tasks", "run_evaluation", "format_results"]
 
@@ -64,6 +64,7 @@ def run_evaluation(
     kfold: int = 10,
     seed: int = 1111,
     n_jobs: int | None = None,
+    transfer_protocol: str = DEFAULT_PROTOCOL,
     batch_size: int = 64,
     max_length: int | None = None,
     show_progress: bool = True,
@@ -73,6 +74,7 @@ def run_evaluation(
     Every data file is read and checked before the first sentence is encoded. Returns the results JSON of
     ``contrastive-hf evaluate``: ``{"model", "encoder", "sts": {...}, "transfer": {...}, "align": {...}}`` with the
     parts that were asked for (see `evaluate_sts_suite`, `evaluate_transfer`, `evaluate_alignment_uniformity`).
+    ``transfer_protocol`` is the transfer tasks' classifier (``simcse`` or ``sklearn``, see `evaluate_transfer`).
     """
     tasks = parse_tasks(tasks)
     sts_tasks = [task for task in tasks if task in STS_TASKS]
@@ -98,7 +100,15 @@ def run_evaluation(
         }
     if transfer_data is not None:
         results["transfer"] = evaluate_transfer(
-            encoder, data_dir, transfer_tasks, kfold=kfold, seed=seed, n_jobs=n_jobs, datasets=transfer_data, **common
+            encoder,
+            data_dir,
+            transfer_tasks,
+            kfold=kfold,
+            seed=seed,
+            n_jobs=n_jobs,
+            datasets=transfer_data,
+            protocol=transfer_protocol,
+            **common,
         )
     return results
 
