@@ -77,6 +77,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         stsb_file=args.stsb_file,
         kfold=args.kfold,
         n_jobs=args.n_jobs,
+        transfer_protocol=args.protocol,
         batch_size=args.batch_size,
         show_progress=not args.no_progress,
         glue=glue,
@@ -284,6 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA when available).")
     evaluate.add_argument("--kfold", type=int, default=10, help="Cross-validation folds of the transfer tasks.")
     evaluate.add_argument("--n-jobs", type=int, default=None, help="Processes for the transfer classifiers.")
+    evaluate.add_argument(
+        "--protocol",
+        default="simcse",
+        choices=("simcse", "sklearn"),
+        help="Transfer classifier: simcse = SentEval's PyTorch classifier as SimCSE reports its figures (default); "
+        "sklearn = SentEval's scikit-learn logistic regression (several times faster on CPU).",
+    )
     evaluate.add_argument("--output", default="eval_results.json", help="Where the JSON results go.")
     evaluate.add_argument("--no-progress", action="store_true", help="No progress bars.")
     _add_glue_options(evaluate)

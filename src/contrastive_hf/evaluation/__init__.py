@@ -1,7 +1,8 @@
 """Evaluation of sentence embeddings as the papers compute it.
 
 - `sts`: STS12-16, STS-B, SICK-R readers and scoring (cosine similarity, Spearman x 100, SimCSE's "all" setting).
-- `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with logistic regression.
+- `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with SentEval's PyTorch classifier
+  as SimCSE runs it, or its scikit-learn logistic regression.
 - `glue`: GLUE by fine-tuning the checkpoint per task (the Trainer, RoBERTa's recipe, CLEAR's metrics).
 - `alignment`: Wang & Isola's alignment and uniformity on STS-B.
 - `encoders`: one interface over our checkpoints, plain transformers encoders and sentence-transformers models.

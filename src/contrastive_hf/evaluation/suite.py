@@ -17,7 +17,7 @@ from .alignment import POSITIVE_THRESHOLD, evaluate_alignment_uniformity
 from .encoders import CachedEncoder, as_encoder, load_encoder
 from .glue import GLUE_GROUP, GLUE_TASKS, GlueArguments, evaluate_glue, load_glue_tasks
 from .sts import STS_TASKS, evaluate_sts_suite, load_sts_tasks
-from .transfer import TRANSFER_TASKS, evaluate_transfer, load_transfer_tasks
+from .transfer import DEFAULT_PROTOCOL, TRANSFER_TASKS, evaluate_transfer, load_transfer_tasks
 
 __all__ = ["TASK_GROUPS", "parse_tasks", "run_evaluation", "format_results"]
 
@@ -80,6 +80,7 @@ def run_evaluation(
     kfold: int = 10,
     seed: int = 1111,
     n_jobs: int | None = None,
+    transfer_protocol: str = DEFAULT_PROTOCOL,
     batch_size: int = 64,
     max_length: int | None = None,
     show_progress: bool = True,
@@ -95,6 +96,7 @@ def run_evaluation(
     sentence is encoded. Returns the results JSON of ``contrastive-hf evaluate``: ``{"model", "encoder", "sts":
     {...}, "transfer": {...}, "align": {...}, "glue": {...}}`` with the parts that were asked for (see
     `evaluate_sts_suite`, `evaluate_transfer`, `evaluate_alignment_uniformity`, `evaluate_glue`).
+    ``transfer_protocol`` is the transfer tasks' classifier (``simcse`` or ``sklearn``, see `evaluate_transfer`).
     """
     tasks = parse_tasks(tasks)
     sts_tasks = [task for task in tasks if task in STS_TASKS]
@@ -135,6 +137,7 @@ def run_evaluation(
         if transfer_data is not None:
             results["transfer"] = evaluate_transfer(
                 encoder, data_dir, transfer_tasks, kfold=kfold, seed=seed, n_jobs=n_jobs, datasets=transfer_data,
+                protocol=transfer_protocol,
                 **common,
             )  # fmt: skip
     if glue_data is not None:

@@ -140,9 +140,7 @@ def card_info_from_trainer(
         augmentation=described.get("views", "as the collator makes them"),
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
-        eval_results={
-            task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics
-        },
+        eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
         hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
@@ -338,6 +336,7 @@ def _retrieval_result(task: str, metric: str, value: float, similarity: str) -> 
         metric_type=metric_type,
         metric_value=round(float(value), 4),
     )
+
 
 def _glue_results(task: str, metrics: dict) -> tuple[list[dict], list[EvalResult]]:
     """The card's table rows and model-index entries of one GLUE entry: ``glue_<config>[_<split>]`` -> figures x 100
