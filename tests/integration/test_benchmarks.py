@@ -43,6 +43,15 @@ SMOKE_RUNS = {
         ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
     ),
     "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
+    "glue_data.py": (
+        [
+            "--senteval-dir",
+            str(REPO_ROOT / "tests" / "data" / "senteval"),
+            "--stsb-dir",
+            str(REPO_ROOT / "tests" / "data" / "sts" / "stsbenchmark"),
+        ],
+        ["SST-2/train.tsv: 60 rows", "STS-B/dev.tsv: 40 rows", "MRPC's dev.tsv is the MSR test set"],
+    ),
 }
 
 
@@ -56,6 +65,8 @@ def test_benchmark_smoke_run(name, tmp_path):
     arguments, expected = SMOKE_RUNS[name]
     if name == "bench_grad_cache.py":
         arguments = [*arguments, "--plot", str(tmp_path / "grad_cache.png")]
+    if name == "glue_data.py":
+        arguments = [*arguments, "--output", str(tmp_path / "glue_data")]
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")])),

@@ -1,6 +1,7 @@
 """The ``contrastive-hf`` command line: ``evaluate`` a model, ``plot`` a run, ``mine`` hard negatives.
 
 contrastive-hf evaluate MODEL --tasks sts,transfer,align --data-dir DIR [--output eval_results.json]
+contrastive-hf evaluate MODEL --tasks glue [--data-dir GLUE_DIR] [--learning-rates 2e-5 --seeds 0 1 ...]
 contrastive-hf plot RUN_DIR [RESULTS.json ...] [--output-dir DIR]
 contrastive-hf mine PAIRS --model MODEL --output MINED.csv [--num-negatives 3 --margin 0.05 ...]
 """
@@ -23,22 +24,51 @@ def _write_json(path: str, payload: dict) -> None:
     write_atomically(path, lambda handle: json.dump(payload, handle, indent=2))
 
 
+def _glue_arguments(args: argparse.Namespace):
+    """`GlueArguments` from the options given (the others keep the dataclass's defaults, RoBERTa's recipe)."""
+    from ..evaluation.glue import GlueArguments
+
+    given = {
+        option.name: getattr(args, option.name)
+        for option in GlueArguments.command_line_options()
+        if getattr(args, option.name) is not None
+    }
+    device = args.device or ""
+    return GlueArguments(
+        **given,
+        pooler_type=args.pooler_type,
+        max_length=args.max_length,
+        eval_batch_size=args.batch_size,
+        use_cpu=device.startswith("cpu"),
+    )
+
+
 def evaluate_command(args: argparse.Namespace) -> int:
     from ..evaluation import format_results, load_encoder, run_evaluation
-    from ..evaluation.suite import parse_tasks
+    from ..evaluation.suite import GLUE_PREFIX, parse_tasks
 
-    if args.data_dir is None and args.stsb_file is None:
-        raise ValueError("Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file.")
+    if args.data_dir is None and args.stsb_file is None and not args.tasks:
+        raise ValueError(
+            "Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file, or --tasks glue "
+            "(GLUE from the Hub)."
+        )
     tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B,align"))  # fails before the model loads
+    glue = _glue_arguments(args)
+    embedding_tasks = [task for task in tasks if not task.startswith(GLUE_PREFIX)]
+    if embedding_tasks and args.data_dir is None and args.stsb_file is None:
+        raise ValueError(f"{', '.join(embedding_tasks)} need --data-dir (SentEval's data/downstream) or --stsb-file.")
     if args.no_progress:
         from transformers.utils.logging import disable_progress_bar
 
         disable_progress_bar()  # transformers' "Loading weights" bar
-    encoder = load_encoder(
-        args.model, backend=args.backend, pooler_type=args.pooler_type, max_length=args.max_length, device=args.device
-    )
+    model = args.model
+    if embedding_tasks:
+        model = load_encoder(
+            args.model, backend=args.backend, pooler_type=args.pooler_type, max_length=args.max_length,
+            device=args.device,
+        )  # fmt: skip
     results = run_evaluation(
-        encoder,
+        model,
         args.data_dir,
         tasks,
         aggregation=args.sts_aggregation,
@@ -47,11 +77,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
         stsb_file=args.stsb_file,
         kfold=args.kfold,
         n_jobs=args.n_jobs,
+        transfer_protocol=args.protocol,
         batch_size=args.batch_size,
         show_progress=not args.no_progress,
+        glue=glue,
+        checkpoint=args.model,
     )
     results["model"] = args.model
-    print(f"Model: {args.model} ({results['encoder']['backend']})")
+    backend = f" ({results['encoder']['backend']})" if "encoder" in results else ""
+    print(f"Model: {args.model}{backend}")
     print(format_results(results))
     _write_json(args.output, results)
     print(f"Results written to {args.output}")
@@ -61,13 +95,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
 def plot_command(args: argparse.Namespace) -> int:
     from ..evaluation.plots import (
         alignment_uniformity_trajectory,
+        load_glue_scores,
         load_model_point,
         load_training_run,
         plot_alignment_uniformity,
+        plot_glue,
         plot_training_curves,
     )
 
-    runs, models, left_out = [], [], []
+    runs, models, glue, left_out = [], [], [], []
     for path in args.inputs:
         if os.path.isdir(path):
             runs.append(load_training_run(path))
@@ -78,11 +114,14 @@ def plot_command(args: argparse.Namespace) -> int:
         if isinstance(content, dict) and "log_history" in content:
             runs.append(load_training_run(path))
             continue
+        if isinstance(content, dict) and content.get("glue"):
+            glue.append(load_glue_scores(path))
         try:
             models.append(load_model_point(path))
         except ValueError as error:  # e.g. results of `evaluate --tasks sts`: drawn if something else is
-            left_out.append(str(error))
-    if not runs and not models:
+            if not (isinstance(content, dict) and content.get("glue")):
+                left_out.append(str(error))
+    if not runs and not models and not glue:
         raise ValueError(" ".join(left_out))
     for reason in left_out:
         print(f"Left out of alignment_uniformity.png: {reason}")
@@ -99,6 +138,8 @@ def plot_command(args: argparse.Namespace) -> int:
             "No alignment/uniformity was logged during these runs (train with STS evaluation: --eval_strategy steps "
             "--stsb_dev_file ...), so alignment_uniformity.png is not drawn."
         )
+    if glue:
+        written.append(plot_glue(glue, os.path.join(args.output_dir, "glue.png")))
     for path in written:
         print(f"Wrote {path}")
     return 0
@@ -155,6 +196,37 @@ def mine_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_glue_options(parser: argparse.ArgumentParser) -> None:
+    """The options of `GlueArguments` fields (their defaults, RoBERTa's recipe, stay in the dataclass)."""
+    from ..evaluation.glue import GlueArguments
+
+    group = parser.add_argument_group(
+        "GLUE fine-tuning (--tasks glue)",
+        "Each GLUE task fine-tunes the model with the transformers Trainer for each learning rate x batch size x seed "
+        "and reports the median over seeds of the best configuration (RoBERTa's protocol). --max-length, "
+        "--batch-size (dev scoring), --pooler-type and --device (cpu: no GPU) apply too.",
+    )
+    defaults = GlueArguments()
+    for option in GlueArguments.command_line_options():
+        default = getattr(defaults, option.name)
+        shown = (
+            " ".join(f"{value:g}" if isinstance(value, float) else str(value) for value in default)
+            if isinstance(default, tuple)
+            else default
+        )
+        settings = {"default": None, "help": f"{option.metadata['help']} Default: {shown}."}
+        if isinstance(default, tuple):
+            settings.update(nargs="+", type=type(default[0]), metavar=option.name.upper()[:-1])
+        elif "choices" in option.metadata:
+            settings["choices"] = option.metadata["choices"]
+        else:
+            settings["type"] = option.metadata.get("type") or type(default)
+        flags = [option.metadata["flag"]]
+        if option.name == "max_train_samples":
+            flags.append("--max_train_samples")  # run_glue.py's spelling
+        group.add_argument(*flags, dest=option.name, **settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrastive-hf", description="Contrastive sentence encoders on HF.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -171,11 +243,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--tasks",
         default=None,
-        help="Comma-separated groups (sts, transfer, align) or tasks (STS12..STS16, STS-B, SICK-R, MR, CR, SUBJ, "
-        "MPQA, SST2, TREC, MRPC). Default: sts with --data-dir, STS-B,align with --stsb-file alone.",
+        help="Comma-separated groups (sts, transfer, align, glue) or tasks (STS12..STS16, STS-B, SICK-R, MR, CR, "
+        "SUBJ, MPQA, SST2, TREC, MRPC; GLUE's glue/cola, glue/sst2, glue/mrpc, glue/stsb, glue/qqp, glue/mnli, "
+        "glue/qnli, glue/rte, glue/wnli). Default: sts with --data-dir, STS-B,align with --stsb-file alone.",
     )
     evaluate.add_argument(
-        "--data-dir", default=None, help="A folder laid out like SentEval's data/downstream (STS/STS12-en-test, ...)."
+        "--data-dir",
+        default=None,
+        help="A folder laid out like SentEval's data/downstream (STS/STS12-en-test, ...); for GLUE, one holding "
+        "GLUE's task folders (SST-2/train.tsv, dev.tsv, ...; also in its glue_data/). GLUE tasks not found there "
+        "load from the Hub (nyu-mll/glue).",
     )
     evaluate.add_argument("--stsb-file", default=None, help="Score STS-B from this file (e.g. sts-dev.csv) instead.")
     evaluate.add_argument(
@@ -208,20 +285,30 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA when available).")
     evaluate.add_argument("--kfold", type=int, default=10, help="Cross-validation folds of the transfer tasks.")
     evaluate.add_argument("--n-jobs", type=int, default=None, help="Processes for the transfer classifiers.")
+    evaluate.add_argument(
+        "--protocol",
+        default="simcse",
+        choices=("simcse", "sklearn"),
+        help="Transfer classifier: simcse = SentEval's PyTorch classifier as SimCSE reports its figures (default); "
+        "sklearn = SentEval's scikit-learn logistic regression (several times faster on CPU).",
+    )
     evaluate.add_argument("--output", default="eval_results.json", help="Where the JSON results go.")
     evaluate.add_argument("--no-progress", action="store_true", help="No progress bars.")
+    _add_glue_options(evaluate)
     evaluate.set_defaults(handler=evaluate_command)
 
     plot = commands.add_parser(
         "plot",
-        help="Draw the alignment-uniformity plane and training curves.",
-        description="Writes training_curves.png (from each run's trainer_state.json) and alignment_uniformity.png "
-        "(a trajectory per run that logged eval_*_alignment/uniformity, a point per evaluate results JSON).",
+        help="Draw the alignment-uniformity plane, training curves and GLUE scores.",
+        description="Writes training_curves.png (from each run's trainer_state.json), alignment_uniformity.png "
+        "(a trajectory per run that logged eval_*_alignment/uniformity, a point per evaluate results JSON) and "
+        "glue.png (the GLUE scores of each evaluate results JSON that has them, seeds as dots).",
     )
     plot.add_argument(
         "inputs",
         nargs="+",
-        help="Training output directories or trainer_state.json files, and results JSON of `evaluate --tasks align`.",
+        help="Training output directories or trainer_state.json files, and results JSON of `evaluate` (--tasks align, "
+        "glue).",
     )
     plot.add_argument("--output-dir", default=".", help="Where the PNG files go (default: the current directory).")
     plot.set_defaults(handler=plot_command)

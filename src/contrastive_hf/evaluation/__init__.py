@@ -1,7 +1,9 @@
 """Evaluation of sentence embeddings as the papers compute it.
 
 - `sts`: STS12-16, STS-B, SICK-R readers and scoring (cosine similarity, Spearman x 100, SimCSE's "all" setting).
-- `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with logistic regression.
+- `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with SentEval's PyTorch classifier
+  as SimCSE runs it, or its scikit-learn logistic regression.
+- `glue`: GLUE by fine-tuning the checkpoint per task (the Trainer, RoBERTa's recipe, CLEAR's metrics).
 - `alignment`: Wang & Isola's alignment and uniformity on STS-B.
 - `encoders`: one interface over our checkpoints, plain transformers encoders and sentence-transformers models.
 - `training`: STS-B dev figures during training (`ContrastiveTrainer.evaluate`).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from .alignment import evaluate_alignment_uniformity
 from .encoders import SentenceEncoder, as_encoder, load_encoder
+from .glue import GLUE_TASKS, GlueArguments, evaluate_glue
 from .retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics, search
 from .sts import (
     STS_TASKS,
@@ -37,6 +40,9 @@ __all__ = [
     "STSData",
     "STS_TASKS",
     "TRANSFER_TASKS",
+    "GLUE_TASKS",
+    "GlueArguments",
+    "evaluate_glue",
     "SentenceEncoder",
     "as_encoder",
     "load_encoder",

@@ -1,6 +1,7 @@
 """Alignment and uniformity (Wang & Isola, 2020) of sentence embeddings, as SimCSE's analysis measures them (Gao et
-al., 2021, §5 and Figure 2): on STS-B, the positive pairs are the pairs whose gold score is at least 4.0, and
-uniformity runs over all its sentences (each distinct sentence once). Both are lower-is-better; the formulas live in
+al., 2021, §5 and Figure 2): on STS-B, the positive pairs are the pairs whose gold score is higher than 4 (the
+paper's footnote 3; a pair scored exactly 4.0 is not one: 208 of STS-B dev's 1,500 pairs, not 264), and uniformity
+runs over all its sentences (each distinct sentence once). Both are lower-is-better; the formulas live in
 `contrastive_hf.models.losses`.
 """
 
@@ -17,7 +18,7 @@ from .encoders import as_encoder
 
 __all__ = ["POSITIVE_THRESHOLD", "ScoredPairs", "alignment_uniformity_from_vectors", "evaluate_alignment_uniformity"]
 
-POSITIVE_THRESHOLD = 4.0  # SimCSE: STS-B pairs scored above 4 (of 5) are positive pairs
+POSITIVE_THRESHOLD = 4.0  # SimCSE: STS-B pairs scored strictly above 4 (of 5) are positive pairs
 
 
 class ScoredPairs(Protocol):
@@ -34,9 +35,9 @@ def alignment_uniformity_from_vectors(
 ) -> dict:
     """``{"alignment", "uniformity", "positive_pairs", "sentences"}`` from precomputed ``{sentence: embedding}``.
 
-    ``alignment`` is None when no pair scores ``>= positive_threshold``.
+    Positive pairs score ``> positive_threshold``; ``alignment`` is None when there is none.
     """
-    positives = [i for i, score in enumerate(data.scores) if score >= positive_threshold]
+    positives = [i for i, score in enumerate(data.scores) if score > positive_threshold]
     sentences = list(dict.fromkeys(data.sentences1 + data.sentences2))
     everything = torch.from_numpy(np.stack([vectors[s] for s in sentences]))  # (m, d)
     result = {
@@ -68,7 +69,7 @@ def evaluate_alignment_uniformity(
     result = alignment_uniformity_from_vectors(data, dict(zip(sentences, embeddings, strict=True)), positive_threshold)
     if result["alignment"] is None:
         raise ValueError(
-            f"No pair scores >= {positive_threshold}, so there is no positive pair to measure alignment on; use STS-B "
-            "(scores 0-5) or lower positive_threshold."
+            f"No pair scores above {positive_threshold}, so there is no positive pair to measure alignment on; use "
+            "STS-B (scores 0-5) or lower positive_threshold."
         )
     return result

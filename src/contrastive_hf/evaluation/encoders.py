@@ -261,7 +261,7 @@ def check_model_source(name_or_path: str) -> None:
 
 
 def load_encoder(
-    name_or_path: str,
+    name_or_path: str | os.PathLike,
     backend: str = "auto",
     pooler_type: str = "mean",
     max_length: int | None = None,
@@ -281,6 +281,7 @@ def load_encoder(
     """
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path as a string
     check_model_source(name_or_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if backend == "auto":

@@ -64,9 +64,9 @@ def resolve_task_directory(data_dir: str | os.PathLike, task: str, folders: Sequ
     )
 
 
-def require_files(task: str, directory: str, names: Sequence[str]) -> list[str]:
+def require_files(task: str, directory: str, names: Sequence[str], hint: str = DATA_HINT) -> list[str]:
     """The paths of ``names`` in ``directory`` (letter case ignored); a `FileNotFoundError` names the missing folder,
-    or the missing files."""
+    or the missing files, and ends with ``hint`` (where the data set's public copies come from)."""
     if not os.path.isdir(directory):
         raise FileNotFoundError(f"{task}: folder not found: {directory} (it should hold {', '.join(names)}).")
     paths, missing = [], []
@@ -78,5 +78,5 @@ def require_files(task: str, directory: str, names: Sequence[str]) -> list[str]:
     if missing:
         present = [name for name in names if name not in missing]
         holds = f" (it holds {', '.join(present)})" if present else ""
-        raise FileNotFoundError(f"{task}: {directory} lacks {', '.join(missing)}{holds}. {DATA_HINT}")
+        raise FileNotFoundError(f"{task}: {directory} lacks {', '.join(missing)}{holds}. {hint}")
     return paths

@@ -1,11 +1,13 @@
-"""Pictures of a run: the alignment-uniformity plane (SimCSE's Figure 2, Gao et al., 2021) and training curves.
+"""Pictures of a run: the alignment-uniformity plane (SimCSE's Figure 2, Gao et al., 2021), training curves, and
+models' GLUE scores side by side.
 
 Inputs are what training and ``contrastive-hf evaluate`` already write: a run's ``trainer_state.json`` (its
 ``log_history`` holds ``loss``, ``mlm_loss``, ``cl_loss``, every 2% of the steps by default, and
 ``eval_stsb_spearman``, ``eval_stsb_alignment`` and ``eval_stsb_uniformity`` per evaluation: the example scripts
 record STS-B dev before training at step 0 and after it at the last step, beside any ``--eval_steps`` evaluation) and
 the results JSON of ``contrastive-hf evaluate`` with alignment and uniformity (``--stsb-file``, or ``--tasks align``;
-one point per model). matplotlib draws without a display (Agg).
+one point per model), and its GLUE figures (``--tasks glue``: a bar per model and task, the seeds as dots).
+matplotlib draws without a display (Agg).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from .._optional import require
 __all__ = [
     "TrainingRun",
     "ModelPoint",
+    "GlueScores",
     "load_training_run",
     "load_model_point",
+    "load_glue_scores",
+    "plot_glue",
     "alignment_uniformity_trajectory",
     "plot_alignment_uniformity",
     "plot_training_curves",
@@ -56,6 +61,17 @@ class ModelPoint:
     name: str
     alignment: float
     uniformity: float
+
+
+@dataclass
+class GlueScores:
+    """One model's GLUE results (from ``contrastive-hf evaluate --tasks glue``): per task its score (the median over
+    seeds) and every seed's score, and the average."""
+
+    name: str
+    head: str
+    tasks: dict[str, tuple[float, list[float]]]
+    average: float
 
 
 def _checkpoint_step(path: str) -> int:
@@ -105,10 +121,60 @@ def load_model_point(path: str | os.PathLike, name: str | None = None) -> ModelP
             "--stsb-file sts-dev.csv --output FILE` (or --tasks align with --data-dir DIR for STS-B test)."
         )
     if name is None:
-        # the last two parts of the model's path or Hub id: "org/model", "run/checkpoint-500"
-        parts = os.path.normpath(str(results.get("model") or os.path.splitext(path)[0])).split(os.sep)
-        name = "/".join(parts[-2:]) + (f" ({align['data']})" if align.get("data") else "")
+        name = _model_name(results, path) + (f" ({align['data']})" if align.get("data") else "")
     return ModelPoint(name, float(align["alignment"]), float(align["uniformity"]))
+
+
+def _model_name(results: dict, path: str | os.PathLike) -> str:
+    """The last two parts of the model's path or Hub id ("org/model", "run/checkpoint-500")."""
+    parts = os.path.normpath(str(results.get("model") or os.path.splitext(os.fspath(path))[0])).split(os.sep)
+    return "/".join(parts[-2:])
+
+
+def load_glue_scores(path: str | os.PathLike, name: str | None = None) -> GlueScores:
+    """One model's GLUE scores from the results JSON of ``contrastive-hf evaluate --tasks glue``."""
+    results = read_json_file(path)
+    glue = results.get("glue") if isinstance(results, dict) else None
+    if not glue or not glue.get("tasks"):
+        raise ValueError(
+            f"{path} holds no GLUE figures; write them with `contrastive-hf evaluate MODEL --tasks glue`."
+        )
+    tasks = {
+        task: (float(result["score"]), list(result["spread"]["scores"])) for task, result in glue["tasks"].items()
+    }
+    name = name or f"{_model_name(results, path)} ({glue['head']} head)"
+    return GlueScores(name, glue["head"], tasks, float(glue["avg"]["score"]))
+
+
+def plot_glue(models: Sequence[GlueScores], path: str | os.PathLike) -> str:
+    """Draw each model's GLUE scores: per task (and their average) a bar per model at the median over seeds, each
+    seed's score a dot on it. Writes a PNG to ``path`` and returns it."""
+    if not models:
+        raise ValueError("No GLUE results to draw: give results of `contrastive-hf evaluate --tasks glue`.")
+    tasks = list(dict.fromkeys(task for model in models for task in model.tasks))
+    columns = [*tasks, "average"]
+    figure = _figure(max(6.0, 1.1 * len(columns) * max(1, len(models)) ** 0.5 + 2), 4.8)
+    axes = figure.add_subplot()
+    width = 0.8 / len(models)
+    for index, model in enumerate(models):
+        color = f"C{index % 10}"
+        offsets = [column + (index - (len(models) - 1) / 2) * width for column in range(len(columns))]
+        heights = [model.tasks[task][0] if task in model.tasks else math.nan for task in tasks] + [model.average]
+        axes.bar(offsets, heights, width=width * 0.9, color=color, alpha=0.75, label=model.name)
+        for offset, task in zip(offsets, tasks, strict=False):
+            seeds = model.tasks.get(task, (None, []))[1]
+            axes.plot([offset] * len(seeds), seeds, "o", color="black", markersize=3, alpha=0.7)
+        for offset, height in zip(offsets, heights, strict=True):
+            if not math.isnan(height):
+                axes.annotate(f"{height:.1f}", (offset, height), textcoords="offset points", xytext=(0, 3),
+                              ha="center", fontsize=7)  # fmt: skip
+    axes.set_xticks(range(len(columns)), columns)
+    axes.set_ylabel("dev score x 100 (median over seeds; dots: seeds)")
+    axes.set_title("GLUE dev, fine-tuned per task (CLEAR's metrics)")
+    axes.grid(True, axis="y", alpha=0.3)
+    figure.legend(fontsize=8, loc="outside lower center", ncols=min(len(models), 2))  # below, off the bars
+    figure.savefig(path, dpi=150)
+    return os.fspath(path)
 
 
 def alignment_uniformity_trajectory(run: TrainingRun) -> list[tuple[int, float, float]]:

@@ -55,6 +55,16 @@ _DATASET_NAMES = {
 }
 # eval_recall@5, eval_mrr, eval_<set>_recall@5_dim64: the retrieval metrics a run logs (never the _before ones)
 _RETRIEVAL_METRIC = re.compile(r"eval_(?:(?P<task>\w+?)_)?(?P<metric>(?:recall@\d+|mrr)(?:_dim\d+)?)")
+
+# GLUE figures (`evaluation.glue.glue_card_results`: "glue_<config>[_matched|_mismatched]") as run_glue.py's cards
+# name them: the `evaluate` metric ids, the data set "GLUE <CONFIG>".
+_GLUE_METRIC_TYPES = {
+    "accuracy": "accuracy",
+    "f1": "f1",
+    "pearson": "pearsonr",
+    "spearman": "spearmanr",
+    "matthews_correlation": "matthews_correlation",
+}
 _FRAMEWORKS = ("contrastive_hf", "transformers", "sentence-transformers", "torch", "datasets", "accelerate")
 
 
@@ -68,7 +78,8 @@ class ModelCardInfo:
     augmentation: str
     training_data: str
     hyperparameters: dict
-    # {"stsb_dev": {"spearman": 72.3}, "sts12": {"spearman": 60.1}, "mr": {"accuracy": 80.2}, "avg_sts": {...}}
+    # {"stsb_dev": {"spearman": 72.3}, "sts12": {"spearman": 60.1}, "mr": {"accuracy": 80.2}, "avg_sts": {...}};
+    # GLUE's from evaluation.glue.glue_card_results: {"glue_mrpc": {"accuracy": 84.1, "f1": 88.2}, "avg_glue": {...}}
     eval_results: dict = field(default_factory=dict)
     world_size: int = 1
     zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
@@ -129,9 +140,7 @@ def card_info_from_trainer(
         augmentation=described.get("views", "as the collator makes them"),
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
-        eval_results={
-            task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics
-        },
+        eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
         hard_negatives=int(described.get("hard_negatives", 0)),
     )
     return replace(info, **fields)
@@ -206,6 +215,11 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     method = method_card(info.method)
     eval_rows, eval_results = [], []
     for task, metrics in info.eval_results.items():
+        if task.startswith("glue_") or task == "avg_glue":
+            rows, results = _glue_results(task, metrics)
+            eval_rows += rows
+            eval_results += results
+            continue
         for metric, value in metrics.items():
             if _RETRIEVAL_METRIC.fullmatch(f"eval_{metric}"):
                 eval_rows.append({"task": task, "metric": metric, "value": f"{value:.4f}"})  # a fraction
@@ -322,6 +336,32 @@ def _retrieval_result(task: str, metric: str, value: float, similarity: str) -> 
         metric_type=metric_type,
         metric_value=round(float(value), 4),
     )
+
+
+def _glue_results(task: str, metrics: dict) -> tuple[list[dict], list[EvalResult]]:
+    """The card's table rows and model-index entries of one GLUE entry: ``glue_<config>[_<split>]`` -> figures x 100
+    and ``"dataset"`` (the Hub id it was loaded from; absent for local files, which get a plain task name)."""
+    if task == "avg_glue":  # the table only: the model-index wants one data set per result
+        return [{"task": task, "metric": "score x 100", "value": f"{metrics['score']:.2f}"}], []
+    config, _, split = task[len("glue_") :].partition("_")
+    hub = metrics.get("dataset")
+    rows, results = [], []
+    for metric, value in metrics.items():
+        if metric not in _GLUE_METRIC_TYPES:
+            continue
+        rows.append({"task": task, "metric": f"{metric} x 100", "value": f"{value:.2f}"})
+        results.append(
+            EvalResult(
+                task_type="text-classification",
+                dataset_type=hub or f"glue-{config}",
+                dataset_name=f"GLUE {config.upper()}" + ("" if hub else " (local files)"),
+                dataset_config=config,
+                dataset_split=f"validation_{split}" if split else "validation",
+                metric_type=_GLUE_METRIC_TYPES[metric],
+                metric_value=round(value / 100, 4),  # the card's scale: 0 to 1
+            )
+        )
+    return rows, results
 
 
 def _result_type(task: str) -> str:

@@ -237,7 +237,7 @@ def alignment(x: torch.Tensor, y: torch.Tensor, alpha: float = 2.0) -> torch.Ten
     Rows of ``x`` and ``y`` are the two sides of the positive pairs; both are L2-normalised first. Lower is better.
 
     Inputs: ``(N, d)`` embeddings of each pair's two sides (e.g. the two views of a training batch, or STS-B pairs
-    scored >= 4). Example: ``alignment(views[:, 0], views[:, 1])`` is 0 when every pair's two sides coincide.
+    scored above 4). Example: ``alignment(views[:, 0], views[:, 1])`` is 0 when every pair's two sides coincide.
     """
     with torch.autocast(device_type=x.device.type, enabled=False):
         dtype = loss_dtype(x, y)
