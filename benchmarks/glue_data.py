@@ -19,7 +19,7 @@ What each folder holds, and how it differs from GLUE's:
   sizes (dev 1,725, not 408), and ``OUTPUT/README.md`` says so.
 
 ``--max-train-rows`` / ``--max-dev-rows`` keep the first rows of each file (the repository's samples in
-``tests/data/glue`` were written with 48 and 30 from the shared data).
+``tests/fixtures/glue`` were written with 48 and 30 from the shared data).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""STS readers (on slices of the real files in tests/data and on malformed ones), scoring, aggregation, the
+"""STS readers (on slices of the real files in tests/fixtures and on malformed ones), scoring, aggregation, the
 `evaluate` module and the fast encoding path against `ContrastiveModel.encode`."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_reads_sts12_in_senteval_layout_in_senteval_order():
 
 
 def test_finds_task_folders_under_a_data_directory_ignoring_letter_case():
-    # tests/data keeps them as sts/STS12-en-test, sts/stsbenchmark and sts/sick (SentEval: STS/..., SICK/)
+    # tests/fixtures keeps them as sts/STS12-en-test, sts/stsbenchmark and sts/sick (SentEval: STS/..., SICK/)
     assert len(load_sts_task(TEST_DATA, "STS12")) == 5
     assert len(load_sts_task(TEST_DATA, "STS-B", stsb_split="dev")["dev"]) == 40
     assert len(load_sts_task(TEST_DATA, "SICK-R", sick_split="trial")["trial"]) == 120
@@ -225,7 +225,7 @@ def test_the_shipped_evaluate_module_loads_offline_and_matches_scipy():
 
 @pytest.fixture
 def small_sts_dir(tmp_path):
-    """SentEval's layout (STS/STS12-en-test, STS/STSBenchmark, SICK) holding the slices of tests/data; SICK's trial
+    """SentEval's layout (STS/STS12-en-test, STS/STSBenchmark, SICK) holding the slices of tests/fixtures; SICK's trial
     slice stands in for its test split."""
     root = tmp_path / "downstream"
     shutil.copytree(STS / "STS12-en-test", root / "STS" / "STS12-en-test")

@@ -211,7 +211,7 @@ def test_reads_mrpc_pairs_without_the_header():
 
 
 def test_finds_task_folders_under_a_data_directory():
-    # tests/data keeps them as senteval/MR and senteval/SST/Binary (SentEval: MR, SST/binary)
+    # tests/fixtures keeps them as senteval/MR and senteval/SST/Binary (SentEval: MR, SST/binary)
     assert len(load_transfer_task(TEST_DATA, "MR")) == 60
     assert len(load_transfer_task(TEST_DATA, "SST2")["test"]) == 30
 

@@ -46,9 +46,9 @@ SMOKE_RUNS = {
     "glue_data.py": (
         [
             "--senteval-dir",
-            str(REPO_ROOT / "tests" / "data" / "senteval"),
+            str(REPO_ROOT / "tests" / "fixtures" / "senteval"),
             "--stsb-dir",
-            str(REPO_ROOT / "tests" / "data" / "sts" / "stsbenchmark"),
+            str(REPO_ROOT / "tests" / "fixtures" / "sts" / "stsbenchmark"),
         ],
         ["SST-2/train.tsv: 60 rows", "STS-B/dev.tsv: 40 rows", "MRPC's dev.tsv is the MSR test set"],
     ),

@@ -1,7 +1,8 @@
 """GLUE by fine-tuning (`contrastive_hf.evaluation.glue`): GLUE's files and the Hub's copy, CLEAR's metrics against
 scikit-learn and scipy, RoBERTa's selection over seeds, both heads, and ``contrastive-hf evaluate --tasks glue``.
 
-The SST-2, MRPC and STS-B samples of tests/data/glue are in GLUE's own layout (tests/data/README.md); the other tasks'
+The SST-2, MRPC and STS-B samples of tests/fixtures/glue are in GLUE's own layout (tests/fixtures/README.md); the
+other tasks'
 files and the Hub-shaped copies are written here, a few rows each.
 """
 
@@ -140,7 +141,7 @@ def tiny_checkpoint(tmp_path, tokenizer):
 
 
 def test_shipped_samples_are_what_the_arranging_script_writes_from_the_senteval_samples(tmp_path):
-    """tests/data/glue is benchmarks/glue_data.py's output, byte for byte, from the SentEval-layout samples (the
+    """tests/fixtures/glue is benchmarks/glue_data.py's output, byte for byte, from the SentEval-layout samples (the
     first rows of the same public files)."""
     command = [sys.executable, str(REPO_ROOT / "benchmarks" / "glue_data.py"), "--output", str(tmp_path)]
     command += ["--senteval-dir", str(TEST_DATA / "senteval"), "--stsb-dir", str(TEST_DATA / "sts" / "stsbenchmark")]
@@ -155,7 +156,7 @@ def test_shipped_samples_are_what_the_arranging_script_writes_from_the_senteval_
 
 
 def test_glue_files_read_as_the_hub_has_them():
-    sst2 = load_glue_task("SST-2", TEST_DATA)  # found under tests/data/glue/
+    sst2 = load_glue_task("SST-2", TEST_DATA)  # found under tests/fixtures/glue/
     assert sst2.source == str(GLUE_SAMPLES / "SST-2") and sst2.hub_dataset is None
     assert (len(sst2.train), len(sst2.dev["dev"])) == (48, 30)
     assert sst2.train[0] == {"sentence": "hide new secretions from the parental units ", "label": 0}
