@@ -2,8 +2,7 @@
 scikit-learn and scipy, RoBERTa's selection over seeds, both heads, and ``contrastive-hf evaluate --tasks glue``.
 
 The SST-2, MRPC and STS-B samples of tests/fixtures/glue are in GLUE's own layout (tests/fixtures/README.md); the
-other tasks'
-files and the Hub-shaped copies are written here, a few rows each.
+other tasks' files and the Hub-shaped copies are written here, a few rows each.
 """
 
 from __future__ import annotations
