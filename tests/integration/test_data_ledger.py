@@ -26,6 +26,9 @@ import pytest
 
 from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, free_port, tiny_bert_config
 
+# its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("data_ledger")
+
 BATCH = 4  # per process
 TIMEOUT = 900  # seconds for all the jobs of one launch
 

@@ -40,6 +40,9 @@ from helpers.launching import (
     weights,
 )
 
+# its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("deepspeed")
+
 # A learning rate large enough that 3 Adam steps move every weight by ~2e-3, far above the comparison tolerance.
 TRAINING = ("--pooler_type", "mean", "--learning_rate", "1e-3", "--max_steps", str(MAX_STEPS))
 NO_STS_EVAL = ("--stsb_dev_file", "")  # the final STS-B evaluation runs once, in the ZeRO-3 run

@@ -15,6 +15,9 @@ from contrastive_hf.training.prebatch_queue import PrebatchQueue
 
 from conftest import free_port, tiny_bert_config
 
+# its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("distributed")
+
 WORLD = 2
 VOCAB = 60
 NT_XENT = {"contrastive_loss": "nt_xent", "num_views": 2}

@@ -15,6 +15,9 @@ from contrastive_hf.recipes.multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
 
+# its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("run_multitask")
+
 # ---- examples/run_multitask.py on the real data ----
 
 
