@@ -22,6 +22,7 @@ DEMO_TOKENIZER = REPO_ROOT / "examples" / "demo" / "tokenizer"
 DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
 TEST_DATA = Path(__file__).resolve().parent / "fixtures"
 CHECKPOINTS_0_1 = TEST_DATA / "checkpoints_0_1"  # saved by contrastive_hf 0.1, with their expected embeddings
+CHECKPOINTS_0_2 = TEST_DATA / "checkpoints_0_2"  # saved by 0.2 before issues 22-26, with their expected embeddings
 
 
 @pytest.fixture

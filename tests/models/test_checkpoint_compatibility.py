@@ -8,9 +8,9 @@ from safetensors.torch import load_file
 from transformers import AutoModel
 
 import contrastive_hf
-from contrastive_hf import ContrastiveModel, DualEncoderModel
+from contrastive_hf import ContrastiveForPreTraining, ContrastiveModel, DualEncoderModel
 
-from conftest import CHECKPOINTS_0_1
+from conftest import CHECKPOINTS_0_1, CHECKPOINTS_0_2
 
 OLD = CHECKPOINTS_0_1
 EXPECTED = load_file(OLD / "expected_embeddings.safetensors")
@@ -50,3 +50,35 @@ def test_the_0_1_module_paths_still_import_with_a_warning_naming_the_new_one():
         )
     )
     assert restored is ContrastiveTrainingArguments
+
+
+# ---- 0.2 checkpoints (before issues 22-26 changed the saving code) ----
+
+SENTENCES = ["A man is playing a guitar.", "A cat sleeps on the sofa.", "Stocks fell sharply on Monday."]
+EXPECTED_0_2 = load_file(CHECKPOINTS_0_2 / "expected_embeddings.safetensors")
+
+
+@pytest.mark.parametrize(("name", "prompt"), [("contrastive_cls_mlp", None), ("contrastive_mean_prompts", "query")])
+def test_a_0_2_checkpoint_embeds_the_same_in_contrastive_hf_and_sentence_transformers(name, prompt):
+    from sentence_transformers import SentenceTransformer
+
+    path = CHECKPOINTS_0_2 / name
+    ours = ContrastiveModel.from_pretrained(path).encode(SENTENCES, prompt_name=prompt)
+    theirs = SentenceTransformer(str(path), device="cpu").encode(SENTENCES, prompt_name=prompt)
+    torch.testing.assert_close(torch.as_tensor(ours), EXPECTED_0_2[name], rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.as_tensor(theirs), EXPECTED_0_2[name], rtol=0, atol=1e-5)
+    assert ContrastiveForPreTraining.from_pretrained(path).config.pooler_type == name.split("_")[1]  # whole, heads too
+
+
+def test_a_0_2_dual_encoder_embeds_the_same_in_contrastive_hf_and_sentence_transformers():
+    from sentence_transformers import SentenceTransformer
+
+    path = CHECKPOINTS_0_2 / "dual_encoder"
+    ours, theirs = DualEncoderModel.from_pretrained(path), SentenceTransformer(str(path), device="cpu")
+    for role, key in (("query", "dual_encoder_queries"), ("document", "dual_encoder_documents")):
+        expected = EXPECTED_0_2[key]
+        mine = torch.as_tensor(getattr(ours, f"encode_{role}")(SENTENCES))
+        torch.testing.assert_close(mine, expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            torch.as_tensor(getattr(theirs, f"encode_{role}")(SENTENCES)), expected, rtol=0, atol=1e-5
+        )
