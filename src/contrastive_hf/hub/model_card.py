@@ -27,6 +27,7 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
+from .adapters import MERGED_SUFFIX, adapted_model, base_model_settings, describe_adapter
 from .method_cards import METHODS, method_card
 
 __all__ = [
@@ -142,6 +143,7 @@ def card_info_from_trainer(
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
         hard_negatives=int(described.get("hard_negatives", 0)),
+        adapter=describe_adapter(model),
     )
     return replace(info, **fields)
 
