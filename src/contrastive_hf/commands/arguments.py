@@ -246,8 +246,8 @@ class AdapterArguments:
     lora_r: int = field(
         default=0,
         metadata={
-            "help": "Train a LoRA adapter of this rank on the pretrained encoder(s) of --model_name_or_path, whose own "
-            "weights stay frozen (0: train every weight). The adapter goes to output_dir, the merged model to "
+            "help": "Train a LoRA adapter of this rank on the pretrained encoder(s) of --model_name_or_path, whose "
+            "own weights stay frozen (0: train every weight). The adapter goes to output_dir, the merged model to "
             "<output_dir>-merged."
         },
     )
@@ -255,7 +255,9 @@ class AdapterArguments:
     lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
     lora_target_modules: str | None = field(
         default=None,
-        metadata={"help": "Comma-separated module names to adapt (default: peft's for the encoder type, e.g. query,value)."},
+        metadata={
+            "help": "Comma-separated module names to adapt (default: peft's for the encoder, e.g. query,value)."
+        },
     )
     lora_modules_to_save: str | None = field(
         default=None,

@@ -5,7 +5,7 @@
 ``arguments``  the shared argument dataclasses and `parse_arguments` (flags or a JSON file, a recipe's defaults)
 ``logs``       `setup_logging`: logging and seeding as transformers' example scripts do
 ``loaders``    the tokenizer, the training corpus and the STS-B dev set (`loading` builds the model)
-``run_end``    the end of a run: save, before/after, card, push, LoRA merge, reload check (`finish_sentence_encoder_run`)
+``run_end``    the end of a run: save, before/after, card, push, LoRA merge, reload (`finish_sentence_encoder_run`)
 =============  ================================================================================================
 """
 

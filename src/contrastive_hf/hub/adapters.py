@@ -62,7 +62,13 @@ _BASE_MODEL_SETTINGS = {
         "projection_at_inference",
         *_SENTENCE_SETTINGS,
     ),
-    DualEncoderConfig.model_type: ("share_encoders", "pooler_type", "projection_dim", "similarity", *_SENTENCE_SETTINGS),
+    DualEncoderConfig.model_type: (
+        "share_encoders",
+        "pooler_type",
+        "projection_dim",
+        "similarity",
+        *_SENTENCE_SETTINGS,
+    ),
 }
 
 
