@@ -19,8 +19,9 @@ from typing import ClassVar
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model, with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
@@ -36,26 +37,12 @@ from contrastive_hf.commands.scripts import (
 )
 from contrastive_hf.data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
-from contrastive_hf.hub.adapters import add_adapter, lora_config
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import clear
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class AdapterArguments:
-    lora_r: int = field(default=0, metadata={"help": "Train a LoRA adapter of this rank on the encoder (0: off)."})
-    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
-    lora_target_modules: str | None = field(
-        default=None, metadata={"help": "Comma-separated module names (default: peft's for the encoder type)."}
-    )
-    lora_modules_to_save: str | None = field(
-        default=None, metadata={"help": "Comma-separated modules trained in full beside the adapter, e.g. projection."}
-    )
 
 
 @dataclass
@@ -120,19 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         if needs_del_token(view_args.augmentations):
             add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
-    if adapter_args.lora_r:
-        model = add_adapter(
-            model,
-            lora_config(
-                model,
-                r=adapter_args.lora_r,
-                alpha=adapter_args.lora_alpha,
-                dropout=adapter_args.lora_dropout,
-                target_modules=_split(adapter_args.lora_target_modules),
-                modules_to_save=_split(adapter_args.lora_modules_to_save),
-            ),
-        )
-        model.print_trainable_parameters()
+    model = with_lora_adapter(model, adapter_args)
 
     collator = ContrastiveDataCollator(
         tokenizer,
@@ -164,9 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         processing_class=tokenizer,
     )
     train_result = run_training(trainer)
-    card_info = card_info_from_trainer(
-        trainer, training_data=training_data_name(data_args), adapter=_describe_adapter(trainer.model)
-    )
+    card_info = card_info_from_trainer(trainer, training_data=training_data_name(data_args))
     finish_sentence_encoder_run(
         trainer,
         train_result,
@@ -176,18 +149,6 @@ def main(argv: list[str] | None = None) -> None:
         sts_before=before,
         train_samples=None if data_args.streaming else len(train_dataset),
     )
-
-
-def _describe_adapter(model) -> str | None:
-    config = getattr(model, "peft_config", {}).get("default")
-    if config is None:
-        return None
-    targets = ", ".join(sorted(config.target_modules))
-    return f"{config.peft_type.value} adapter (r={config.r}, alpha={config.lora_alpha}) on {targets}"
-
-
-def _split(names: str | None) -> list[str] | None:
-    return [name.strip() for name in names.split(",") if name.strip()] if names else None
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model, with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
@@ -72,9 +73,16 @@ class SpanArguments:
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
     parser = HfArgumentParser(
-        (EncoderArguments, ContrastiveModelArguments, CorpusArguments, SpanArguments, ContrastiveTrainingArguments)
+        (
+            EncoderArguments,
+            ContrastiveModelArguments,
+            CorpusArguments,
+            SpanArguments,
+            AdapterArguments,
+            ContrastiveTrainingArguments,
+        )
     )
-    encoder_args, model_args, data_args, span_args, training_args = parse_arguments(
+    encoder_args, model_args, data_args, span_args, adapter_args, training_args = parse_arguments(
         parser, argv, defaults=declutr.DEFAULTS
     )
     setup_logging(training_args, logger)
@@ -90,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
             encoder_args.cache_dir,
             **model_args.config_overrides(),
         )
+    model = with_lora_adapter(model, adapter_args)
 
     with training_args.main_process_first(desc="document tokenization"):
         corpus = load_corpus(

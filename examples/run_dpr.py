@@ -29,8 +29,9 @@ from typing import ClassVar
 
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.commands.loading import loading_instructions
+from contrastive_hf.commands.loading import loading_instructions, with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     MatryoshkaArguments,
     PromptArguments,
     UsageError,
@@ -41,6 +42,7 @@ from contrastive_hf.commands.scripts import (
     parse_arguments,
     publish,
     run_training,
+    save_merged_model,
     save_trained_model,
     setup_logging,
 )
@@ -219,8 +221,8 @@ def data_columns(*args, **kwargs) -> tuple[str, ...]:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
-    model_args, data_args, training_args = parse_arguments(parser, argv, defaults=dpr.DEFAULTS)
+    parser = HfArgumentParser((ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments))
+    model_args, data_args, adapter_args, training_args = parse_arguments(parser, argv, defaults=dpr.DEFAULTS)
     setup_logging(training_args, logger, summary=True)
     k_values = parse_k_values(data_args.retrieval_k)
     if data_args.eval_size < 0:
@@ -232,6 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
     with as_usage_error():  # a setting the config refuses, e.g. --truncate_dim above the embedding size
         model = build_model(model_args, tokenizer)
+    if adapter_args.lora_r and model_args.passage_model_name_or_path:
+        raise UsageError(
+            "--lora_r with --passage_model_name_or_path: an adapter folder names one base model, from which peft "
+            "rebuilds both towers, so an adapter on two different encoders would load onto the wrong passage tower. "
+            "Train without --lora_r, or start both towers from --model_name_or_path."
+        )
+    model = with_lora_adapter(model, adapter_args)
 
     loading = training_args.main_process_first(desc="loading and tokenizing the pairs")
     with loading, corpus_progress_bars(data_args.train_file):
@@ -346,8 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     if retrieval is not None and trainer.is_world_process_zero():
         log_before_after(trainer, score(), before)
     publish(trainer)
+    loadable_dir = save_merged_model(trainer, tokenizer)  # with --lora_r: the adapter merged, beside output_dir
     if trainer.is_world_process_zero():
-        print(loading_instructions(training_args.output_dir, dual_encoder=True))
+        print(loading_instructions(loadable_dir, dual_encoder=True))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ Dev sets: SST-2's and STS-B's own; MRPC has none in SentEval's layout, so ``--mr
 pairs (10%, the size of GLUE's MRPC dev set) are held out, with a fixed ``--split_seed``. ``--evaluate_test`` also
 scores the test sets. The output folder holds the multitask model (`MultitaskModel.from_pretrained`) and, in
 ``sentence_encoder/``, the encoder alone as a contrastive_hf checkpoint (`AutoModel`, sentence-transformers).
+With ``--lora_r`` the output folder holds a LoRA adapter on the encoder with the heads trained in full (it loads with
+``PeftModel.from_pretrained(MultitaskModel.from_sentence_encoder(base, tasks), folder)``), and
+``<output_dir>-merged`` the merged multitask model and its ``sentence_encoder/``.
 """
 
 from __future__ import annotations
@@ -30,14 +33,16 @@ import torch
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveConfig
-from contrastive_hf.commands.loading import loading_instructions, verify_reload
+from contrastive_hf.commands.loading import loading_instructions, verify_reload, with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     UsageError,
     exit_on_usage_error,
     log_before_after,
     parse_arguments,
     publish,
     run_training,
+    save_merged_model,
     save_trained_model,
     setup_logging,
 )
@@ -186,8 +191,8 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    parser = HfArgumentParser((ModelArguments, DataArguments, MultitaskTrainingArguments))
-    model_args, data_args, training_args = parse_arguments(parser, argv, defaults=multitask.DEFAULTS)
+    parser = HfArgumentParser((ModelArguments, DataArguments, AdapterArguments, MultitaskTrainingArguments))
+    model_args, data_args, adapter_args, training_args = parse_arguments(parser, argv, defaults=multitask.DEFAULTS)
     setup_logging(training_args, logger)
 
     train, dev, test = load_task_data(data_args)
@@ -195,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     model = build_model(model_args, tasks)
+    # the heads are new: trained in full beside the encoder's adapter, and saved with it
+    model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
 
     trainer = MultitaskTrainer(
         model=model,
@@ -216,16 +223,18 @@ def main(argv: list[str] | None = None) -> None:
         trainer.log_metrics("test", metrics)
         trainer.save_metrics("test", metrics)
     publish(trainer)  # the Trainer's card, with the evaluations; pushes with --push_to_hub
+    # with --lora_r: the adapter and heads in output_dir, the merged multitask model beside it
+    model_dir = save_merged_model(trainer, tokenizer)
 
     if not trainer.is_world_process_zero():
         return
-    encoder_dir = os.path.join(training_args.output_dir, ENCODER_DIR)
-    trainer.model.save_sentence_encoder(encoder_dir, tokenizer)
-    check_saved_models(trainer.model, training_args.output_dir, encoder_dir, tokenizer, dev)
+    encoder_dir = os.path.join(model_dir, ENCODER_DIR)
+    trainer.model.save_sentence_encoder(encoder_dir, tokenizer)  # after a merge, the merged encoder
+    check_saved_models(trainer.model, model_dir, encoder_dir, tokenizer, dev)
     print(
-        f"\nThe multitask model (encoder and heads) is in {training_args.output_dir}. Load it with:\n\n"
+        f"\nThe multitask model (encoder and heads) is in {model_dir}. Load it with:\n\n"
         "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
-        f"    multitask = MultitaskModel.from_pretrained({training_args.output_dir!r})\n"
+        f"    multitask = MultitaskModel.from_pretrained({model_dir!r})\n"
         f"\nThe encoder alone, a sentence encoder checkpoint, is in {encoder_dir}."
         + loading_instructions(encoder_dir).removeprefix(f"\nSaved to {encoder_dir}.")
     )

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
+from contrastive_hf.commands.loading import with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     CorpusArguments,
     EncoderArguments,
     UsageError,
@@ -74,8 +76,12 @@ class SelfGuidedArguments:
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    parser = HfArgumentParser((EncoderArguments, SelfGuidedArguments, CorpusArguments, SelfGuidedTrainingArguments))
-    encoder_args, sg_args, data_args, training_args = parse_arguments(parser, argv, defaults=sg_bert.DEFAULTS)
+    parser = HfArgumentParser(
+        (EncoderArguments, SelfGuidedArguments, CorpusArguments, AdapterArguments, SelfGuidedTrainingArguments)
+    )
+    encoder_args, sg_args, data_args, adapter_args, training_args = parse_arguments(
+        parser, argv, defaults=sg_bert.DEFAULTS
+    )
     setup_logging(training_args, logger, summary=True)
     if encoder_args.model_name_or_path is None:
         raise UsageError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
@@ -91,6 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         layer_pooling=sg_args.layer_pooling,
         freeze_embeddings=sg_args.freeze_embeddings,
     )
+    # the adapter goes on BERT_T alone (what is trained and saved); BERT_F, already copied, stays the frozen base
+    model.contrastive = with_lora_adapter(model.contrastive, adapter_args)
 
     train_dataset = load_sentences(data_args, tokenizer, training_args, encoder_args.cache_dir)
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)

@@ -32,8 +32,9 @@ from transformers import HfArgumentParser
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.commands import scripts
-from contrastive_hf.commands.loading import built_whole, load_pretraining_model
+from contrastive_hf.commands.loading import built_whole, load_pretraining_model, with_lora_adapter
 from contrastive_hf.commands.scripts import (
+    AdapterArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
@@ -124,9 +125,9 @@ class DataArguments(CorpusArguments):
 
 def parse_arguments(
     argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, ContrastiveTrainingArguments]:
+) -> tuple[ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments]:
     """Flags, or a JSON file and flags, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, ContrastiveTrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments))
     return scripts.parse_arguments(parser, argv, defaults=simcse.argument_defaults)
 
 
@@ -163,7 +164,7 @@ def load_pairs(data_args, collator: PairCollator, cache_dir):
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    model_args, data_args, training_args = parse_arguments(argv)
+    model_args, data_args, adapter_args, training_args = parse_arguments(argv)
     setup_logging(training_args, logger, summary=True)
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
 
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
             model_args.cache_dir,
             **simcse.model_config(data_args.mode, do_mlm=model_args.do_mlm, **overrides),
         )
+    model = with_lora_adapter(model, adapter_args)
 
     collator_options = dict(
         do_mlm=model_args.do_mlm,

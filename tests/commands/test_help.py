@@ -20,11 +20,11 @@ from conftest import REPO_ROOT
 # help string once held a bare %).
 SCRIPT_FLAGS = {
     "run_clear": ("--augmentations", "--del_word_probability", "--lora_r", "--temperature", "--logging_steps"),
-    "run_simcse": ("--mode", "--pair_columns", "--train_files", "--do_mlm", "--query_prompt", "--logging_steps"),
-    "run_dpr": ("--passage_model_name_or_path", "--share_encoders", "--max_passage_length", "--retrieval_k"),
-    "run_declutr": ("--span_view", "--span_words", "--mask_probability", "--hard_negatives"),
-    "run_sg_bert": ("--loss", "--regularization_weight", "--layer_pooling", "--freeze_embeddings"),
-    "run_multitask": ("--sst_dir", "--mrpc_dir", "--stsb_dir", "--mrpc_head", "--sst_weight"),
+    "run_simcse": ("--mode", "--pair_columns", "--train_files", "--do_mlm", "--query_prompt", "--lora_r"),
+    "run_dpr": ("--passage_model_name_or_path", "--share_encoders", "--max_passage_length", "--lora_r"),
+    "run_declutr": ("--span_view", "--span_words", "--hard_negatives", "--lora_r"),
+    "run_sg_bert": ("--loss", "--regularization_weight", "--freeze_embeddings", "--lora_r"),
+    "run_multitask": ("--sst_dir", "--mrpc_dir", "--stsb_dir", "--mrpc_head", "--lora_modules_to_save"),
 }
 COMMAND_FLAGS = {
     (): ("evaluate", "plot", "mine"),

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import os
 
 import numpy as np
 import pytest
@@ -10,9 +13,17 @@ from peft import PeftModel
 from safetensors import safe_open
 from sentence_transformers import SentenceTransformer
 
-from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
+from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel, DualEncoderModel
 from contrastive_hf.data.collators import ContrastiveDataCollator
-from contrastive_hf.hub.adapters import add_adapter, lora_config, merge_and_save
+from contrastive_hf.hub.adapters import (
+    adapter_base_name,
+    adapter_weight_deltas,
+    add_adapter,
+    base_model_settings,
+    lora_config,
+    merge_and_save,
+)
+from contrastive_hf.hub.model_card import card_info_from_trainer, render_model_card
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -87,3 +98,143 @@ def test_lora_needs_a_positive_rank_and_known_targets(tokenizer):
     with pytest.raises(ValueError, match="--lora_target_modules"):
         lora_config(distil, r=4)
     assert lora_config(distil, r=4, target_modules=["q_lin", "v_lin"]).target_modules == {"q_lin", "v_lin"}
+
+
+# ---- adapter folders that peft loads by themselves, and cards that name the right folder ----
+
+
+def adapted_and_saved(model, folder, tokenizer):
+    """``model`` with a LoRA adapter whose B factors are non-zero (a trained adapter changes the embeddings), saved
+    in ``folder``."""
+    adapted = add_adapter(model, lora_config(model, r=4))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in adapted.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                parameter.normal_(std=0.5)
+    adapted.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return adapted
+
+
+@pytest.fixture
+def plain_bert(tokenizer, tmp_path, monkeypatch):
+    """A pretrained BERT (no contrastive_hf configuration) in ``models/bert`` under the working directory."""
+    from transformers import BertModel
+
+    monkeypatch.chdir(tmp_path)
+    BertModel(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "models" / "bert")
+    return tmp_path / "models" / "bert"
+
+
+def test_an_adapter_folder_names_its_base_portably_and_autopeftmodel_loads_it(tokenizer, plain_bert, tmp_path):
+    from peft import AutoPeftModel
+
+    # a projection kept at inference is new on the base: it is trained and saved with the adapter
+    model = ContrastiveForPreTraining.from_encoder_pretrained(
+        str(plain_bert), pooler_type="mean", projection_type="mlp", projection_at_inference=True
+    )
+    adapted = adapted_and_saved(model, tmp_path / "adapter", tokenizer)
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == os.path.join("models", "bert")  # relative: no local absolute path
+    assert saved["modules_to_save"] == ["projection"]
+
+    settings = base_model_settings(model.config)
+    assert settings["pooler_type"] == "mean" and settings["projection_at_inference"] is True
+    loaded = AutoPeftModel.from_pretrained(str(tmp_path / "adapter"), import_allowlist=["contrastive_hf"], **settings)
+    assert isinstance(loaded, PeftModel) and isinstance(loaded.get_base_model(), ContrastiveForPreTraining)
+    sentences = ["a man is playing a guitar", "the cat sat"]
+    trained = adapted.encode(sentences, tokenizer=tokenizer)
+    base = ContrastiveModel.from_encoder_pretrained(str(plain_bert), pooler_type="mean").encode(
+        sentences, tokenizer=tokenizer
+    )
+    assert trained.shape != base.shape or not np.allclose(trained, base, atol=1e-3), "the adapter changed nothing"
+    np.testing.assert_allclose(loaded.encode(sentences, tokenizer=tokenizer), trained, atol=1e-5)
+
+
+def test_a_dual_encoder_adapter_loads_through_autopeftmodel(tokenizer, plain_bert, tmp_path):
+    from peft import AutoPeftModel
+
+    model = DualEncoderModel.from_encoder_pretrained(str(plain_bert), pooler_type="mean", projection_dim=8)
+    adapted = adapted_and_saved(model, tmp_path / "adapter", tokenizer)
+    saved = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == os.path.join("models", "bert")
+    assert set(saved["modules_to_save"]) == {"query_projection", "passage_projection"}
+    loaded = AutoPeftModel.from_pretrained(
+        str(tmp_path / "adapter"), import_allowlist=["contrastive_hf"], **base_model_settings(model.config)
+    )
+    queries = ["who wrote hamlet?", "where is paris?"]
+    np.testing.assert_allclose(
+        loaded.encode_query(queries, tokenizer=tokenizer),
+        adapted.encode_query(queries, tokenizer=tokenizer),
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "recorded"),
+    [
+        ("sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"),  # a Hub id, as it is
+        ("models/bert", os.path.join("models", "bert")),  # inside the working directory: relative to it
+        ("ABSOLUTE", os.path.join("models", "bert")),  # an absolute path inside it: the same relative name
+        ("OUTSIDE", "elsewhere"),  # outside it: the folder's name
+        (None, None),  # built from scratch: no base
+    ],
+)
+def test_adapter_base_name_is_never_a_local_absolute_path(given, recorded, tmp_path, monkeypatch):
+    (tmp_path / "work" / "models" / "bert").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    given = {"ABSOLUTE": str(tmp_path / "work" / "models" / "bert"), "OUTSIDE": str(tmp_path / "elsewhere")}.get(
+        given, given
+    )
+    assert adapter_base_name(given) == recorded
+
+
+def test_the_card_of_an_adapter_loads_the_adapter_with_peft_and_names_the_merged_folder_elsewhere(
+    tokenizer, plain_bert, tmp_path
+):
+    model = ContrastiveForPreTraining.from_encoder_pretrained(str(plain_bert), pooler_type="mean")
+    adapted = adapted_and_saved(model, tmp_path / "adapter", tokenizer)
+    trainer = ContrastiveTrainer(
+        model=adapted,
+        args=ContrastiveTrainingArguments(output_dir=str(tmp_path / "lora-run"), report_to="none", use_cpu=True),
+        data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False),
+    )
+    info = card_info_from_trainer(trainer, training_data="wiki.txt")
+    assert info.adapter.startswith("LORA adapter (r=4, alpha=8) on query, value")
+    assert (info.adapter_base, info.adapter_class) == (os.path.join("models", "bert"), "ContrastiveForPreTraining")
+    card = render_model_card(adapted, info).content
+    assert str(tmp_path) not in card  # no local absolute path
+    assert 'AutoPeftModel.from_pretrained(\n    "lora-run", import_allowlist=["contrastive_hf"]' in card
+    assert "a local folder, named relative to the folder the training run started in" in card
+    for line in (
+        'SentenceTransformer("lora-run-merged")',
+        'ContrastiveModel.from_pretrained("lora-run-merged")',
+        'AutoModel.from_pretrained("lora-run-merged")',
+    ):
+        assert line in card
+    assert 'SentenceTransformer("lora-run")' not in card and 'ContrastiveModel.from_pretrained("lora-run")' not in card
+
+    # pushed to the Hub: the merged model's Hub id, and how to upload it there
+    pushed = render_model_card(adapted, dataclasses.replace(info, repo_id="me/lora-run")).content
+    assert 'SentenceTransformer("me/lora-run-merged")' in pushed
+    assert "`hf upload me/lora-run-merged lora-run-merged`" in pushed
+
+
+def test_sg_bert_regularization_counts_the_adapter_delta(tokenizer):
+    from contrastive_hf.recipes.sg_bert.losses import parameter_distance
+
+    model = ContrastiveModel(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="cls"))
+    frozen = copy.deepcopy(model.encoder).requires_grad_(False)
+    adapted = add_adapter(model, lora_config(model, r=4))
+    assert float(parameter_distance(frozen, adapted.encoder)) == 0.0  # B starts at zero: BERT_T is BERT_F
+    with torch.no_grad():
+        for name, parameter in adapted.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.01)
+    expected = sum(float(delta.pow(2).sum()) for delta in adapter_weight_deltas(adapted))
+    distance = parameter_distance(frozen, adapted.encoder)
+    assert expected > 0 and float(distance) == pytest.approx(expected, rel=1e-5)
+    distance.backward()
+    assert all(p.grad is not None for name, p in adapted.named_parameters() if "lora_A" in name)

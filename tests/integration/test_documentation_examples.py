@@ -1,6 +1,6 @@
 """The Python blocks of README and of the documentation's pages (docs/) run as pasted: each is run in a fresh
 interpreter, in a folder holding the repository's `examples/` and, where a block loads the demo's checkpoint
-(`outputs/clear-demo`), a tiny one saved there."""
+(`outputs/clear-demo`), a tiny one saved there, with a LoRA adapter on it (`outputs/lora-run`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.hub.adapters import add_adapter, lora_config
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 
@@ -41,6 +42,15 @@ def workdir(tmp_path_factory):
     )
     model.save_pretrained(folder / "outputs" / "clear-demo")
     tokenizer.save_pretrained(folder / "outputs" / "clear-demo")
+    # a LoRA adapter on it, as a --lora_r run saves one (its base named relative to the folder the run started in)
+    started_in = os.getcwd()
+    os.chdir(folder)
+    try:
+        base = ContrastiveForPreTraining.from_pretrained("outputs/clear-demo")
+        add_adapter(base, lora_config(base, r=4)).save_pretrained("outputs/lora-run")
+        tokenizer.save_pretrained("outputs/lora-run")
+    finally:
+        os.chdir(started_in)
     return folder
 
 

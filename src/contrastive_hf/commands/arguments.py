@@ -27,6 +27,7 @@ __all__ = [
     "MatryoshkaArguments",
     "PromptArguments",
     "CorpusArguments",
+    "AdapterArguments",
     "parse_number_list",
     "parse_arguments",
     "read_json_settings",
@@ -234,6 +235,55 @@ class CorpusArguments:
             "best checkpoint, as SimCSE does)."
         },
     )
+
+
+@dataclass
+class AdapterArguments:
+    """A LoRA adapter (peft) on the encoder(s) instead of training every weight, for every training script: the
+    adapter is saved in ``output_dir`` (it loads with peft onto the base model it records) and merged into a whole
+    checkpoint in ``<output_dir>-merged``."""
+
+    lora_r: int = field(
+        default=0,
+        metadata={
+            "help": "Train a LoRA adapter of this rank on the pretrained encoder(s) of --model_name_or_path, whose "
+            "own weights stay frozen (0: train every weight). The adapter goes to output_dir, the merged model to "
+            "<output_dir>-merged."
+        },
+    )
+    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_target_modules: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated module names to adapt (default: peft's for the encoder, e.g. query,value)."
+        },
+    )
+    lora_modules_to_save: str | None = field(
+        default=None,
+        metadata={
+            "help": "Comma-separated modules trained in full and saved beside the adapter, e.g. projection (a "
+            "projection kept at inference always is)."
+        },
+    )
+
+    def lora_options(self) -> dict | None:
+        """`hub.adapters.lora_config`'s keyword arguments, or None without --lora_r."""
+        if not self.lora_r:
+            return None
+        if self.lora_r < 0:
+            raise UsageError(f"--lora_r must be a rank >= 1 (or 0 for no adapter), got {self.lora_r}.")
+
+        def names(value: str | None) -> list[str] | None:
+            return [name.strip() for name in value.split(",") if name.strip()] if value else None
+
+        return {
+            "r": self.lora_r,
+            "alpha": self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "target_modules": names(self.lora_target_modules),
+            "modules_to_save": names(self.lora_modules_to_save),
+        }
 
 
 def training_data_name(data_args: CorpusArguments) -> str:

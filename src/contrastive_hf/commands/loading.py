@@ -19,6 +19,7 @@ from .logs import announce
 
 __all__ = [
     "load_pretraining_model",
+    "with_lora_adapter",
     "built_whole",
     "whole_parameters",
     "verify_reload",
@@ -57,6 +58,41 @@ def load_pretraining_model(
     announce(f"Building a {encoder_config.model_type} encoder from scratch ({os.path.basename(config_name)}) ...")
     with as_usage_error():
         return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
+
+
+def with_lora_adapter(model, adapter_args, modules_to_save: tuple[str, ...] = ()):
+    """``model`` wrapped in the LoRA adapter that ``adapter_args`` (an `AdapterArguments`: ``--lora_r``...) asks
+    for, or ``model`` itself without one. ``modules_to_save``: modules the script trains in full beside the adapter
+    (multitask's heads). Every script adapts its model here, so that each refuses the same mistakes in the same
+    words."""
+    from ..hub.adapters import adapter_base_name, add_adapter, lora_config
+    from ..hub.model_card import hub_id_or_none
+
+    options = adapter_args.lora_options()
+    if options is None:
+        return model
+    name_or_path = getattr(model.config, "_name_or_path", None)
+    base_name = adapter_base_name(name_or_path)
+    if base_name is None:
+        raise UsageError(
+            "--lora_r adapts the frozen weights of a pretrained encoder: give --model_name_or_path (a model built "
+            "from --config_name has random weights, and its adapter would load onto no base)."
+        )
+    if hub_id_or_none(name_or_path) is None:  # saved files name no local absolute path
+        logger.warning(
+            "The base model %s is a local folder: the adapter's adapter_config.json names it %r "
+            "(base_model_name_or_path), relative to the folder this run started in. Load the adapter from there, or "
+            "set base_model_name_or_path to the base's Hub id or location before sharing it; the merged model needs "
+            "no base.",
+            name_or_path,
+            base_name,
+        )
+    options["modules_to_save"] = [*(options["modules_to_save"] or ()), *modules_to_save] or None
+    with as_usage_error("Name modules of the encoder with --lora_target_modules (e.g. query,value)."):
+        adapted = add_adapter(model, lora_config(model, **options))
+    trainable, total = adapted.get_nb_trainable_parameters()
+    announce(f"Training a LoRA adapter: {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%).")
+    return adapted
 
 
 @contextmanager

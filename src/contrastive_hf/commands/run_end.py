@@ -1,5 +1,6 @@
 """The end of an example script's run: save, evaluate after training beside before, record both in the run's history,
-write the model card and push, check that the saved checkpoint reloads, print how to load it."""
+write the model card and push, merge a LoRA adapter into a whole checkpoint, check that the saved checkpoint reloads,
+print how to load it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "record_before_after",
     "publish",
     "matryoshka_sts",
+    "save_merged_model",
     "finish_sentence_encoder_run",
 ]
 
@@ -123,6 +125,33 @@ def matryoshka_sts(model, stsb, tokenizer) -> dict[int, dict]:
     return evaluate_sts_per_dimension(model, stsb, dims, tokenizer=tokenizer) if dims else {}
 
 
+def save_merged_model(trainer, tokenizer) -> str:
+    """The folder of the whole trained model: ``output_dir``, or, after a run that trained a LoRA adapter (saved in
+    ``output_dir``, where it loads onto its base with peft), ``<output_dir>-merged``, where the adapter is merged
+    into the weights (`hub.adapters.merge_and_save`) as a whole checkpoint that loads by every path a full run's
+    does. Every script ends its adapter runs here.
+
+    Runs on every process: under DeepSpeed ZeRO-3 the merge gathers every process's parameter shards first.
+    """
+    from ..hub.adapters import adapted_model, merge_and_save, merged_folder
+    from .loading import whole_parameters
+
+    peft_model = adapted_model(trainer.model)
+    if peft_model is None:
+        return trainer.args.output_dir
+    merged_dir = merged_folder(trainer.args.output_dir)
+    announce(f"Merging the LoRA adapter into a whole checkpoint in {merged_dir} ...")
+    with whole_parameters(trainer.model):
+        if trainer.is_world_process_zero():
+            merge_and_save(peft_model, merged_dir, tokenizer)
+    if trainer.is_world_process_zero():
+        print(
+            f"The LoRA adapter is in {trainer.args.output_dir} (it loads onto its base model with peft; its "
+            f"README.md says how), the merged model in {merged_dir}."
+        )
+    return merged_dir
+
+
 def finish_sentence_encoder_run(
     trainer,
     train_result,
@@ -141,8 +170,7 @@ def finish_sentence_encoder_run(
     files are written and the lines printed by the main process only.
     """
     from ..evaluation import sts_eval_metrics
-    from ..hub.adapters import merge_and_save
-    from .loading import loading_instructions, verify_reload, whole_parameters
+    from .loading import loading_instructions, verify_reload
 
     save_trained_model(trainer, train_result, **sample_counts)
     model = trainer.model
@@ -163,13 +191,7 @@ def finish_sentence_encoder_run(
     trained = model.contrastive.encode(sentences, tokenizer=tokenizer)  # to check the saved checkpoint against
     publish(trainer, card_info)
 
-    loadable_dir = trainer.args.output_dir
-    if getattr(model, "peft_config", None):  # the adapter stays in output_dir; a merged checkpoint goes beside it
-        loadable_dir = trainer.args.output_dir.rstrip("/") + "-merged"
-        with whole_parameters(model):
-            if trainer.is_world_process_zero():
-                merge_and_save(model, loadable_dir, tokenizer)
-        logger.info("LoRA adapter saved in %s; merged checkpoint in %s.", trainer.args.output_dir, loadable_dir)
+    loadable_dir = save_merged_model(trainer, tokenizer)
     if not trainer.is_world_process_zero():
         return
     announce("Checking that the saved model reloads with the trained embeddings ...")

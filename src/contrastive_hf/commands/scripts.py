@@ -5,13 +5,14 @@
 ``arguments``  the shared argument dataclasses and `parse_arguments` (flags or a JSON file, a recipe's defaults)
 ``logs``       `setup_logging`: logging and seeding as transformers' example scripts do
 ``loaders``    the tokenizer, the training corpus and the STS-B dev set (`loading` builds the model)
-``run_end``    the end of a run: save, before/after, card, push, reload check (`finish_sentence_encoder_run`)
+``run_end``    the end of a run: save, before/after, card, push, LoRA merge, reload (`finish_sentence_encoder_run`)
 =============  ================================================================================================
 """
 
 from __future__ import annotations
 
 from .arguments import (
+    AdapterArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
@@ -33,6 +34,7 @@ from .run_end import (
     matryoshka_sts,
     publish,
     record_before_after,
+    save_merged_model,
     save_trained_model,
 )
 
@@ -46,6 +48,7 @@ __all__ = [
     "MatryoshkaArguments",
     "PromptArguments",
     "CorpusArguments",
+    "AdapterArguments",
     "parse_number_list",
     "parse_arguments",
     "read_json_settings",
@@ -65,5 +68,6 @@ __all__ = [
     "record_before_after",
     "publish",
     "matryoshka_sts",
+    "save_merged_model",
     "finish_sentence_encoder_run",
 ]

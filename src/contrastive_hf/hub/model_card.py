@@ -27,6 +27,7 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
+from .adapters import adapted_model, base_model_settings, describe_adapter, merged_folder
 from .method_cards import METHODS, method_card
 
 __all__ = [
@@ -85,6 +86,10 @@ class ModelCardInfo:
     zero_stage: int | None = None  # DeepSpeed ZeRO stage, when training ran under DeepSpeed
     negatives_gathered: bool = True  # with world_size > 1: every process's views were negatives of every query
     adapter: str | None = None  # e.g. "LORA adapter (r=8, alpha=16) on query, value": the repo holds only the adapter
+    # With an adapter: the base model its adapter_config.json names (a Hub id or a relative name, never an absolute
+    # path: `hub.adapters.adapter_base_name`) and the contrastive_hf class peft rebuilds it as
+    adapter_base: str | None = None
+    adapter_class: str | None = None
     repo_id: str | None = None
     hard_negatives: int = 0  # hard negatives per anchor (views 2.. of each example); True counts as one
     prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
@@ -142,8 +147,21 @@ def card_info_from_trainer(
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
         hard_negatives=int(described.get("hard_negatives", 0)),
+        **_adapter_fields(model),
     )
     return replace(info, **fields)
+
+
+def _adapter_fields(model) -> dict:
+    """`ModelCardInfo`'s adapter fields for ``model``: {} without an adapter."""
+    peft_model = adapted_model(model)
+    if peft_model is None:
+        return {}
+    return {
+        "adapter": describe_adapter(peft_model),
+        "adapter_base": peft_model.peft_config["default"].base_model_name_or_path,
+        "adapter_class": type(peft_model.get_base_model()).__name__,
+    }
 
 
 def hub_id_or_none(name_or_path: str | None) -> str | None:
@@ -260,6 +278,7 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
     )
     hyperparameters = ", ".join(f"{key} {value}" for key, value in info.hyperparameters.items())
     described = _describe_model(model)
+    repo_id = info.repo_id or info.model_name
     return ModelCard.from_template(
         card_data,
         template_path=str(TEMPLATE_PATH),
@@ -284,12 +303,18 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         hardware=info.hardware or _hardware(info.world_size, info.zero_stage),
         frameworks=info.frameworks or _framework_versions(),
         eval_rows=eval_rows,
-        repo_id=info.repo_id or info.model_name,
+        repo_id=repo_id,
         embedding_size=config.embedding_size,
         adapter=info.adapter,
+        adapter_base=info.adapter_base,
+        adapter_base_local=bool(info.adapter) and hub_id_or_none(info.adapter_base) is None,
+        adapter_class=info.adapter_class or type(model).__name__,
+        base_model_arguments=", ".join(f"{name}={value!r}" for name, value in base_model_settings(config).items()),
+        merged_folder=merged_folder(info.model_name),
+        # the checkpoint the loading lines name: with an adapter, the merged model (the adapter folder loads with
+        # peft only), as the run saved it beside the adapter, or under the Hub id it would have there
+        checkpoint_id=merged_folder(repo_id) if info.adapter else repo_id,
         matryoshka_description=_describe_matryoshka(config),
-        base_model=info.base_model or "BASE_MODEL",
-        base_model_arguments=_base_model_arguments(config),
         limitations="Scores were measured on the evaluation data named above only. The model inherits the biases "
         "of its training text and is not meant for languages it was not trained on.",
         **{key: value for key, value in described.items() if key != "objective_description"},
@@ -397,13 +422,6 @@ def _describe_negatives(info: ModelCardInfo) -> str:
     if info.prebatch_size:
         parts.append(f"pre-batch negatives (the keys of the previous {info.prebatch_size} batch(es))")
     return "; ".join(parts)
-
-
-def _base_model_arguments(config) -> str:
-    """The model options that rebuild the trained model's heads around a pretrained encoder."""
-    names = ("pooler_type", "projection_type", "projection_dim", "projection_hidden_size", "projection_layers")
-    names += ("projection_activation", "projection_output_activation", "projection_at_inference", "temperature")
-    return ", ".join(f"{name}={getattr(config, name)!r}" for name in names if hasattr(config, name))
 
 
 def _hardware(world_size: int, zero_stage: int | None = None) -> str:

@@ -167,6 +167,21 @@ def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **down
     return (config or {}).get("max_seq_length")
 
 
+def _is_plain_encoder(name_or_path: str | os.PathLike, **download) -> bool:
+    """Whether a checkpoint is a pretrained model of an architecture contrastive_hf did not register: an encoder to
+    wrap, not one of our own model families (in any layout)."""
+    model_type = checkpoint_model_type(name_or_path, **download)
+    if model_type is None:
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config_class = CONFIG_MAPPING[model_type]
+    except KeyError:  # an architecture with remote code
+        return True
+    return not config_class.__module__.startswith(__name__.split(".")[0] + ".")
+
+
 def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
     """The weights outside the encoder (`HEADS_WEIGHTS_NAME`), or {} when the checkpoint has none."""
     path = _locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
@@ -456,9 +471,17 @@ class EmbeddingCheckpointMixin:
         Takes transformers' loading arguments (``dtype``, ``revision``, ``token``, ``cache_dir``,
         ``attn_implementation``, ``local_files_only``, ``subfolder``...); any other keyword sets a field of the
         model's configuration, and an unknown one is an error listing the valid names.
+
+        A plain pretrained encoder (``bert-base-uncased``: no contrastive_hf configuration) is wrapped with new heads
+        as ``from_encoder_pretrained`` does, as ``BertForSequenceClassification.from_pretrained`` puts a new head on
+        BERT: the base peft's ``AutoPeftModel`` rebuilds from an adapter's ``base_model_name_or_path``.
         """
         download = download_kwargs(kwargs)
         saved = read_json(pretrained_model_name_or_path, cls.checkpoint_config_name, **download)
+        if saved is None and _is_plain_encoder(pretrained_model_name_or_path, **download):
+            wrap = getattr(cls, "from_encoder_pretrained", None)
+            if wrap is not None:
+                return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
         if saved is None:  # the layout of contrastive_hf 0.1: a config.json of our model type
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         if model_args:

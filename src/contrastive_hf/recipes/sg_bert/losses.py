@@ -166,11 +166,16 @@ def parameter_distance(reference: nn.Module, model: nn.Module) -> torch.Tensor:
 
     Frozen parameters are skipped: they cannot move away from the reference. The gradient flows into ``model`` only
     when ``reference`` is frozen. Computed in float32.
+
+    A ``model`` that trains a LoRA adapter on frozen weights the reference shares (``--lora_r``) moves each adapted
+    weight by the adapter's delta (``scaling * B @ A``): its term is that delta's squared norm.
     """
+    from ...hub.adapters import adapter_weight_deltas, is_adapter_parameter
+
     reference_parameters = dict(reference.named_parameters())
-    terms = []
+    terms = [delta.float().pow(2).sum() for delta in adapter_weight_deltas(model)]
     for name, parameter in model.named_parameters():
-        if not parameter.requires_grad:
+        if not parameter.requires_grad or is_adapter_parameter(name):
             continue
         anchor = reference_parameters.get(name)
         if anchor is None or anchor.shape != parameter.shape:
