@@ -7,7 +7,7 @@
     python benchmarks/reproduce.py all        # the three, then `report`
     python benchmarks/reproduce.py report     # tables (markdown) and the alignment-uniformity pictures
     python benchmarks/reproduce.py rescore    # score runs recorded before a measure was added, again
-    python benchmarks/reproduce.py clear-table --steps 120 --seeds 0 1   # CLEAR's Tables 1-3 from all-MiniLM-L6-v2
+    python benchmarks/reproduce.py clear-table --steps 30 --seeds 0 1    # CLEAR's Tables 1-3 from all-MiniLM-L6-v2
     python benchmarks/reproduce.py clear-table --measure_step              # time a step first, then choose --steps
 
 Every run goes through the example scripts a user runs (examples/run_*.py) and is scored by
