@@ -7,6 +7,8 @@
     python benchmarks/reproduce.py all        # the three, then `report`
     python benchmarks/reproduce.py report     # tables (markdown) and the alignment-uniformity pictures
     python benchmarks/reproduce.py rescore    # score runs recorded before a measure was added, again
+    python benchmarks/reproduce.py clear-table --steps 30 --seeds 0 1    # CLEAR's Tables 1-3 from all-MiniLM-L6-v2
+    python benchmarks/reproduce.py clear-table --measure_step              # time a step first, then choose --steps
 
 Every run goes through the example scripts a user runs (examples/run_*.py) and is scored by
 `contrastive_hf.evaluation`; each run's scores land in outputs/reproduce/<experiment>-<steps>steps/<run>.json, so an
@@ -20,6 +22,13 @@ the script stops with a message naming what is missing (the folder is not part o
 ``--smoke`` runs the chosen experiments end to end in a temporary folder, on a data folder made from the repository's
 samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps per run; its
 scores mean nothing, it checks that the path runs (tests/integration/test_benchmarks.py runs ``all --smoke``).
+
+``clear-table`` (issue 23) is CLEAR's ablation at CPU scale: continued pre-training of all-MiniLM-L6-v2 on the shipped
+Wikipedia paragraphs with MLM alone, CLEAR's two batch-size controls and MLM + CL with each augmentation and pair,
+every run scored by ``contrastive-hf evaluate`` on GLUE (fine-tuned), STS and transfer beside the starting model. See
+`clear_table_variants` for how each control is built and how sentences are counted, and `render_clear_table` for
+the table (``clear-table --render_only`` prints it again from the results JSON). Its ``--smoke`` runs two variants
+for 2 steps on the files of tests/fixtures.
 """
 
 from __future__ import annotations
@@ -128,15 +137,19 @@ def minilm_path() -> str:
 
 
 def run_script(script: str, flags: list[str], log: Path, threads: int) -> None:
+    run_logged([sys.executable, str(REPO / "examples" / script), *flags], log, threads)
+
+
+def run_logged(command: list[str], log: Path, threads: int) -> None:
+    """Run ``command`` offline with ``threads`` torch threads, its output (after the command line) in ``log``."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
-    command = [sys.executable, str(REPO / "examples" / script), *flags]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as handle:
         handle.write(" ".join(command) + "\n")
         handle.flush()
         result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     if result.returncode:
-        raise RuntimeError(f"{script} failed ({result.returncode}); see {log}")
+        raise RuntimeError(f"{' '.join(command[1:3])} ... failed ({result.returncode}); see {log}")
 
 
 def score(model_dir: Path, data: Path, poolers: tuple[str, ...] | None = None) -> dict:
@@ -465,11 +478,370 @@ def report(args, data: Path) -> str:
     return text
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# clear-table: CLEAR's Tables 1 to 3 at CPU scale (issue 23)
+# ---------------------------------------------------------------------------------------------------------------------
+
+FIXTURES = REPO / "tests" / "fixtures"  # the smoke run's data folder: corpus, STS, SentEval and GLUE samples
+TABLE_CORPUS = "corpus/enwiki_paragraphs.txt.gz"  # Wikipedia paragraphs, split into sentences; under the data folder
+TABLE_BATCH = 32  # sentences drawn per step by every variant but Double-batch MLM, which draws twice as many
+SMOKE = {"batch": 4, "steps": 2, "variants": ["double_mlm", "del_word"]}  # clear-table --smoke
+TABLE_STEPS = 30  # what ~40 minutes of 2 idle cores hold with the evaluation below (`measure_step` estimates)
+TABLE_LENGTH = 32  # tokens per sentence (CLEAR's and SimCSE's sentence length)
+TABLE_LEARNING_RATE = (
+    5e-5  # continued pre-training of a trained encoder: SimCSE's order of magnitude, not from scratch
+)
+DOUBLE_MLM_VIEWS = (
+    "del_span+reorder"  # the views Double MLM masks (CLEAR's best pair here); see `clear_table_variants`
+)
+MEASURED_VARIANT = "del_span+reorder"  # what --measure_step times: an MLM + CL variant, the costliest kind of step
+TABLE_TASKS = {  # the table's columns: (results key, task, metric in the results)
+    "GLUE": [("glue", "SST-2", "score"), ("glue", "MRPC", "score"), ("glue", "STS-B", "score")],
+    "STS": [("sts", "STS12", "spearman"), ("sts", "STS-B", "spearman"), ("sts", "SICK-R", "spearman")],
+    "transfer": [("transfer", "CR", "accuracy")],  # MRPC's 11,600 sentences or MR's 10,662 would double the cost
+}
+# `contrastive-hf evaluate` options of every model (the starting one too); the smoke run's budgets are tiny.
+TABLE_EVALUATION = {
+    # 163 CPU s for all-MiniLM-L6-v2 on one thread; 10 folds, MRPC, 500 dev examples and 2 epochs took 392
+    "full": {"kfold": 5, "max_train_samples": 256, "max_eval_samples": 200, "num_train_epochs": 1},
+    "smoke": {"kfold": 2, "max_train_samples": 16, "max_eval_samples": 16, "num_train_epochs": 1},
+}
+
+
+@dataclass(frozen=True)
+class TableVariant:
+    """One row of the table: run_clear.py's flags, the sentences it draws per step (x ``TABLE_BATCH``) and the
+    sequences its step sends through the encoder's gradient (x ``TABLE_BATCH``)."""
+
+    name: str  # as the table shows it
+    group: str  # CLEAR Table 3's row groups: "MLM variants" and "MLM + CL"
+    flags: tuple[str, ...]
+    batch_factor: int = 1
+    sequences_factor: int = 3  # MLM + CL: two views and the sentence's MLM copy
+
+
+def clear_table_variants() -> dict[str, TableVariant]:
+    """The variants by command-line name (``--variants``), in the table's order.
+
+    How each is built (CLEAR §5, Table 3: its MLM + CL model sees each sentence as two augmented views besides the
+    MLM copy, so it encodes more sequences per step than MLM alone; the two controls give MLM that much more):
+
+    * ``mlm``: MLM alone (``--cl_weight 0``), on the masked copy of each sentence; no view is encoded (the model
+      skips them when no loss reads them), so a step encodes ``B`` sequences.
+    * ``double_batch_mlm``: CLEAR's "Double-batch" control, MLM alone with twice the batch (``2B`` sentences per
+      step, ``2B`` sequences): at equal steps it draws twice the sentences of every other variant (with the same seed
+      the data order is the same permutation, so its step ``k`` holds the sentences the others see at steps ``2k``
+      and ``2k + 1``).
+    * ``double_mlm``: CLEAR's "Double MLM" control, MLM alone on a masked copy of each of the two augmented views
+      (``--mlm_on_views``, views of ``DOUBLE_MLM_VIEWS``) instead of the sentence: ``B`` sentences, ``2B`` sequences
+      through the encoder, the same augmented text MLM + CL sees, without the contrastive loss. Which augmentation
+      the paper's Double MLM used is not stated where we could read it: ours is a choice.
+    * MLM + CL with each of CLEAR's augmentations and pairs: ``B`` sentences, ``3B`` sequences (two views and the
+      MLM copy); ``del_word`` deletes 70% of the words as CLEAR tuned it (`augmentations.DEL_WORD_PROBABILITY`),
+      ``subs`` draws synonyms from the encoder's input embeddings (no synonym file).
+
+    Every run has the same steps, seed order, learning rate, length and pooler (mean, all-MiniLM-L6-v2's own) and
+    reads the same first ``2 x steps x B`` sentences of the corpus (``--max_train_samples``): Double-batch MLM reads
+    them all once, every other variant the half its seeded order draws.
+    """
+    mlm = ("--cl_weight", "0", "--augmentations", "dropout")  # identity views, never encoded: no [DEL] token added
+    variants = {
+        "mlm": TableVariant("MLM", "MLM variants", mlm, sequences_factor=1),
+        "double_batch_mlm": TableVariant("Double-batch MLM", "MLM variants", mlm, batch_factor=2, sequences_factor=2),
+        "double_mlm": TableVariant(
+            f"Double MLM ({DOUBLE_MLM_VIEWS} views)",
+            "MLM variants",
+            ("--cl_weight", "0", "--mlm_on_views", "true", "--augmentations", DOUBLE_MLM_VIEWS),
+            sequences_factor=2,
+        ),
+    }
+    for views in ("del_word", "del_span", "reorder", "subs", "subs+del_span", "del_word+reorder", "del_span+reorder"):
+        shown = views.replace("del_word", "del_word 0.7")
+        variants[views] = TableVariant(f"MLM + {shown}", "MLM + CL", ("--augmentations", views))
+    return variants
+
+
+def _table_data(args, folder: Path) -> tuple[Path, Path]:
+    """The corpus and the evaluation folder (STS and SentEval's layout beside GLUE's, so that one `contrastive-hf
+    evaluate` call reads them all): tests/fixtures for ``--smoke``; otherwise ../shared/data (or ``--data_dir``),
+    its SST-2, MRPC and STS-B arranged in GLUE's layout by glue_data.py under ``folder``."""
+    if args.smoke:
+        return FIXTURES / TABLE_CORPUS, FIXTURES
+    from glue_data import arrange
+
+    shared = Path(args.data_dir) if args.data_dir else SHARED_DATA
+    what_to_give = f"--data_dir DIR (a folder holding {TABLE_CORPUS}, sts/ and senteval/, as ../shared/data)"
+    require_files([shared / TABLE_CORPUS, shared / "sts", shared / "senteval"], what_to_give)
+    data = folder / "data"
+    if not (data / "glue" / "README.md").is_file():
+        arrange(shared / "senteval", shared / "sts" / "stsbenchmark", data / "glue", None, None)
+    for name in ("sts", "senteval"):
+        if not (data / name).exists():
+            (data / name).symlink_to((shared / name).resolve(), target_is_directory=True)
+    return shared / TABLE_CORPUS, data
+
+
+def _evaluate_command(model: str, data: Path, output: Path, budget: dict) -> list[str]:
+    tasks = [
+        f"glue/{task}" if group == "glue" else task for columns in TABLE_TASKS.values() for group, task, _ in columns
+    ]
+    return [
+        sys.executable, "-m", "contrastive_hf.commands.cli", "evaluate", model, "--tasks", ",".join(tasks),
+        "--data-dir", str(data), "--stsb-split", "test", "--sick-split", "trial", "--protocol", "simcse",
+        "--kfold", str(budget["kfold"]), "--glue-head", "embedding", "--learning-rates", "3e-5",
+        "--train-batch-sizes", "16", "--seeds", "0", "--num-train-epochs", str(budget["num_train_epochs"]),
+        "--max-train-samples", str(budget["max_train_samples"]), "--max-eval-samples", str(budget["max_eval_samples"]),
+        "--device", "cpu", "--no-progress", "--output", str(output),
+    ]  # fmt: skip
+
+
+def _train_command(variant: TableVariant, seed: int, steps: int, corpus: Path, output: Path, batch: int) -> list[str]:
+    flags = [
+        "--model_name_or_path", minilm_path(), "--train_file", str(corpus), "--split_sentences", "true",
+        "--max_train_samples", str(2 * steps * batch), "--max_seq_length", str(TABLE_LENGTH),
+        "--per_device_train_batch_size", str(batch * variant.batch_factor), "--pooler_type", "mean",
+        "--learning_rate", str(TABLE_LEARNING_RATE), "--warmup_steps", str(steps // 10), "--stsb_dev_file", "",
+        "--bf16", "false", *variant.flags, *_training_flags(seed, steps, output),
+    ]  # fmt: skip
+    return [sys.executable, str(REPO / "examples" / "run_clear.py"), *flags]
+
+
+def _shown(command: list[str]) -> str:
+    """A command as a user types it: the example script by its path, the evaluation as the console script."""
+    words = [word.replace(str(REPO) + os.sep, "") for word in command[1:]]
+    if words[:2] == ["-m", "contrastive_hf.commands.cli"]:
+        words = ["contrastive-hf", *words[2:]]
+    return " ".join(f"'{word}'" if not word or " " in word else word for word in ["python", *words])
+
+
+def _write_json(path: Path, values: dict) -> None:
+    """Through a temporary file: an interrupted write never leaves half a result (the run would count as unfinished
+    and be redone)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(values, indent=2) + "\n")
+    partial.replace(path)
+
+
+def clear_table(args) -> dict:
+    """Train every unfinished (variant, seed) run, evaluate it and the starting model, ``--jobs`` at a time; write
+    ``clear_table.json`` (every result, the scale and the commands) and print `render_clear_table` of it.
+    Resumable: a run whose result file exists is skipped, and a trained run whose evaluation was interrupted is only
+    evaluated."""
+    variants = clear_table_variants()
+    unknown = [name for name in args.variants or () if name not in variants]
+    if unknown:
+        sys.exit(
+            f"reproduce.py clear-table: unknown --variants {', '.join(unknown)}; choose from {', '.join(variants)}."
+        )
+    chosen = args.variants or list(variants)
+    steps, batch = args.steps, SMOKE["batch"] if args.smoke else TABLE_BATCH
+    folder = Path(args.output_dir) if args.output_dir else OUTPUT / f"clear_table-{steps}steps"
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus, data = _table_data(args, folder)
+    budget = TABLE_EVALUATION["smoke" if args.smoke else "full"]
+
+    def evaluate(model: str, name: str) -> dict:
+        output = folder / "evaluations" / f"{name}.json"
+        command = _evaluate_command(model, data, output, budget)
+        begin = time.perf_counter()
+        run_logged(command, folder / "logs" / f"{name}.evaluate.log", args.threads)
+        scores = json.loads(output.read_text())
+        return {"scores": scores, "evaluate_command": _shown(command), "evaluate_minutes": _minutes(begin)}
+
+    def start() -> None:
+        result = folder / "start.json"
+        if not finished(result):
+            _write_json(result, {"variant": "start", **evaluate(minilm_path(), "start")})
+        print(f"clear-table start: {_summary(json.loads(result.read_text()))}", flush=True)
+
+    def one(name: str, seed: int) -> None:
+        variant, run = variants[name], f"{name}_seed{seed}"
+        result = folder / "runs" / f"{run}.json"
+        if finished(result):
+            return
+        checkpoint = folder / "checkpoints" / run
+        command = _train_command(variant, seed, steps, corpus, checkpoint, batch)
+        begin = time.perf_counter()
+        if not (checkpoint / "all_results.json").is_file():  # written last, after the checkpoint
+            run_logged(command, folder / "logs" / f"{run}.train.log", args.threads)
+        values = {
+            "variant": name, "seed": seed, "steps": steps, "sentences_per_step": batch * variant.batch_factor,
+            "sentences": steps * batch * variant.batch_factor, "sequences_per_step": batch * variant.sequences_factor,
+            "train_command": _shown(command), "train_minutes": _minutes(begin),
+            "train_runtime_s": json.loads((checkpoint / "all_results.json").read_text()).get("train_runtime"),
+        }  # fmt: skip
+        values.update(evaluate(str(checkpoint), run))
+        _write_json(result, values)
+        print(f"clear-table {run}: {_summary(values)}", flush=True)
+
+    jobs = [(start, ())] + [(one, (name, seed)) for name in chosen for seed in args.seeds]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for future in [pool.submit(function, *arguments) for function, arguments in jobs]:
+            future.result()
+    scale = {
+        "model": "all-MiniLM-L6-v2", "corpus": str(corpus.relative_to(corpus.parents[1])), "steps": steps,
+        "batch": batch, "max_seq_length": TABLE_LENGTH, "learning_rate": TABLE_LEARNING_RATE, "pooler": "mean",
+        "seeds": list(args.seeds), "evaluation": budget, "smoke": args.smoke,
+    }  # fmt: skip
+    results = collect_clear_table(folder, scale)
+    print(render_clear_table(results))
+    print(f"\nResults: {folder / 'clear_table.json'}")
+    return results
+
+
+def collect_clear_table(folder: Path, scale: dict | None = None) -> dict:
+    """``clear_table.json`` from the finished runs' files under ``folder`` (the scale kept from the last write when
+    None is given)."""
+    path = folder / "clear_table.json"
+    if scale is None:
+        scale = json.loads(path.read_text())["scale"] if path.is_file() else {}
+    start = folder / "start.json"
+    results = {
+        "scale": scale,
+        "start": json.loads(start.read_text()) if finished(start) else None,
+        "runs": [json.loads(run.read_text()) for run in sorted((folder / "runs").glob("*.json"))],
+    }
+    _write_json(path, results)
+    return results
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _minutes(begin: float) -> float:
+    return round((time.perf_counter() - begin) / 60, 2)
+
+
+def _score(scores: dict, group: str, task: str, metric: str) -> float | None:
+    return scores.get(group, {}).get("tasks", {}).get(task, {}).get(metric)
+
+
+def _averages(scores: dict) -> dict[str, float | None]:
+    """Each column and each group's average (of the table's tasks only) for one model's evaluation."""
+    values = {}
+    for title, columns in TABLE_TASKS.items():
+        group = [_score(scores, *column) for column in columns]
+        values.update({f"{title} {task}": value for (_, task, _), value in zip(columns, group, strict=True)})
+        values[f"{title} avg"] = statistics.mean(group) if None not in group else None
+    return values
+
+
+def _summary(result: dict) -> str:
+    averages = _averages(result["scores"])
+    return ", ".join(
+        f"{name} {_mean_spread([averages[name]] if averages[name] is not None else [], 2)}"
+        for name in ("GLUE avg", "STS avg", "transfer avg")
+    )
+
+
+def render_clear_table(results: dict) -> str:
+    """The markdown table of ``clear_table.json`` (its dict): one row per variant, shaped like CLEAR's Table 3 (the
+    MLM variants, then MLM + CL), GLUE dev, STS and transfer columns, each cell the mean ± standard deviation over
+    the seeds; the starting model first. Call it to regenerate the docs table from the JSON
+    (``reproduce.py clear-table --render_only --output_dir DIR`` prints it)."""
+    variants = clear_table_variants()
+    columns = [f"{title} {task}" for title, group in TABLE_TASKS.items() for _, task, _ in group]
+    columns = [
+        name for title in TABLE_TASKS for name in [*[c for c in columns if c.startswith(title)], f"{title} avg"]
+    ]
+    header = ["model", "seeds", "sentences / step", "sequences / step", *columns]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    scale = results.get("scale", {})
+    batch = scale.get("batch", TABLE_BATCH)
+    if results.get("start"):
+        cells = _averages(results["start"]["scores"])
+        lines.append(
+            "| all-MiniLM-L6-v2 (start) | | | | "
+            + " | ".join(_mean_spread([cells[c]] if cells[c] is not None else [], 2) for c in columns)
+            + " |"
+        )
+    group = None
+    for name, variant in variants.items():
+        runs = [run for run in results.get("runs", []) if run["variant"] == name]
+        if not runs:
+            continue
+        if variant.group != group:
+            group = variant.group
+            lines.append(f"| *{group}* |" + " |" * (len(header) - 1))
+        per_run = [_averages(run["scores"]) for run in runs]
+        cells = [_mean_spread([values[c] for values in per_run if values[c] is not None], 2) for c in columns]
+        seeds = ",".join(str(run["seed"]) for run in runs)
+        sizes = f"{batch * variant.batch_factor} | {batch * variant.sequences_factor}"
+        lines.append(f"| {variant.name} | {seeds} | {sizes} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def measure_step(args) -> None:
+    """Time ``--measure_step`` steps of an MLM + CL variant (the costliest step) and one evaluation of its
+    checkpoint, then print the estimated wall time of the whole table with ``--steps``, ``--seeds``, ``--variants``
+    and ``--jobs``, and the command. On a machine shared with other jobs the figures are approximate."""
+    variants = clear_table_variants()
+    chosen = args.variants or list(variants)
+    folder = Path(args.output_dir) if args.output_dir else OUTPUT / "clear_table-measure"
+    corpus, data = _table_data(args, folder)
+    steps = args.measure_step
+    checkpoint = folder / f"{MEASURED_VARIANT}_{steps}steps"
+    command = _train_command(variants[MEASURED_VARIANT], 0, steps, corpus, checkpoint, TABLE_BATCH)
+    wall, cpu = time.perf_counter(), _children_cpu()
+    run_logged(command, folder / "measure.train.log", args.threads)
+    train_wall, train_cpu = time.perf_counter() - wall, _children_cpu() - cpu
+    runtime = json.loads((checkpoint / "all_results.json").read_text())["train_runtime"]
+    budget = TABLE_EVALUATION["smoke" if args.smoke else "full"]
+    wall, cpu = time.perf_counter(), _children_cpu()
+    run_logged(
+        _evaluate_command(str(checkpoint), data, folder / "measure.eval.json", budget),
+        folder / "measure.eval.log",
+        args.threads,
+    )
+    eval_wall, eval_cpu = time.perf_counter() - wall, _children_cpu() - cpu
+    print(
+        f"{MEASURED_VARIANT}, batch {TABLE_BATCH}, length {TABLE_LENGTH}, {args.threads} thread(s), {steps} steps: "
+        f"training {runtime:.0f} s ({runtime / steps:.2f} s per step), the whole training command {train_wall:.0f} s "
+        f"wall / {train_cpu:.0f} s CPU; one evaluation {eval_wall:.0f} s wall / {eval_cpu:.0f} s CPU "
+        f"(load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)."
+    )
+    runs = [variants[name] for name in chosen for _ in args.seeds]
+    startup_cpu = train_cpu * (train_wall - runtime) / train_wall
+    for label, run_seconds, step_seconds, eval_seconds in (
+        ("as measured (this machine's load)", train_wall - runtime, runtime / steps, eval_wall),
+        # the training command's CPU time split as its wall time is (start-up and saving, then the steps)
+        ("from CPU time (a core per job)", startup_cpu, (train_cpu - startup_cpu) / steps, eval_cpu),
+    ):
+        training = sum(args.steps * step_seconds * variant.sequences_factor / 3 for variant in runs)
+        total = (training + len(runs) * run_seconds + (len(runs) + 1) * eval_seconds) / args.jobs
+        print(
+            f"Estimate for --steps {args.steps}, {len(args.seeds)} seed(s) x {len(chosen)} variant(s) + the starting "
+            f"model, {args.jobs} at a time, {label}: {total / 60:.0f} minutes."
+        )
+    print(
+        "Approximate: a step of MLM alone is counted as a third of this one, of Double-batch MLM and Double MLM as "
+        "two thirds (the sequences they encode)."
+    )
+    seeds = " ".join(map(str, args.seeds))
+    print(
+        f"Command: python benchmarks/reproduce.py clear-table --steps {args.steps} --seeds {seeds} --jobs {args.jobs}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=("clear", "simcse", "sg_bert", "all", "report", "rescore"))
+    parser.add_argument(
+        "experiment", choices=("clear", "simcse", "sg_bert", "all", "report", "rescore", "clear-table")
+    )
     parser.add_argument("--data_dir", default=None, help=f"The data folder (default: {SHARED_DATA}).")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="Seeds of every experiment.")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="Seeds of every experiment (default 0 1 2; clear-table 0 1).",
+    )
     parser.add_argument("--encoder", choices=sorted(ENCODERS), default="small", help="CLEAR's encoder size.")
     parser.add_argument("--clear_steps", type=int, default=600, help="Training steps of each CLEAR run.")
     parser.add_argument("--simcse_steps", type=int, default=60, help="Training steps of each SimCSE run.")
@@ -482,7 +854,32 @@ def main() -> None:
         action="store_true",
         help="Seconds per run: repository samples, one seed, 2 steps, a temporary folder.",
     )
+    table = parser.add_argument_group("clear-table")
+    table.add_argument("--steps", type=int, default=TABLE_STEPS, help="Training steps of every clear-table run.")
+    table.add_argument(
+        "--variants", nargs="+", default=None, help=f"A subset of the variants: {', '.join(clear_table_variants())}."
+    )
+    table.add_argument(
+        "--output_dir", "--output-dir", default=None, help="clear-table's folder (default: outputs/reproduce/...)."
+    )
+    table.add_argument(
+        "--measure_step",
+        "--measure-step",
+        type=int,
+        nargs="?",
+        const=20,
+        default=None,
+        help="Time this many steps (default 20) of an MLM + CL variant and one evaluation, then print the table's "
+        "estimated duration with --steps, --seeds, --variants, --jobs.",
+    )
+    table.add_argument(
+        "--render_only", action="store_true", help="Print the table of --output_dir's clear_table.json; run nothing."
+    )
     args = parser.parse_args()
+    if args.experiment == "clear-table":
+        clear_table_command(args)
+        return
+    args.seeds = args.seeds or [0, 1, 2]
     if not args.smoke:
         run(args, shared_data(args.data_dir))
         return
@@ -492,6 +889,27 @@ def main() -> None:
         START = OUTPUT / "minilm-start.json"
         args.seeds, args.clear_steps, args.simcse_steps, args.sg_bert_steps, args.scale = [0], 2, 2, 2, 1.0
         run(args, smoke_data(Path(folder) / "data"))
+
+
+def clear_table_command(args) -> None:
+    """``clear-table``: render, measure, or run (``--smoke``: in a temporary folder unless ``--output_dir``)."""
+    args.seeds = args.seeds or [0, 1]
+    if args.render_only:
+        folder = Path(args.output_dir) if args.output_dir else OUTPUT / f"clear_table-{args.steps}steps"
+        if not (folder / "clear_table.json").is_file():
+            sys.exit(f"reproduce.py clear-table --render_only: no {folder / 'clear_table.json'}; give --output_dir.")
+        print(render_clear_table(collect_clear_table(folder)))
+        return
+    if args.smoke:
+        args.seeds, args.steps = [0], SMOKE["steps"]
+        args.variants = args.variants or SMOKE["variants"]
+    with tempfile.TemporaryDirectory() as folder:
+        if args.smoke and args.output_dir is None:
+            args.output_dir = folder
+        if args.measure_step:
+            measure_step(args)
+        else:
+            clear_table(args)
 
 
 def run(args, data: Path) -> None:

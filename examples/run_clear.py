@@ -75,6 +75,13 @@ class ViewArguments:
         metadata={"help": "For a paragraph per line: split each line into sentences, one example each."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
+    mlm_on_views: bool = field(
+        default=False,
+        metadata={
+            "help": "MLM on a masked copy of each view instead of the sentence; with --cl_weight 0, CLEAR's "
+            "'Double MLM' control."
+        },
+    )
 
 
 ARGUMENTS = (
@@ -114,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         augmentation=view_args.augmentations,
         mlm=model.config.mlm_weight > 0,
         mlm_probability=view_args.mlm_probability,
+        mlm_on_views=view_args.mlm_on_views,
         del_word_probability=view_args.del_word_probability,
         synonyms=view_args.synonyms_file or model,  # used by 'subs' only
         max_length=data_args.max_seq_length,

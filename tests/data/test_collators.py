@@ -222,6 +222,33 @@ def test_mlm_rate_is_about_15_percent(del_tokenizer):
     assert 0.7 < as_mask < 0.9, as_mask
 
 
+def test_mlm_on_views_masks_a_copy_of_each_view(del_tokenizer):
+    """CLEAR's "Double MLM" control: the MLM copy is of each augmented view, not of the sentence; the views are the
+    ones the collator gives without the option, each view's mask is its own draw, and [DEL] is never masked."""
+    features = _many_features(del_tokenizer, count=64, seed=4)
+    options = {"augmentation": "del_word", "seed": 6}
+    batch = ContrastiveDataCollator(del_tokenizer, mlm_on_views=True, **options)(features)
+    plain = ContrastiveDataCollator(del_tokenizer, **options)(features)
+    views, labels, inputs = batch["input_ids"], batch["mlm_labels"], batch["mlm_input_ids"]
+    assert torch.equal(views, plain["input_ids"])
+    assert labels.shape == inputs.shape == batch["mlm_attention_mask"].shape == views.shape
+    assert torch.equal(batch["mlm_attention_mask"], batch["attention_mask"])
+    masked = labels != -100
+    torch.testing.assert_close(labels[masked], views[masked])  # each label is the view's own token
+    assert torch.equal(inputs[~masked], views[~masked])  # nothing else is changed
+    special = torch.tensor(sorted(del_tokenizer.all_special_ids))  # [DEL] included
+    assert not torch.isin(views[masked], special).any()
+    assert torch.isin(views, del_tokenizer.convert_tokens_to_ids("[DEL]")).any()
+    rate = masked.sum().item() / (~torch.isin(views, special)).sum().item()
+    assert 0.11 < rate < 0.19, rate
+    assert not torch.equal(masked[:, 0], masked[:, 1])  # two draws, not one mask applied twice
+
+
+def test_mlm_on_views_needs_mlm(del_tokenizer):
+    with pytest.raises(ValueError, match="mlm_on_views.*mlm is off"):
+        ContrastiveDataCollator(del_tokenizer, mlm=False, mlm_on_views=True)
+
+
 def test_mlm_probability_is_used(del_tokenizer):
     features = _many_features(del_tokenizer, count=128, seed=3)
     batch = ContrastiveDataCollator(del_tokenizer, mlm_probability=0.5, seed=12)(features)

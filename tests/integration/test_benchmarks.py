@@ -43,6 +43,10 @@ SMOKE_RUNS = {
         ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
     ),
     "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
+    "reproduce.py clear-table": (
+        ["clear-table", "--smoke"],
+        ["clear-table start: GLUE avg", "clear-table double_mlm_seed0:", "| Double MLM", "| MLM + del_word 0.7 | 0 |"],
+    ),
     "glue_data.py": (
         [
             "--senteval-dir",

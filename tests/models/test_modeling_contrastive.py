@@ -194,6 +194,38 @@ def test_pretraining_loss_is_the_weighted_sum():
     assert no_loss.loss is None and no_loss.embeddings.shape == (4, 2, 32)
 
 
+def test_mlm_on_a_copy_of_each_view_is_the_loss_of_every_view_row():
+    """CLEAR's "Double MLM": mlm tensors of shape (batch, views, length) are one MLM batch of batch * views rows."""
+    model = make_model(ContrastiveForPreTraining, cl_weight=0.0).eval()
+    views = torch.randint(5, VOCAB, (4, 2, 8))
+    mask = torch.ones_like(views)
+    mask[-1, 1, 6:] = 0
+    labels = torch.full_like(views, -100)
+    labels[:, 0, 2], labels[:, 1, 5], labels[0, 1, 3] = views[:, 0, 2], views[:, 1, 5], views[0, 1, 3]
+    out = model(input_ids=views, attention_mask=mask, mlm_input_ids=views, mlm_attention_mask=mask, mlm_labels=labels)
+    expected = model.compute_mlm_loss(views.flatten(0, 1), mask.flatten(0, 1), labels.flatten(0, 1))
+    torch.testing.assert_close(out.loss, expected)
+    torch.testing.assert_close(out.mlm_loss, expected)
+
+
+def test_mlm_alone_does_not_encode_the_views(monkeypatch):
+    """With cl_weight 0 no loss reads the views: the forward pass skips them (a third of MLM + CL's encoder work)."""
+    model = make_model(ContrastiveForPreTraining, cl_weight=0.0).eval()
+    views = torch.randint(5, VOCAB, (4, 2, 8))
+    labels = torch.full((4, 8), -100)
+    labels[:, 3] = views[:, 0, 3]
+    encoded = []
+    embed_views = model.embed_views
+    monkeypatch.setattr(
+        model, "embed_views", lambda *args, **kwargs: encoded.append(1) or embed_views(*args, **kwargs)
+    )
+    out = model(input_ids=views, mlm_input_ids=views[:, 0], mlm_labels=labels)
+    assert not encoded and out.embeddings is None and out.cl_loss is None
+    torch.testing.assert_close(out.loss, model.compute_mlm_loss(views[:, 0], None, labels))
+    assert model(input_ids=views, return_loss=False).embeddings.shape == (4, 2, 32)  # asked for: encoded
+    assert encoded
+
+
 def test_hard_negatives_need_info_nce_and_are_used():
     triplets = torch.randint(5, VOCAB, (4, 3, 8))
     with pytest.raises(ValueError, match="info_nce"):

@@ -1,7 +1,7 @@
 """Batch builders: raw or tokenized sentences in, the model's view tensors (and an MLM copy) out.
 
 * `ContrastiveDataCollator`: ``num_views`` augmented views of each sentence (CLEAR, unsupervised SimCSE) and an
-  MLM-masked copy of the original.
+  MLM-masked copy of the original (or of each view: ``mlm_on_views``, CLEAR's "Double MLM" control).
 * `PairCollator`: supervised (anchor, positive) pairs, or (anchor, positive, k hard negatives) rows, e.g. SimCSE's
   NLI format ``sent0,sent1,hard_neg`` or sentence-transformers' ``anchor,positive,negative_1,...,negative_k``.
 * `CollatorEpochCallback`: tells a collator the epoch, so that each epoch sees new views (`ContrastiveTrainer`
@@ -303,7 +303,8 @@ class ContrastiveDataCollator:
 
     Returns a dict with ``input_ids`` and ``attention_mask`` of shape ``(batch, num_views, length)``, and when
     ``mlm`` is on, ``mlm_input_ids``, ``mlm_attention_mask`` and ``mlm_labels`` of shape ``(batch, mlm_length)``,
-    masked as transformers' `DataCollatorForLanguageModeling` masks (15%, 80/10/10 by default).
+    masked as transformers' `DataCollatorForLanguageModeling` masks (15%, 80/10/10 by default); with
+    ``mlm_on_views``, a masked copy of each view instead, ``(batch, num_views, mlm_length)``.
 
     Args:
         tokenizer: the model's tokenizer (with [DEL] added for ``del_word``/``del_span``: see
@@ -313,6 +314,10 @@ class ContrastiveDataCollator:
         num_views: views per sentence.
         mlm: also build the MLM copy (CLEAR's L_MLM).
         mlm_probability: fraction of tokens masked for MLM.
+        mlm_on_views: mask each view for MLM instead of the original sentence: with ``cl_weight=0``, CLEAR's
+            "Double MLM" control (Table 3), MLM on the two augmented views, which sends as many sequences through
+            the encoder's gradient as MLM + CL does, without the contrastive loss. Its masks are drawn apart from
+            the views' own draws ([DEL] and the other special tokens are never masked).
         del_word_probability: CLEAR's word-deletion ratio, used when ``augmentation`` names ``del_word``.
         max_length: truncation length for ``text`` features, and for views (which ``subs`` can lengthen).
         pad_to_multiple_of: pad lengths to a multiple of this (tensor-core friendly sizes on GPUs).
@@ -327,6 +332,7 @@ class ContrastiveDataCollator:
     num_views: int = 2
     mlm: bool = True
     mlm_probability: float = 0.15
+    mlm_on_views: bool = False
     del_word_probability: float = DEL_WORD_PROBABILITY
     max_length: int | None = None
     pad_to_multiple_of: int | None = None
@@ -346,6 +352,8 @@ class ContrastiveDataCollator:
             )
         if not 0.0 <= self.mlm_probability <= 1.0:
             raise ValueError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}.")
+        if self.mlm_on_views and not self.mlm:
+            raise ValueError("mlm_on_views masks the views for MLM, but mlm is off: turn MLM on (--mlm_weight > 0).")
         if self.synonyms is not None and not isinstance(self.synonyms, TokenSynonyms):
             # compile now (a model given as the source is not kept, nor copied into dataloader workers)
             self.synonyms = load_synonyms(self.synonyms, self.tokenizer) if _uses_subs(self.augmentation) else None
@@ -395,7 +403,7 @@ class ContrastiveDataCollator:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         augmentation = self.augmentation if isinstance(self.augmentation, str) else repr(self.augmentation)
         method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
-        return {"method": method, "views": augmentation}
+        return {"method": method, "views": augmentation + ("; MLM on a masked copy of each view" * self.mlm_on_views)}
 
     def hard_negatives_in_batches(self, dataset) -> bool:
         """Whether a batch gives each query hard negatives (`training.sanity` asks): never, every view is of the
@@ -411,9 +419,8 @@ class ContrastiveDataCollator:
             )
         identities = example_identities(features, sentences)
         size, views_per = len(sentences), self.num_views
-        keys = example_keys(
-            self.seed, self.epoch, np.repeat(identities, views_per), np.tile(np.arange(views_per), size)
-        )
+        view_numbers = np.tile(np.arange(views_per, dtype=np.uint64), size)
+        keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), view_numbers)
         views = self.augmentation.apply(sentences.repeat(views_per), keys)  # row i * V + v: view v of sentence i
         if self.max_length:
             views = views.truncate(self.max_length)
@@ -423,7 +430,11 @@ class ContrastiveDataCollator:
             "attention_mask": attention_mask.view(size, views_per, -1),
             "sentence_ids": sentence_ids(sentences).expand(size, views_per),  # every view is of the same sentence
         }
-        if self.mlm:
+        if self.mlm and self.mlm_on_views:  # a mask per view, keyed apart from the views' own draws
+            mlm_keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), MLM_VIEW + view_numbers)
+            copies = mlm_copy(views, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of)
+            batch.update({name: tensor.view(size, views_per, -1) for name, tensor in copies.items()})
+        elif self.mlm:
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
             batch.update(mlm_copy(sentences, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
         return batch

@@ -75,7 +75,8 @@ class ContrastivePreTrainingOutput(ModelOutput):
         mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
             The masked-language-modelling loss on the MLM copy of the batch.
         embeddings (`torch.FloatTensor` of shape `(batch_size, num_views, projection_dim)`):
-            The projected embeddings of every view, on which the contrastive loss is computed.
+            The projected embeddings of every view, on which the contrastive loss is computed (None when
+            ``cl_weight`` is 0 and the losses were computed: MLM alone encodes no view).
         negatives_per_query (`torch.FloatTensor` of shape `()`, *optional*):
             How many negatives each query was contrasted with, on average (after leaving out duplicates).
     """
@@ -705,7 +706,11 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     def compute_mlm_loss(
         self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None, mlm_labels: torch.Tensor
     ) -> torch.Tensor:
-        """Cross-entropy of the MLM head on the masked positions only (the logits of other tokens are never built)."""
+        """Cross-entropy of the MLM head on the masked positions only (the logits of other tokens are never built).
+        A ``(batch, num_views, length)`` batch (a masked copy of each view) counts as ``batch * num_views`` rows."""
+        if mlm_input_ids.dim() == 3:
+            mlm_input_ids, mlm_labels = mlm_input_ids.flatten(0, 1), mlm_labels.flatten(0, 1)
+            mlm_attention_mask = None if mlm_attention_mask is None else mlm_attention_mask.flatten(0, 1)
         model = self.contrastive
         states, flat_index = model.encoding_policy().token_states(
             model.encoder, mlm_input_ids, mlm_attention_mask
@@ -739,7 +744,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         input_ids (`torch.LongTensor` of shape `(batch_size, num_views, sequence_length)`):
             The views of each sentence: 2 (positive pairs) or 2 + k (anchor, positive, k hard negatives).
         mlm_input_ids, mlm_attention_mask, mlm_labels (`torch.LongTensor` of shape `(batch_size, mlm_length)`):
-            The masked copy of the batch and its labels (-100 where nothing is predicted), for L_MLM.
+            The masked copy of the batch and its labels (-100 where nothing is predicted), for L_MLM; or of shape
+            `(batch_size, num_views, mlm_length)`, a masked copy of each view (CLEAR's "Double MLM" control).
         prompt_lengths (`torch.LongTensor` of shape `(batch_size, num_views)`, *optional*):
             How many leading tokens of each view are its prompt, left out of the pooling
             (``config.include_prompt=False``, as at inference; `PairCollator` gives them).
@@ -747,7 +753,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             An id of each view's sentence (the collators give content hashes): views of identical sentences are
             never made each other's negatives.
         return_loss (`bool`, defaults to `True`):
-            Compute the losses; otherwise only the view embeddings are returned.
+            Compute the losses; otherwise only the view embeddings are returned. With ``cl_weight`` 0 the losses
+            need no view, so none is encoded and ``embeddings`` is None.
         gather_across_devices (`bool`, defaults to `False`):
             Use the views of every process as negatives (see `compute_contrastive_loss`).
         extra_negatives (`torch.FloatTensor` of shape `(num_negatives, projection_dim)`, *optional*):
@@ -760,7 +767,10 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             gradient is this chunk's share of the full batch's; ``mlm_loss_share`` is the chunk's fraction of the
             batch's masked tokens.
         """
-        embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths)
+        embeddings = None
+        if not return_loss or self.config.cl_weight > 0 or cached_embedding_gradients is not None:
+            # MLM alone (cl_weight 0) uses no view: it does not pay for their forward pass (`embeddings` is None)
+            embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths)
         cl_loss = mlm_loss = loss = negatives_per_query = None
         if return_loss:
             loss = 0.0
