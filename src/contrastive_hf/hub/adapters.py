@@ -28,7 +28,7 @@ from peft.tuners.lora import LoraLayer
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 from ..models.checkpoint_files import save_tokenizer
-from ..models.configuration_contrastive import ContrastiveConfig
+from ..models.configuration_contrastive import HEAD_FIELDS, ContrastiveConfig
 from ..models.configuration_dual_encoder import DualEncoderConfig
 
 __all__ = [
@@ -51,17 +51,7 @@ __all__ = [
 # change neither the weights an adapter needs nor the embeddings.
 _SENTENCE_SETTINGS = ("prompts", "default_prompt_name", "include_prompt", "truncate_dim", "max_seq_length")
 _BASE_MODEL_SETTINGS = {
-    ContrastiveConfig.model_type: (
-        "pooler_type",
-        "projection_type",
-        "projection_dim",
-        "projection_hidden_size",
-        "projection_layers",
-        "projection_activation",
-        "projection_output_activation",
-        "projection_at_inference",
-        *_SENTENCE_SETTINGS,
-    ),
+    ContrastiveConfig.model_type: (*HEAD_FIELDS, *_SENTENCE_SETTINGS),
     DualEncoderConfig.model_type: (
         "share_encoders",
         "pooler_type",

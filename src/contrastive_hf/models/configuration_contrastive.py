@@ -268,7 +268,8 @@ def validate_embedding_dims(config, embedding_size: int) -> None:
 
 # The fields a checkpoint's contrastive_config.json holds: every model option except the encoder (saved as the
 # checkpoint's own config.json).
-CONFIG_FIELDS = (
+# The fields that shape the pooler and projection (what the weights are), apart from the loss and data settings.
+HEAD_FIELDS = (
     "pooler_type",
     "projection_type",
     "projection_dim",
@@ -277,6 +278,9 @@ CONFIG_FIELDS = (
     "projection_activation",
     "projection_output_activation",
     "projection_at_inference",
+)
+CONFIG_FIELDS = (
+    *HEAD_FIELDS,
     "temperature",
     "contrastive_loss",
     "mlm_weight",
@@ -309,6 +313,7 @@ def inference_max_length(config, encoder_config) -> int:
 __all__ = [
     "ContrastiveConfig",
     "CONFIG_FIELDS",
+    "HEAD_FIELDS",
     "without_sub_config_paths",
     "POOLER_TYPES",
     "PROJECTION_TYPES",
