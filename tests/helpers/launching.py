@@ -90,6 +90,22 @@ def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[
     )  # fmt: skip
 
 
+def train_engines(tmp_path, model_dir, corpus, runs: list[dict], timeout: int):
+    """tests/scripts/train_engines.py on 2 gloo processes: one launch trains every run of ``runs`` (engines, GradCache
+    chunks...) from ``model_dir`` on ``corpus``, each into ``tmp_path / "out" / <name>``; returns the finished
+    process."""
+    runs_file = tmp_path / "runs.json"
+    runs_file.write_text(json.dumps(runs))
+    command = accelerate_launch(
+        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
+        "--mixed_precision", "no", "--dynamo_backend", "no",
+        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
+        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs_file, "--output_dir", tmp_path / "out",
+    )  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
+    return run_bounded(command, timeout, env=env, cwd=tmp_path)
+
+
 def weights(directory) -> dict[str, torch.Tensor]:
     """Every weight a saved checkpoint holds, under the training model's names (the encoder is saved in its own
     architecture in model.safetensors, the heads beside it)."""

@@ -13,9 +13,7 @@ trains all five runs of that comparison in one launch).
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -37,6 +35,7 @@ from helpers.launching import (
     deepspeed_launch,
     run_clear,
     save_tiny_model,
+    train_engines,
     weights,
 )
 
@@ -298,16 +297,7 @@ def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
     model_dir = save_tiny_model(tmp_path / "initial", pooler_type="mean", contrastive_loss="info_nce")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text((REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text()[:20000])
-    runs = tmp_path / "runs.json"
-    runs.write_text(json.dumps(ENGINE_RUNS))
-    command = accelerate_launch(
-        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
-        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs, "--output_dir", tmp_path / "out",
-    )  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    result = train_engines(tmp_path, model_dir, corpus, ENGINE_RUNS, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
     out = tmp_path / "out"

@@ -19,6 +19,22 @@ from contrastive_hf.models.transformers_compat import SubConfigSpec
 from conftest import CHECKPOINTS_0_1, tiny_bert_config
 from helpers.builders import make_dual_encoder
 
+# The start of a script run where contrastive_hf cannot be imported: sentence-transformers alone reads the checkpoint.
+WITHOUT_THE_PACKAGE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+
+    class BlockPackage:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "contrastive_hf":
+                raise ImportError("contrastive_hf is blocked in this test")
+
+    sys.meta_path.insert(0, BlockPackage())
+    from sentence_transformers import SentenceTransformer
+    """
+)
+
 
 def test_importing_the_package_does_not_import_the_trainer_datasets_or_the_evaluation_stack():
     """The trainer, datasets and evaluation modules load on first use, not with `import contrastive_hf`."""
@@ -44,18 +60,8 @@ def test_a_contrastive_checkpoint_loads_in_sentence_transformers_where_the_packa
     sentences = ["a man is playing a guitar .", "the cat sat"]
     expected = model.encode(sentences, tokenizer=tokenizer)
     np.save(tmp_path / "expected.npy", expected)
-    script = textwrap.dedent(
+    script = WITHOUT_THE_PACKAGE + textwrap.dedent(
         f"""
-        import sys
-        import numpy as np
-
-        class BlockPackage:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "contrastive_hf":
-                    raise ImportError("contrastive_hf is blocked in this test")
-
-        sys.meta_path.insert(0, BlockPackage())
-        from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer({str(tmp_path)!r}, device="cpu")  # no trust_remote_code
         assert "contrastive_hf" not in sys.modules
@@ -81,18 +87,8 @@ def test_a_dual_encoder_loads_in_sentence_transformers_where_the_package_cannot_
     queries, passages = ["who wrote hamlet ?"], ["hamlet is a tragedy by shakespeare .", "the cat sat"]
     np.save(tmp_path / "queries.npy", model.encode_query(queries))
     np.save(tmp_path / "passages.npy", model.encode_document(passages))
-    script = textwrap.dedent(
+    script = WITHOUT_THE_PACKAGE + textwrap.dedent(
         f"""
-        import sys
-        import numpy as np
-
-        class BlockPackage:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] == "contrastive_hf":
-                    raise ImportError("contrastive_hf is blocked in this test")
-
-        sys.meta_path.insert(0, BlockPackage())
-        from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer({str(tmp_path)!r}, device="cpu")  # no trust_remote_code
         assert "contrastive_hf" not in sys.modules and model.similarity_fn_name == "dot"

@@ -4,13 +4,12 @@ the losses and gradients of the unchunked run."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
-from conftest import REPO_ROOT, free_port, run_bounded
-from helpers.launching import CPU_ENV, DS_CONFIGS, accelerate_launch, save_tiny_model, weights
+from conftest import REPO_ROOT
+from helpers.launching import DS_CONFIGS, save_tiny_model, train_engines, weights
 
 SENTENCES = 17  # in batches of 5 per process: step 2 is 5 + 2 sentences
 LEARNING_RATE = 0.01
@@ -34,16 +33,7 @@ def test_uneven_last_batch_trains_under_ddp_and_zero_1_2_3_as_without_grad_cache
     lines = (REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(lines[:SENTENCES]) + "\n")
-    runs = tmp_path / "runs.json"
-    runs.write_text(json.dumps(UNEVEN_RUNS))
-    command = accelerate_launch(
-        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
-        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs, "--output_dir", tmp_path / "out",
-    )  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
-    result = run_bounded(command, TIMEOUT, env=env, cwd=tmp_path)
+    result = train_engines(tmp_path, model_dir, corpus, UNEVEN_RUNS, timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
     out = tmp_path / "out"
