@@ -226,3 +226,16 @@ def test_precision_logged_once_per_owner_and_decision(caplog):
         precision.log_precision_once(owner, "encode", Precision(False, "another"))
     assert caplog.text.count("encode runs in bf16 autocast: a reason.") == 1
     assert caplog.text.count("encode runs in float32: another.") == 1
+
+
+def test_a_run_on_a_bf16_cpu_passes_its_reload_check(cpu_flags, tokenizer, tmp_path):
+    """The end of a run compares the saved checkpoint's embeddings, reloaded by sentence-transformers in float32, with
+    the trained model's: those are computed in float32 too, though `encode` defaults to bf16 on this CPU (else the
+    check fails on bf16 rounding, about 1e-2, not on the weights)."""
+    from contrastive_hf.commands.run_end import finish_sentence_encoder_run
+
+    cpu_flags("avx512_bf16")
+    trainer = make_trainer(tokenizer, tmp_path, max_steps=1)
+    assert trainer.args.bf16
+    train_result = trainer.train()
+    finish_sentence_encoder_run(trainer, train_result, tokenizer)  # raises RuntimeError when the reload differs
