@@ -17,6 +17,7 @@ import logging
 
 import pytest
 import torch
+import transformers
 from datasets import Dataset
 from safetensors.torch import load_file
 from transformers import TrainerCallback
@@ -239,3 +240,22 @@ def test_a_run_on_a_bf16_cpu_passes_its_reload_check(cpu_flags, tokenizer, tmp_p
     assert trainer.args.bf16
     train_result = trainer.train()
     finish_sentence_encoder_run(trainer, train_result, tokenizer)  # raises RuntimeError when the reload differs
+
+
+def test_example_scripts_always_say_which_precision_runs(tmp_path):
+    """At the scripts' default log level (warning), the precision line is still shown, as the data counts are."""
+    from contrastive_hf.commands.logs import setup_logging
+
+    arguments = ContrastiveTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none")
+    names = ("contrastive_hf", precision.__name__, "contrastive_hf.data_counts")
+    loggers = [logging.getLogger(name) for name in names]
+    levels, verbosity = [logger.level for logger in loggers], transformers.utils.logging.get_verbosity()
+    precision.logger.setLevel(logging.NOTSET)
+    try:
+        setup_logging(arguments, logging.getLogger("a_script"))
+        assert logging.getLogger("contrastive_hf").level == logging.WARNING
+        assert precision.logger.isEnabledFor(logging.INFO)
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        transformers.utils.logging.set_verbosity(verbosity)
