@@ -141,11 +141,15 @@ def sequential_batches(dataset, batch_size, drop_last, **kwargs):
 
 
 class Ours:
-    """contrastive_hf through its public API; `sub_batch_size` is switched between variants on one model."""
+    """contrastive_hf through its public API, a fresh model for every run (see `SentenceTransformers`)."""
 
     def __init__(self):
         self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
-        self.model = ContrastiveForPreTraining.from_encoder_pretrained(
+        self.model = self.fresh_model()
+
+    @staticmethod
+    def fresh_model():
+        return ContrastiveForPreTraining.from_encoder_pretrained(
             MINILM,
             pooler_type="mean",
             projection_type="none",
@@ -155,6 +159,7 @@ class Ours:
         )
 
     def run(self, sentences, max_length, batch_size, warmup, steps, bf16, sub_batch_size, output_dir, optim):
+        self.model = self.fresh_model()
         self.model.config.sub_batch_size = sub_batch_size
         collator = ContrastiveDataCollator(
             self.tokenizer, augmentation="dropout", mlm=False, max_length=max_length, seed=0
@@ -172,11 +177,13 @@ class Ours:
 
 
 class SentenceTransformers:
-    def __init__(self):
-        self.model = SentenceTransformer(str(MINILM), device="cpu")  # a Path is not a model name to it
-        self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
+    """sentence-transformers' trainer, a fresh model for every run: accelerate marks a model it prepared and does not
+    prepare it again, so a model trained in fp32 once would run every later bf16 run without autocast (measured: the
+    "bf16" runs were fp32 runs)."""
 
     def run(self, sentences, max_length, batch_size, warmup, steps, bf16, output_dir, optim) -> list[float]:
+        self.model = SentenceTransformer(str(MINILM), device="cpu")  # a Path is not a model name to it
+        self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
         self.model.max_seq_length = max_length
         timer = StepEndTimes()
         arguments = SentenceTransformerTrainingArguments(

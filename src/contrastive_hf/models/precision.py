@@ -110,8 +110,8 @@ def _cpu_reason(unit: str | None) -> tuple[bool, str]:
             "(docs/benchmarks.md)"
         )
     return False, (
-        f"this CPU has no bf16 matrix instructions ({' or '.join(BF16_UNITS)}): bf16 would be emulated, slower than "
-        "float32"
+        f"this CPU has no bf16 matrix instructions ({' or '.join(BF16_UNITS)}, or ONEDNN_MAX_CPU_ISA rules them out): "
+        "bf16 would be emulated, slower than float32"
     )
 
 
