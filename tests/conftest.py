@@ -14,6 +14,11 @@ from transformers import AutoTokenizer, BertConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests run as on a CPU without bf16 matrix instructions, whatever the machine (an AMD EPYC with AVX-512 BF16 one day,
+# a Xeon with AMX the next): the device-aware precision default is then float32 (`models.precision.cpu_bf16_units`
+# reads this cap, and so does oneDNN), so float32 figures do not depend on the machine, in subprocesses too; the bf16
+# tests (tests/training/test_bf16.py) ask for bf16 explicitly or patch the detection.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_TOKENIZER = REPO_ROOT / "examples" / "demo" / "tokenizer"

@@ -21,8 +21,12 @@ HELPERS = {"data_files.py", "machine_info.py", "parity.py"}
 
 # script: (arguments, text its output must hold at the end of every part)
 SMOKE_RUNS = {
-    "bench_training.py": (["--smoke"], ["parity (dropout off)", "contrastive_hf sub_batch=auto", "by wall time"]),
+    "bench_training.py": (
+        ["--smoke", "--precisions", "fp32", "bf16"],
+        ["peak of one core", "parity (dropout off)", "sub_batch=auto bf16", "by wall time", "% of peak"],
+    ),
     "bench_collator.py": (["--smoke"], ["speed-up:", "whole collator call"]),
+    "bench_encode.py": (["--smoke"], ["peak of one core", "contrastive_hf bf16 sub_batch=auto", "/ ST bf16", "cos"]),
     "bench_dpr.py": (
         ["--smoke", "--sub-batch-sizes", "0", "auto", "4"],
         ["parity (dropout off), two towers: sub_batch_size   auto (packed)", "shared encoder sub_batch_size=4"],

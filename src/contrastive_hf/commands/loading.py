@@ -128,8 +128,9 @@ def whole_parameters(model):
 
 def verify_reload(path: str, tokenizer, sentences: list[str], trained) -> None:
     """Reload the saved checkpoint as users will, and compare its embeddings with the trained model's (``trained``,
-    ``encode``'s output): `ContrastiveModel.from_pretrained`, and `SentenceTransformer` without remote code when the
-    checkpoint carries sentence-transformers modules."""
+    ``encode``'s output in float32, ``bf16=False``): `ContrastiveModel.from_pretrained`, and `SentenceTransformer`
+    without remote code when the checkpoint carries sentence-transformers modules. Everything is compared in float32,
+    whatever precision `encode` defaults to on this machine: the check is of the saved weights."""
     import numpy as np
 
     from ..models.modeling_contrastive import ContrastiveModel
@@ -140,7 +141,7 @@ def verify_reload(path: str, tokenizer, sentences: list[str], trained) -> None:
     unset_hf_deepspeed_config()
     trained = np.asarray(trained)
     model = ContrastiveModel.from_pretrained(path)
-    reloaded = {"ContrastiveModel.from_pretrained": model.encode(sentences)}
+    reloaded = {"ContrastiveModel.from_pretrained": model.encode(sentences, bf16=False)}
     if sentence_transformers_unsupported_reason(model) is None and os.path.isfile(os.path.join(path, "modules.json")):
         try:
             from sentence_transformers import SentenceTransformer

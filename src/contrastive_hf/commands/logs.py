@@ -20,9 +20,11 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     Above INFO (the default) the log is kept to what matters: transformers' progress bars (loading weights, writing
     shards: they flash by) are off, Hub downloads keep theirs, and DeepSpeed's notice that it found no GPU, printed
     wherever DeepSpeed is installed because accelerate imports it, is hidden unless ``--deepspeed`` is given.
-    ``--log_level info`` shows everything.
+    ``--log_level info`` shows everything. Always shown: what each epoch held (`data.reading.data_counts_logger`)
+    and, once, which precision training and encoding run in and why (`models.precision`).
     """
     from ..data.reading import data_counts_logger
+    from ..models.precision import logger as precision_logger
 
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
@@ -33,6 +35,7 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     logger.setLevel(logging.INFO if summary and training_args.should_log else log_level)
     logging.getLogger("contrastive_hf").setLevel(log_level)
     data_counts_logger.setLevel(min(log_level, logging.INFO))  # what each epoch or stream pass held, always shown
+    precision_logger.setLevel(min(log_level, logging.INFO))  # which precision training and encode run in, and why
     transformers.utils.logging.set_verbosity(log_level)
     if log_level > logging.INFO:
         _hide_transformers_progress_bars()

@@ -188,7 +188,8 @@ def finish_sentence_encoder_run(
                 {f"stsb_dev_dim{dim}": {"spearman": result["spearman"]} for dim, result in per_dimension.items()}
             )
         sentences = stsb.sentences1[:32]
-    trained = model.contrastive.encode(sentences, tokenizer=tokenizer)  # to check the saved checkpoint against
+    # to check the saved checkpoint against: in float32, as sentence-transformers reloads it (a check of the weights)
+    trained = model.contrastive.encode(sentences, tokenizer=tokenizer, bf16=False)
     publish(trainer, card_info)
 
     loadable_dir = save_merged_model(trainer, tokenizer)

@@ -3,14 +3,14 @@
 A `SentenceEncoder` maps sentences to a float32 array ``(n, d)`` in the input order. Every implementation encodes each
 distinct sentence once (STS data repeat sentences across pairs and tasks). `ModelEncoder`, the path for our models and
 plain transformers checkpoints, tokenizes everything once, sorts by token count so that each batch holds sentences of
-nearly equal length (little padding is computed), runs under ``no_grad`` in eval mode, and under bf16 autocast on a
-CUDA device that supports it. `SentenceTransformerEncoder` calls the model's own ``encode``, so a sentence-transformers
-baseline is scored with its own pooling and normalisation.
+nearly equal length (little padding is computed), runs under ``no_grad`` in eval mode, and in the precision `encode`
+chooses (`models.precision.encoding_precision`: bf16 autocast on a CUDA device that supports it and on a CPU with
+bf16 matrix instructions, float32 elsewhere) unless told. `SentenceTransformerEncoder` calls the model's own
+``encode``, so a sentence-transformers baseline is scored with its own pooling and normalisation.
 """
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 from collections.abc import Sequence
@@ -78,12 +78,13 @@ class ModelEncoder(SentenceEncoder):
         tokenizer: its tokenizer.
         max_length: truncation length in tokens; None (default) truncates only at what the model can take (as
             SimCSE's evaluation does).
-        use_bf16: run under bf16 autocast when the model is on a CUDA device that supports bf16.
+        use_bf16: True or False forces bf16 autocast or float32; None (default): `encode`'s choice for the device
+            (`models.precision.encoding_precision`).
         name: how results name the model.
     """
 
     def __init__(
-        self, model, tokenizer, max_length: int | None = None, use_bf16: bool = True, name: str | None = None
+        self, model, tokenizer, max_length: int | None = None, use_bf16: bool | None = None, name: str | None = None
     ):
         model = getattr(model, "contrastive", model)
         if tokenizer is None:
@@ -110,21 +111,15 @@ class ModelEncoder(SentenceEncoder):
             "max_length": self.max_length,
         }
 
-    def _autocast(self, device: torch.device):
-        if self.use_bf16 and device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
     def _encode_unique(self, sentences: list[str], batch_size: int, show_progress: bool) -> np.ndarray:
-        device = next(self.model.parameters()).device
-        with self._autocast(device):
-            return self.model.encode(
-                sentences,
-                batch_size=batch_size,
-                show_progress_bar=show_progress,
-                tokenizer=self.tokenizer,
-                max_length=self.max_length,
-            )
+        return self.model.encode(
+            sentences,
+            batch_size=batch_size,
+            show_progress_bar=show_progress,
+            tokenizer=self.tokenizer,
+            max_length=self.max_length,
+            bf16=self.use_bf16,
+        )
 
 
 class SentenceTransformerEncoder(SentenceEncoder):
@@ -266,6 +261,7 @@ def load_encoder(
     pooler_type: str = "mean",
     max_length: int | None = None,
     device: str | None = None,
+    bf16: bool | None = None,
 ) -> SentenceEncoder:
     """A `SentenceEncoder` for a checkpoint folder or Hub id.
 
@@ -278,6 +274,9 @@ def load_encoder(
         pooler_type: the pooling for ``transformers``: cls, cls_before_pooler, mean, max, avg_first_last, avg_top2.
         max_length: truncation in tokens (default: what the model takes).
         device: ``cpu``, ``cuda``, ... (default: CUDA when available).
+        bf16: True or False forces bf16 autocast or float32 for our models and transformers encoders; None
+            (default): `encode`'s choice for the device (`models.precision.encoding_precision`). A
+            sentence-transformers model computes as it does itself (float32).
     """
     if backend not in BACKENDS:
         raise ValueError(f"Unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
@@ -309,4 +308,4 @@ def load_encoder(
                 name_or_path, pooler_type=pooler_type, projection_type="none"
             )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, name=name_or_path)
+    return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, use_bf16=bf16, name=name_or_path)

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from .configuration_contrastive import parse_encoding_fields
 from .packing import can_pack, length_sorted_groups, packed_encoder_forward, packing_unsupported_reason
+from .precision import encoding_precision, log_precision_once
 
 logger = logging.getLogger(__name__)
 
@@ -414,6 +415,7 @@ class SentenceEmbeddingMixin:
         task: str | None = None,
         tokenizer=None,
         max_length: int | None = None,
+        bf16: bool | None = None,
         **deprecated,
     ) -> np.ndarray | torch.Tensor | list:
         """Sentence embeddings, in the input order, as `SentenceTransformer.encode` returns them.
@@ -442,6 +444,10 @@ class SentenceEmbeddingMixin:
                 `encode_document`.
             tokenizer: the tokenizer (default: ``self.tokenizer``, then the one saved with the checkpoint).
             max_length: truncation length in tokens (default: what the encoder takes).
+            bf16: compute under bf16 autocast (True) or in the weights' own dtype (False); default (None): bf16 on a
+                CPU with bf16 matrix instructions and on a CUDA device that supports bf16, for float32 weights
+                (`models.precision.encoding_precision`: embeddings within cosine 0.999 of float32,
+                docs/benchmarks.md). The embeddings returned are float32 either way.
         """
         if "normalize" in deprecated:
             warnings.warn(
@@ -486,28 +492,32 @@ class SentenceEmbeddingMixin:
         parts: list[torch.Tensor] = []
         token_rows: dict[int, dict] = {}  # sentence -> its token outputs, for output_value other than the embedding
         with_tokens = output_value != "sentence_embedding"
+        compute = encoding_precision(bf16, device, next(self.parameters()).dtype)
+        log_precision_once(self, "encode", compute)
         was_training = self.training
         self.eval()
         try:
-            for start in batches:
-                rows = order[start : start + batch_size]
-                batch = tokenizer.pad(
-                    {name: [encoded[name][row] for row in rows] for name in encoded}, return_tensors="pt"
-                )
-                vectors = self.embed_tokens(
-                    batch["input_ids"].to(device),
-                    batch["attention_mask"].to(device),
-                    batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
-                    task=task,
-                    prompt_length=prompt_length,
-                    return_token_states=with_tokens,
-                )
-                if with_tokens:  # as sentence-transformers: each sentence's row of its padded batch
-                    vectors, states = vectors
-                    for index, row in enumerate(rows):
-                        token_rows[row] = {name: batch[name][index] for name in batch}
-                        token_rows[row]["token_embeddings"] = states[index].float()
-                parts.append(vectors.float())
+            # one autocast context for every batch: it casts each weight to bf16 once, not once a batch
+            with compute.autocast(device):
+                for start in batches:
+                    rows = order[start : start + batch_size]
+                    batch = tokenizer.pad(
+                        {name: [encoded[name][row] for row in rows] for name in encoded}, return_tensors="pt"
+                    )
+                    vectors = self.embed_tokens(
+                        batch["input_ids"].to(device),
+                        batch["attention_mask"].to(device),
+                        batch["token_type_ids"].to(device) if "token_type_ids" in batch else None,
+                        task=task,
+                        prompt_length=prompt_length,
+                        return_token_states=with_tokens,
+                    )
+                    if with_tokens:  # as sentence-transformers: each sentence's row of its padded batch
+                        vectors, states = vectors
+                        for index, row in enumerate(rows):
+                            token_rows[row] = {name: batch[name][index] for name in batch}
+                            token_rows[row]["token_embeddings"] = states[index].float()
+                    parts.append(vectors.float())
         finally:
             self.train(was_training)
         width = getattr(self.config, "embedding_size", 0)

@@ -386,13 +386,18 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         return_token_states=False,
     ):
         """The inference embeddings ``(B, d)`` of a padded batch: encoder, pooler, and the projection when kept at
-        inference (what ``SentenceTransformer(path)`` computes from the saved checkpoint)."""
+        inference (what ``SentenceTransformer(path)`` computes from the saved checkpoint), encoded as the config's
+        ``sub_batch_size`` says (packed where the encoder can be); with the token states, in one padded pass."""
         model = self.sentence_model()
         projection = model.projection if self.config.projection_at_inference else None
-        return encode_with(
-            model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
-            return_token_states=return_token_states,
-        )  # fmt: skip
+        if return_token_states:
+            return encode_with(
+                model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
+                return_token_states=True,
+            )  # fmt: skip
+        return self.encoding_policy().embed(
+            model.encoder, model.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
+        )
 
     # Building ------------------------------------------------------------------------------------------------
 

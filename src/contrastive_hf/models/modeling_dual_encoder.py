@@ -374,16 +374,21 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         return_token_states=False,
     ):
         """The vectors ``(B, d)`` of a padded batch of queries (``task="query"``) or passages (``"document"``, the
-        default, as a sentence-transformers Router's default route)."""
+        default, as a sentence-transformers Router's default route), encoded as the config's ``sub_batch_size`` says
+        (packed where the encoder can be); with the token states, in one padded pass."""
         if task not in (None, "query", "document", "passage"):
             raise ValueError(f"Unknown task {task!r} for a dual encoder: use 'query' or 'document'.")
         query = task == "query"
         encoder = self.query_encoder if query or self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if query or self.config.share_encoders else self.passage_projection
-        return encode_with(
-            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
-            return_token_states=return_token_states,
-        )  # fmt: skip
+        if return_token_states:
+            return encode_with(
+                encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
+                return_token_states=True,
+            )  # fmt: skip
+        return self.encoding_policy().embed(
+            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
+        )
 
     def encode_queries(self, queries, tokenizer=None, batch_size: int = 64, max_length: int | None = 64, **kwargs):
         """Query vectors as a float32 tensor on the CPU (the 0.1 interface; `encode_query` is sentence-transformers'

@@ -23,6 +23,7 @@ from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_c
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
+from ..models.precision import Precision, log_precision_once
 from .checkpoints import (
     CheckpointLayout,
     resolve_resume_checkpoint,
@@ -84,6 +85,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        bf16 = bool(self.args.bf16)
+        reason = getattr(self.args, "precision_reason", "") or f"bf16={bf16} in the training arguments"
+        log_precision_once(self, "Training", Precision(bf16, reason))
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._metric_counts: dict[str, int] = {}
         self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
@@ -165,7 +169,10 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
             self.optimizer.train()
         inputs = self._prepare_inputs(inputs)
         scale = 1.0 / self.current_gradient_accumulation_steps  # as the Trainer scales the loss it back-propagates
-        with self.compute_loss_context_manager():
+        # The replayed passes go through the prepared model, whose forward accelerate runs under the run's autocast;
+        # the first pass calls the bare model, so the same autocast is entered here: both passes then compute the
+        # same embeddings (bf16 included), and the cached gradients are those of the replay.
+        with self.compute_loss_context_manager(), self.accelerator.autocast():
             result = grad_cache_step(
                 model,
                 self.accelerator.unwrap_model(model),

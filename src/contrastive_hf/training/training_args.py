@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import TrainingArguments
 
+from ..models.precision import Precision, training_precision
+
 __all__ = [
     "ContrastiveTrainingArguments",
     "RunDefaults",
@@ -113,7 +115,23 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
 
     The ``training_args.bin`` written with every checkpoint holds no ``--hub_token`` and no absolute local path
     (`SecretFreePickle`).
+
+    Precision: ``bf16`` left unset (None) is decided by the device (`models.precision.training_precision`): bf16
+    autocast on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16), float32 elsewhere; ``precision_reason``
+    says why, and the trainer logs it. ``--bf16`` also runs on a machine without an accelerator when ``--use_cpu``
+    is not given (the CPU is the device there).
     """
+
+    # Annotated bool, though unset is None, so that HfArgumentParser takes a bare --bf16 as transformers' flag (a
+    # `bool | None` field would need a value); __post_init__ decides what None means.
+    bf16: bool = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision (autocast to bfloat16, float32 master weights; similarities, logits and "
+            "losses in float32). Default: bf16 on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16: faster "
+            "at float32's quality, docs/benchmarks.md), float32 elsewhere; --bf16 true or false forces either."
+        },
+    )
 
     remove_unused_columns: bool = field(
         default=False,
@@ -156,8 +174,32 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
         metadata={"help": "Evaluation reports the loss only; embeddings are scored by the STS evaluator instead."},
     )
 
+    # Why this run computes in its precision (`training_precision`): set from ``bf16``, logged by the trainer.
+    precision_reason: str = field(init=False, default="", repr=False)
+
     def __post_init__(self):
+        precision = self._precision()
+        self.precision_reason = precision.reason
+        # transformers refuses bf16 without --use_cpu where there is no accelerator, though the CPU is the device
+        # there: it gets float32 to check, and bf16 after.
+        cpu_without_flag = precision.bf16 and not self.use_cpu and not torch.accelerator.is_available()
+        self.bf16 = precision.bf16 and not cpu_without_flag
         super().__post_init__()
+        if cpu_without_flag:
+            self.bf16, self.mixed_precision = True, "bf16"
         for name in ("grad_cache_chunk_size", "prebatch_size", "prebatch_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0 (0 turns it off), got {getattr(self, name)}.")
+
+    def _precision(self) -> Precision:
+        """`training_precision` of these arguments: ``bf16`` as given; when unset, ``--fp16`` or a launcher's mixed
+        precision (``accelerate launch --mixed_precision``) where given, else the device's default."""
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        if self.bf16 is None and self.fp16:
+            return Precision(False, "--fp16 was given")
+        if self.bf16 is None and launcher in ("fp16", "bf16"):
+            return Precision(launcher == "bf16", f"the launcher's mixed precision is {launcher}")
+        on_cpu = self.use_cpu or not torch.accelerator.is_available()
+        device = "cpu" if on_cpu else torch.accelerator.current_accelerator().type
+        deepspeed = bool(self.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false") == "true"
+        return training_precision(self.bf16, device, deepspeed=deepspeed)
