@@ -127,7 +127,9 @@ def test_the_demo_command_says_what_it_does_and_nothing_else(repo_root, tmp_path
         "Loading the model (model) ...",
         "Reading and tokenizing the corpus (wiki1m_sample.txt) ...",
         "Scoring STS-B dev before training (40 pairs) ...",
+        "encode runs in float32: this CPU has no bf16",  # the precision and why, once (tests cap the CPU's ISA)
         "STS-B dev Spearman before training: ",
+        "Training runs in float32: this CPU has no bf16",
         "Training for 2 steps ...",
         "Epoch 1: 16 examples, all 16 of the training set once.",  # what it saw
         f"Saving the model to {tmp_path / 'demo'} ...",
@@ -138,7 +140,7 @@ def test_the_demo_command_says_what_it_does_and_nothing_else(repo_root, tmp_path
     ]
     found = [next(i for i, line in enumerate(lines) if phase in line) for phase in phases]
     assert found == sorted(found), lines  # in this order
-    assert len(lines[: found[-1]]) <= len(phases) + 4  # and little else before the loading instructions
+    assert len(lines[: found[-1]]) <= len(phases) + 4, "\n".join(lines)  # little else before the loading lines
     assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
     # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
     for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",

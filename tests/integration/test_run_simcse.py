@@ -29,7 +29,9 @@ def run_simcse():
 def test_each_mode_applies_simcses_defaults(
     run_simcse, tmp_path, mode, batch, learning_rate, epochs, projection_at_inference
 ):
-    model_args, data_args, training_args = run_simcse.parse_arguments(["--mode", mode, "--output_dir", str(tmp_path)])
+    model_args, data_args, _, training_args = run_simcse.parse_arguments(
+        ["--mode", mode, "--output_dir", str(tmp_path)]
+    )
     assert training_args.per_device_train_batch_size == batch
     assert training_args.learning_rate == learning_rate
     assert training_args.num_train_epochs == epochs
@@ -41,7 +43,7 @@ def test_each_mode_applies_simcses_defaults(
 
 def test_a_given_flag_overrides_the_mode_default_and_only_that_one(run_simcse, tmp_path):
     argv = ["--mode", "sup", "--learning_rate", "1e-4", "--projection_at_inference", "False", "--output_dir", "x"]
-    model_args, _, training_args = run_simcse.parse_arguments(argv)
+    model_args, _, _, training_args = run_simcse.parse_arguments(argv)
     assert training_args.learning_rate == 1e-4 and model_args.projection_at_inference is False
     assert training_args.per_device_train_batch_size == 512 and training_args.num_train_epochs == 3
     line = run_simcse.describe_hyperparameters("sup", model_args, training_args)
@@ -51,19 +53,19 @@ def test_a_given_flag_overrides_the_mode_default_and_only_that_one(run_simcse, t
     # the same from a JSON file
     settings = tmp_path / "run.json"
     settings.write_text(json.dumps({"mode": "unsup", "num_train_epochs": 2, "output_dir": str(tmp_path)}))
-    model_args, _, training_args = run_simcse.parse_arguments([str(settings)])
+    model_args, _, _, training_args = run_simcse.parse_arguments([str(settings)])
     assert training_args.num_train_epochs == 2 and training_args.learning_rate == 3e-5
     assert training_args.per_device_train_batch_size == 64
 
 
 def test_global_batch_is_split_over_processes(run_simcse, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
-    _, _, training_args = run_simcse.parse_arguments(["--mode", "sup", "--output_dir", "x"])
+    _, _, _, training_args = run_simcse.parse_arguments(["--mode", "sup", "--output_dir", "x"])
     assert training_args.per_device_train_batch_size == 128  # SimCSE's 512 = 4 GPUs x 128
 
 
 def test_pair_columns_the_data_lacks_are_a_usage_error(run_simcse, tmp_path):
-    _, data_args, _ = run_simcse.parse_arguments(
+    _, data_args, _, _ = run_simcse.parse_arguments(
         ["--mode", "sup", "--train_file", snli_slice(tmp_path / "triples.csv", 8), "--pair_columns", "foo,bar",
          "--output_dir", str(tmp_path / "out")]
     )  # fmt: skip
@@ -97,7 +99,7 @@ def test_sup_batches_are_triplets_and_incomplete_rows_are_dropped(run_simcse, tm
     path = snli_slice(tmp_path / "nli.csv", 8)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("A man sleeps .,A person rests .,\n")  # no hard negative: dropped, not half-used
-    _, data_args, _ = run_simcse.parse_arguments(["--mode", "sup", "--train_file", path, "--output_dir", "x"])
+    _, data_args, _, _ = run_simcse.parse_arguments(["--mode", "sup", "--train_file", path, "--output_dir", "x"])
     collator = PairCollator(tokenizer, max_length=32)
     pairs = run_simcse.load_pairs(data_args, collator, cache_dir=None)
     assert len(pairs) == 8 and tuple(collator.columns) == ("sent0", "sent1", "hard_neg")

@@ -493,7 +493,8 @@ class SentenceEmbeddingMixin:
         token_rows: dict[int, dict] = {}  # sentence -> its token outputs, for output_value other than the embedding
         with_tokens = output_value != "sentence_embedding"
         compute = encoding_precision(bf16, device, next(self.parameters()).dtype)
-        log_precision_once(self, "encode", compute)
+        if bf16 is None:  # the device's choice is said once; a caller that forces one knows it
+            log_precision_once(self, "encode", compute)
         was_training = self.training
         self.eval()
         try:
