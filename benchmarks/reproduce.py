@@ -211,8 +211,7 @@ def finished(path: Path) -> bool:
 
 
 def record(path: Path, **values) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=2) + "\n")
+    _write_json(path, values)
 
 
 @dataclass
