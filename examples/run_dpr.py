@@ -27,6 +27,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 from contrastive_hf.commands.loading import loading_instructions, with_lora_adapter
@@ -175,10 +176,13 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
             logger.info("Continuing to train the dual encoder %s.", model_args.model_name_or_path)
-            return DualEncoderModel.from_pretrained(model_args.model_name_or_path, **loss_overrides)
+            return DualEncoderModel.from_pretrained(
+                model_args.model_name_or_path, dtype=torch.float32, **loss_overrides
+            )
         return DualEncoderModel.from_encoder_pretrained(
             model_args.model_name_or_path,
             model_args.passage_model_name_or_path,
+            dtype=torch.float32,  # float32 master weights, whatever the checkpoint's dtype
             share_encoders=model_args.share_encoders,
             pooler_type=model_args.pooler_type,
             projection_dim=model_args.projection_dim,

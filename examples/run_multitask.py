@@ -172,7 +172,7 @@ def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
 def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskModel:
     model_type = checkpoint_model_type(model_args.model_name_or_path)
     if model_type == MultitaskConfig.model_type:  # continue a multitask run
-        model = MultitaskModel.from_pretrained(model_args.model_name_or_path)
+        model = MultitaskModel.from_pretrained(model_args.model_name_or_path, dtype=torch.float32)
         if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
             raise UsageError(
                 f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
@@ -184,8 +184,12 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
         overrides["pooler_type"] = model_args.pooler_type
     elif model_type != ContrastiveConfig.model_type:
         overrides["pooler_type"] = "mean"  # a plain encoder: mean pooling unless told otherwise (SBERT's default)
-    return MultitaskModel.from_sentence_encoder(
-        model_args.model_name_or_path, tasks, classifier_dropout=model_args.classifier_dropout, **overrides
+    return MultitaskModel.from_sentence_encoder(  # float32 master weights, whatever the checkpoint's dtype
+        model_args.model_name_or_path,
+        tasks,
+        classifier_dropout=model_args.classifier_dropout,
+        dtype=torch.float32,
+        **overrides,
     )
 
 

@@ -7,6 +7,8 @@ import logging
 import os
 from contextlib import contextmanager, nullcontext
 
+import torch
+
 from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
@@ -47,9 +49,12 @@ def load_pretraining_model(
         announce(f"Loading the model ({os.path.basename(os.path.normpath(model_name_or_path))}) ...")
         # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake
         with as_usage_error(), naming_damaged_files(model_name_or_path):
+            # float32 master weights, whatever dtype the checkpoint was saved in (transformers 5 loads the saved
+            # one): a bf16 run computes under autocast, and the optimiser steps in float32
+            loading = {"dtype": torch.float32, **config_overrides}
             if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
-                return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
-            return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)
+                return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **loading)
+            return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **loading)
     if not config_name:
         raise UsageError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)

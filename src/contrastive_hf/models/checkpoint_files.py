@@ -53,6 +53,7 @@ __all__ = [
     "naming_damaged_files",
     "read_json",
     "read_heads",
+    "loaded_dtype",
     "refuse_non_finite",
     "write_json",
     "write_heads",
@@ -194,6 +195,18 @@ def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.T
             f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
             "checkpoint again, or copy it again from where it was saved."
         ) from error
+
+
+def loaded_dtype(dtype: str | torch.dtype | None, encoders) -> torch.dtype:
+    """The one dtype a loaded model computes in: ``dtype`` when given (transformers' loading argument), else (None or
+    ``"auto"``) the dtype the encoders were loaded in, which transformers 5 takes from the checkpoint; float32 when
+    they differ. The heads follow it: a checkpoint saved in bf16 reloads as a bf16 model, never a bf16 encoder under
+    float32 heads, whose matrix products refuse mixed inputs."""
+    if dtype is not None and dtype != "auto":
+        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    found = {parameter.dtype for encoder in encoders for parameter in encoder.parameters()}
+    found = {candidate for candidate in found if candidate.is_floating_point}
+    return found.pop() if len(found) == 1 else torch.float32
 
 
 def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = "load an earlier checkpoint") -> None:
@@ -532,9 +545,7 @@ class EmbeddingCheckpointMixin:
                 kwargs["dtype"] = dtype
             encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
         model.install_encoders(encoders)
-        if dtype is not None and dtype != "auto":
-            model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
-        return model
+        return model.to(loaded_dtype(dtype, encoders.values()))
 
     @classmethod
     def check_config_overrides(cls, overrides: dict) -> dict:
