@@ -71,7 +71,9 @@ def _span_batches(tokenizer):
         paragraphs = [line.strip() for line, _ in zip(handle, range(40), strict=False)]
     from datasets import Dataset
 
-    documents = tokenize_documents(Dataset.from_dict({"text": paragraphs}), tokenizer, span_words=16, hard_negatives=True)
+    documents = tokenize_documents(
+        Dataset.from_dict({"text": paragraphs}), tokenizer, span_words=16, hard_negatives=True
+    )
     features = [documents[index] for index in range(min(6, len(documents)))]
     assert len(features) >= 2
     for options in ({"view": "neighbouring_slice", "mlm": True}, {"view": "neighbour", "hard_negatives": True}):

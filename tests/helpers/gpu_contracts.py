@@ -28,5 +28,7 @@ def unpinnable_tensors(batch, name: str = "batch") -> list[str]:
     if isinstance(batch, Mapping):
         return [problem for key, value in batch.items() for problem in unpinnable_tensors(value, f"{name}[{key!r}]")]
     if isinstance(batch, (list, tuple)):
-        return [problem for index, value in enumerate(batch) for problem in unpinnable_tensors(value, f"{name}[{index}]")]
+        return [
+            problem for index, value in enumerate(batch) for problem in unpinnable_tensors(value, f"{name}[{index}]")
+        ]
     return []

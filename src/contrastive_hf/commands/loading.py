@@ -8,7 +8,6 @@ import os
 from contextlib import contextmanager, nullcontext
 
 import torch
-
 from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
