@@ -33,7 +33,12 @@ import torch
 from transformers import AutoTokenizer, HfArgumentParser
 
 from contrastive_hf import ContrastiveConfig
-from contrastive_hf.commands.loading import loading_instructions, verify_reload, with_lora_adapter
+from contrastive_hf.commands.loading import (
+    loading_instructions,
+    trained_embeddings,
+    verify_reload,
+    with_lora_adapter,
+)
 from contrastive_hf.commands.scripts import (
     AdapterArguments,
     UsageError,
@@ -267,7 +272,7 @@ def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str,
             if not torch.allclose(expected, got, atol=1e-5):
                 raise RuntimeError(f"The saved multitask model gives other {name} outputs than the trained one.")
     sentences = ["A man is playing a guitar.", "The film is a charming journey."]
-    verify_reload(encoder_dir, tokenizer, sentences, model.encode(sentences, tokenizer=tokenizer, bf16=False))
+    verify_reload(encoder_dir, tokenizer, trained_embeddings(model, sentences, tokenizer))
     print(f"Reloaded {output_dir}: the same head outputs.")
 
 

@@ -209,6 +209,28 @@ def loaded_dtype(dtype: str | torch.dtype | None, encoders) -> torch.dtype:
     return found.pop() if len(found) == 1 else torch.float32
 
 
+def weights_dtype(state_dict: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The one floating dtype of a state dict's weights; None when they have several, or none."""
+    floating = {tensor.dtype for tensor in state_dict.values() if tensor.is_floating_point()}
+    return floating.pop() if len(floating) == 1 else None
+
+
+def record_saved_dtype(folder: str, dtype: torch.dtype | None) -> None:
+    """Make the ``dtype`` of ``folder``'s config.json the dtype of the weights written there (`weights_dtype`).
+    transformers records the live model's dtype, which the loaders then take by default (``dtype="auto"``,
+    sentence-transformers): a DeepSpeed bf16 run, whose live model is bf16, saves float32 master weights that would
+    reload cast to bf16."""
+    path = os.path.join(folder, CONFIG_NAME)
+    if dtype is None or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    saved = str(dtype).removeprefix("torch.")
+    if config.get("dtype", saved) != saved:
+        config["dtype"] = saved
+        write_json(path, config)
+
+
 def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = "load an earlier checkpoint") -> None:
     """A `ValueError` naming the tensors that hold NaN or infinite values and their ``source`` (the weights file):
     such a model gives NaN embeddings and a NaN loss from the first step, which training cannot recover from."""
@@ -446,9 +468,11 @@ class EmbeddingCheckpointMixin:
         prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
         encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
         for name, (folder, _, encoder) in encoders.items():
+            saved_dtype = weights_dtype(encoder_states[name])  # transformers empties the state dict as it writes
             encoder.save_pretrained(
                 os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
             )
+            record_saved_dtype(os.path.join(save_directory, folder), saved_dtype)
             if folder:  # a tower in a sub-folder carries its tokenizer
                 save_tokenizer(self.tokenizer, os.path.join(save_directory, folder))
         write_heads(save_directory, heads)
