@@ -122,14 +122,15 @@ class PackedSequences:
     def segment_mean(self, token_states: torch.Tensor) -> torch.Tensor:
         """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``, in ``token_states``' dtype.
 
-        Summed and divided in float32 whatever that dtype: ``index_add`` accumulates in the dtype of its output, and
-        bf16 sums of hundreds of tokens lose about 2% (CUDA adds them atomically, in another order each run), and a
-        bf16 count is not exact above 256. The padded pooler's ``sum`` accumulates in float32 already.
+        Summed and divided in float32 (float64 states in float64): ``index_add`` accumulates in the dtype of its
+        output, and bf16 sums of hundreds of tokens lose about 2% (CUDA adds them atomically, in another order each
+        run), and a bf16 count is not exact above 256. The padded pooler's ``sum`` accumulates in float32 already.
         """
         states, sentence, _, counts = self._pooled_tokens(token_states)
-        sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1], dtype=torch.float32)
-        sums = sums.index_add(0, sentence, states.float())
-        counts = torch.tensor(counts, dtype=torch.float32, device=token_states.device).unsqueeze(1)
+        dtype = torch.promote_types(token_states.dtype, torch.float32)  # float32, or float64 for float64 states
+        sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1], dtype=dtype)
+        sums = sums.index_add(0, sentence, states.to(dtype))
+        counts = torch.tensor(counts, dtype=dtype, device=token_states.device).unsqueeze(1)
         return (sums / counts).to(token_states.dtype)
 
     def segment_max(self, token_states: torch.Tensor) -> torch.Tensor:
