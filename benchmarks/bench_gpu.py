@@ -1113,7 +1113,8 @@ def main() -> None:
         print_targets(rows, args)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"machine": machine, "settings": vars(args), "runs": runs, "table": rows}, handle, indent=1)
+            content = {"machine": machine, "settings": vars(args), "runs": runs, "table": rows}
+            json.dump(content, handle, indent=1, default=str)  # default: the paths among the settings
         print(f"raw timings: {args.json}")
 
 

@@ -46,6 +46,13 @@ SMOKE_RUNS = {
         ["--check_flops", "--corpus_file", str(SAMPLES / "wiki1m_sample.txt")],
         ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
     ),
+    "gpu_check.py": (
+        ["--dry-run"],
+        [
+            "environment passed, gpu_tests passed, demo_fp32 passed, demo_bf16 passed, recipes passed, "
+            "zero2_bf16 passed, zero3_bf16 passed, bench passed"
+        ],
+    ),
     "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
     "reproduce.py clear-table": (
         ["clear-table", "--smoke"],
@@ -75,6 +82,8 @@ def test_benchmark_smoke_run(name, tmp_path):
         arguments = [*arguments, "--plot", str(tmp_path / "grad_cache.png")]
     if name == "glue_data.py":
         arguments = [*arguments, "--output", str(tmp_path / "glue_data")]
+    if name == "gpu_check.py":
+        arguments = [*arguments, "--out", str(tmp_path / "gpu-check")]
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")])),

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 
 import pytest
 import torch
@@ -138,3 +140,45 @@ def test_every_script_trains_evaluates_and_reloads_under_zero(launch, script, st
 def test_the_launch_ended_well(launch):
     stage, folder, result = launch
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def _documented_bf16_command() -> list[str]:
+    """The ZeRO-2 command of docs/guides/scale.md that passes --bf16, as words (its line continuations joined)."""
+    page = (REPO_ROOT / "docs" / "guides" / "scale.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    (block,) = [block for block in blocks if "accelerate_zero2.yaml" in block and "--bf16" in block]
+    return shlex.split(block.replace("\\\n", " "))
+
+
+def test_the_documented_bf16_command_under_zero2(tmp_path):
+    """`accelerate launch --config_file ds_configs/accelerate_zero2.yaml examples/run_clear.py ... --bf16` as the
+    training-at-scale guide writes it, with a local tiny model and corpus for the Hub's, DeepSpeed on its CPU
+    accelerator as a GPU runs it: it was refused on both processes (``ds bf16.enabled=False vs hf bf16=True``, issue
+    31: DeepSpeed's "auto" took the launcher's mixed precision, none)."""
+    words = _documented_bf16_command()
+    assert words[:3] == [".venv/bin/accelerate", "launch", "--config_file"] and "--bf16" in words
+    hub_flags = {"--model_name_or_path": 1, "--dataset_name": 1, "--dataset_config_name": 1, "--save_steps": 1}
+    kept, index = [], 2  # after ".venv/bin/accelerate launch"
+    while index < len(words):
+        if words[index] in hub_flags:
+            index += 1 + hub_flags[words[index]]
+            continue
+        kept.append(words[index])
+        index += 1
+    script = kept.index("examples/run_clear.py")
+    launch_flags, script_flags = kept[:script], kept[script + 1 :]
+    checkpoint = save_tiny_model(tmp_path / "tiny")
+    command = accelerate_launch(  # from the repository root, as the guide says (its files name ds_configs/...)
+        *launch_flags,
+        "--num_processes", 2, "--main_process_port", free_port(),
+        REPO_ROOT / "examples" / "run_clear.py", *script_flags,
+        "--model_name_or_path", checkpoint, "--train_file", DEMO_DATA / "wiki1m_sample.txt",
+        "--max_train_samples", "64", "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no",
+        "--report_to", "none", *DEEPSPEED_ON_CPU, "--output_dir", tmp_path / "out",
+    )  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
+    result = run_bounded([str(part) for part in command], 600, env=env, cwd=REPO_ROOT)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert "Training runs in bf16 autocast: --bf16 true was given" in log
+    assert "gives the trained embeddings" in log

@@ -1,10 +1,11 @@
 """Run several example scripts one after the other in this process, as ``python script argv...`` would run each:
 one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op build are paid once).
 
-Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR``. ``JOBS.json``
-is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}``. Each job's output (stdout and
-stderr) goes to ``LOG_DIR/<name>.rank<R>.log``; a failing job stops the run with its name (the launcher then stops
-the other processes, which may wait for this one in a collective).
+Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR [--keep-going]``.
+``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}``. Each job's output
+(stdout and stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``.
+A failing job stops the run with its name (the launcher then stops the other processes, which may wait for this one
+in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the next job runs.
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ def output_to(path: Path):
             os.close(saved[1])
 
 
-def main(jobs_file: str, log_dir: str) -> None:
+def main(jobs_file: str, log_dir: str, *options: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
+    statuses = {}
     for job in json.loads(Path(jobs_file).read_text()):
-        status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")
-        if status != 0:
+        statuses[job["name"]] = status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")
+        (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
+        if status != 0 and "--keep-going" not in options:
             raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}")
 
 

@@ -117,9 +117,10 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
     (`SecretFreePickle`).
 
     Precision: ``bf16`` left unset (None) is decided by the device (`models.precision.training_precision`): bf16
-    autocast on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16), float32 elsewhere; ``precision_reason``
-    says why, and the trainer logs it. ``--bf16`` also runs on a machine without an accelerator when ``--use_cpu``
-    is not given (the CPU is the device there).
+    autocast on a GPU of compute capability 8.0 or later and on a CPU with bf16 matrix instructions (AMX or AVX-512
+    BF16), float32 elsewhere; DeepSpeed's ``"auto"`` follows the decision; ``precision_reason`` says why, and the
+    trainer logs it. ``--bf16`` also runs on a machine without an accelerator when ``--use_cpu`` is not given (the
+    CPU is the device there, DeepSpeed's CPU accelerator included).
     """
 
     # Annotated bool, though unset is None, so that HfArgumentParser takes a bare --bf16 as transformers' flag (a
@@ -128,8 +129,9 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
         default=None,
         metadata={
             "help": "bf16 mixed precision (autocast to bfloat16, float32 master weights; similarities, logits and "
-            "losses in float32). Default: bf16 on a CPU with bf16 matrix instructions (AMX or AVX-512 BF16: faster "
-            "at float32's quality, docs/benchmarks.md), float32 elsewhere; --bf16 true or false forces either."
+            "losses in float32). Default: bf16 where the device computes it natively, a GPU of compute capability "
+            "8.0 or later or a CPU with bf16 matrix instructions (AMX or AVX-512 BF16): faster at float32's quality "
+            "(docs/benchmarks.md); float32 elsewhere. --bf16 true or false forces either."
         },
     )
 
