@@ -1,4 +1,5 @@
-"""examples/run_multitask.py launched: two processes match one process on the whole batch."""
+"""examples/run_multitask.py launched: two processes match one process on the whole batch; with a LoRA adapter, no
+byte of what it saves holds a local absolute path."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.recipes.multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.saved_files import assert_holds_none, every_file, local_paths
 
 # its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("run_multitask")
@@ -104,3 +106,17 @@ def test_run_multitask_with_two_processes_matches_one_process_on_the_whole_batch
         name for name in one if name.startswith(prefix) and not torch.allclose(one[name], start[name[len(prefix) :]])
     ]
     assert moved  # the encoder did train
+
+
+def test_run_multitask_with_lora_saves_no_local_path_in_any_file(pretrained_checkpoint, tmp_path):
+    """The adapter and heads in output_dir (peft writes a README.md beside each, naming its base), every checkpoint,
+    the merged model: none names the base's folder (outside the working folder here), the output folder or the
+    working folder."""
+    checkpoints = ("--lora_r", "4", "--save_strategy", "steps", "--save_steps", "2")
+    _, output_dir = run_multitask(
+        tmp_path, pretrained_checkpoint, "lora", "--per_device_train_batch_size", "8", *checkpoints
+    )
+    assert (output_dir / "adapter_config.json").exists()
+    assert {path.name for path in output_dir.glob("checkpoint-*")} == {"checkpoint-2", "checkpoint-3"}
+    saved = every_file(output_dir, tmp_path / "lora-merged")
+    assert_holds_none(saved, local_paths(pretrained_checkpoint, tmp_path))

@@ -5,7 +5,9 @@ loads any adapter:
 
 - ``base_model_name_or_path`` records where the model started, as peft reads it: the Hub id; for a local folder, its
   path relative to the working directory when it lies inside it, else its folder name (`adapter_base_name`). Never an
-  absolute path: the folder is what ``--push_to_hub`` uploads.
+  absolute path: the folder is what ``--push_to_hub`` uploads. The ``README.md`` peft writes beside every adapter it
+  saves (each ``checkpoint-N``, the final folder) names the base as ``base_model`` only when it is a Hub id
+  (`add_adapter`).
 - peft's ``auto_mapping`` names the contrastive_hf class that was adapted (`ContrastiveForPreTraining`,
   `ContrastiveModel`, `DualEncoderModel`), whose ``from_pretrained`` rebuilds the base from that name, wrapping a
   plain pretrained encoder as ``from_encoder_pretrained`` does. peft imports only the libraries its allowlist names,
@@ -21,12 +23,15 @@ loads any adapter:
 from __future__ import annotations
 
 import os
+import types
 
 import torch
+from huggingface_hub import ModelCard
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
+from .._files import hub_id_or_none
 from ..models.checkpoint_files import save_tokenizer
 from ..models.configuration_contrastive import HEAD_FIELDS, ContrastiveConfig
 from ..models.configuration_dual_encoder import DualEncoderConfig
@@ -140,11 +145,29 @@ def adapter_base_name(name_or_path: str | os.PathLike | None) -> str | None:
 
 def add_adapter(model, peft_config: PeftConfig) -> PeftModel:
     """Wrap ``model`` with a peft adapter: only the adapter's weights (and ``modules_to_save``) stay trainable. The
-    adapter folders it saves name the base model ``model`` was loaded from (`adapter_base_name`)."""
+    adapter folders it saves name the base model ``model`` was loaded from (`adapter_base_name`), and their
+    ``README.md`` names no local path (`_create_or_update_model_card`)."""
     # peft records the wrapped model's name_or_path as the base; the model config's _name_or_path (the path it was
-    # loaded from, in memory only) stays as it is for the model card
+    # loaded from, in memory only) stays as it is: the model card and the tokenizer's loading read it
     model.name_or_path = adapter_base_name(getattr(model.config, "_name_or_path", None)) or ""
-    return get_peft_model(model, peft_config)
+    peft_model = get_peft_model(model, peft_config)
+    peft_model.create_or_update_model_card = types.MethodType(_create_or_update_model_card, peft_model)
+    return peft_model
+
+
+def _create_or_update_model_card(peft_model: PeftModel, output_dir: str) -> None:
+    """peft's card (``README.md``), which it writes with every adapter it saves (each checkpoint, the final folder,
+    a push), without a local base model: peft names the base by the config's ``_name_or_path``, for a local folder
+    the absolute path it was loaded from. A base that is not a Hub id is left out of ``base_model`` and of the
+    ``base_model:...`` tags (the Hub reads both as Hub ids); ``adapter_config.json`` names it portably."""
+    type(peft_model).create_or_update_model_card(peft_model, output_dir)
+    path = os.path.join(output_dir, "README.md")
+    card = ModelCard.load(path)
+    if card.data.base_model is None or hub_id_or_none(card.data.base_model) is not None:
+        return
+    card.data.base_model = None
+    card.data.tags = [tag for tag in card.data.tags or () if not tag.startswith("base_model:")] or None
+    card.save(path)
 
 
 def adapted_model(model) -> PeftModel | None:
