@@ -246,13 +246,13 @@ class AdapterArguments:
     lora_r: int = field(
         default=0,
         metadata={
-            "help": "Train a LoRA adapter of this rank on the pretrained encoder(s) of --model_name_or_path, whose "
-            "own weights stay frozen (0: train every weight). The adapter goes to output_dir, the merged model to "
-            "<output_dir>-merged."
+            "help": "Train a LoRA adapter of this rank (at most the smallest dimension of the layers it adapts) on "
+            "the pretrained encoder(s) of --model_name_or_path, whose own weights stay frozen (0: train every "
+            "weight). The adapter goes to output_dir, the merged model to <output_dir>-merged."
         },
     )
-    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha, > 0 (default: 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path, in [0, 1)."})
     lora_target_modules: str | None = field(
         default=None,
         metadata={

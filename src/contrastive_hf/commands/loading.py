@@ -88,8 +88,10 @@ def with_lora_adapter(model, adapter_args, modules_to_save: tuple[str, ...] = ()
             base_name,
         )
     options["modules_to_save"] = [*(options["modules_to_save"] or ()), *modules_to_save] or None
+    with as_usage_error():  # a rank, alpha or dropout that cannot work, named with its flag
+        peft_config = lora_config(model, **options)
     with as_usage_error("Name modules of the encoder with --lora_target_modules (e.g. query,value)."):
-        adapted = add_adapter(model, lora_config(model, **options))
+        adapted = add_adapter(model, peft_config)
     trainable, total = adapted.get_nb_trainable_parameters()
     announce(f"Training a LoRA adapter: {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%).")
     return adapted

@@ -29,6 +29,7 @@ import torch
 from huggingface_hub import ModelCard
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
+from peft.tuners.tuners_utils import check_target_module_exists
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 from .._files import hub_id_or_none
@@ -115,17 +116,52 @@ def lora_config(
     Only the encoders' modules are targeted by default. A projection the embeddings go through (kept at inference)
     is trained in full and saved with the adapter (``modules_to_save``); other heads (a training-only projection,
     the MLM head) stay frozen unless named in ``modules_to_save`` (e.g. ``["projection"]``).
+
+    A `ValueError` names each value that cannot work, with its script flag: ``r`` below 1 or above the smallest
+    dimension of the layers it adapts (a rank beyond it adds parameters, not capacity), ``alpha`` not above 0,
+    ``dropout`` outside [0, 1).
     """
     if r < 1:
         raise ValueError(f"LoRA rank r must be >= 1, got {r}.")
+    if alpha is not None and alpha <= 0:
+        raise ValueError(
+            f"LoRA alpha={alpha} (--lora_alpha) must be > 0: it scales the adapter's update by alpha / r. Leave it "
+            f"unset for 2 * r ({2 * r})."
+        )
+    if not 0 <= dropout < 1:
+        raise ValueError(
+            f"LoRA dropout={dropout} (--lora_dropout) must be in [0, 1): the probability of zeroing each input of the "
+            "adapter (0: none)."
+        )
     saved = list(dict.fromkeys([*(modules_to_save or []), *_inference_heads(model)]))
-    return LoraConfig(
+    config = LoraConfig(
         r=r,
         lora_alpha=alpha if alpha is not None else 2 * r,
         lora_dropout=dropout,
         target_modules=target_modules or default_lora_target_modules(model),
         modules_to_save=saved or None,
     )
+    _check_rank(model, config)
+    return config
+
+
+def _check_rank(model, config: LoraConfig) -> None:
+    """Refuse a rank above the smallest dimension of the layers ``config`` adapts in ``model``: the factors of a
+    ``(out, in)`` weight have rank at most ``min(out, in)``. Modules that match nothing are left to peft's error."""
+    dimensions = {
+        name: tuple(module.weight.shape)
+        for name, module in model.named_modules()
+        if getattr(getattr(module, "weight", None), "ndim", 0) == 2 and check_target_module_exists(config, name)
+    }
+    if not dimensions:
+        return
+    name, shape = min(dimensions.items(), key=lambda item: min(item[1]))
+    if config.r > min(shape):
+        raise ValueError(
+            f"LoRA rank r={config.r} (--lora_r) is above {min(shape)}, the smallest dimension of the layers it "
+            f"adapts ({name}: {shape[0]} x {shape[1]}): a rank beyond it adds parameters, not capacity. Give a rank "
+            f"of at most {min(shape)} (8 or 16 is usual)."
+        )
 
 
 def adapter_base_name(name_or_path: str | os.PathLike | None) -> str | None:
