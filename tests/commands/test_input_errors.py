@@ -243,6 +243,29 @@ def test_evaluate_says_a_folder_holds_no_checkpoint(tmp_path, capsys):
     )
 
 
+@pytest.mark.parametrize("command", ["evaluate", "mine"])
+def test_evaluate_and_mine_point_at_the_merged_model_beside_a_lora_adapter(command, checkpoint, tmp_path, capsys):
+    from contrastive_hf.hub.adapters import add_adapter, lora_config
+
+    base = ContrastiveForPreTraining.from_pretrained(checkpoint)
+    adapter = tmp_path / "lora-run"  # what a --lora_r run leaves in output_dir
+    add_adapter(base, lora_config(base, r=4)).save_pretrained(adapter)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = {
+        "evaluate": ["evaluate", str(adapter), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "mine": ["mine", str(pairs), "--model", str(adapter), "--output", str(tmp_path / "mined.csv")],
+    }[command]
+    prefix = f"contrastive-hf {command}: error: {adapter} is a LoRA adapter (adapter_config.json), not a whole model: "
+    merged = f"{adapter}-merged"
+    suffix = " or load the adapter with peft onto its base model (its README.md shows how) and save the merged model."
+    assert cli_error(arguments, capsys) == (
+        f"{prefix}evaluate the merged model a --lora_r run saves beside it ({merged}, not there),{suffix}"
+    )
+    shutil.copytree(checkpoint, merged)
+    assert cli_error(arguments, capsys) == f"{prefix}evaluate {merged}, the merged model saved beside it,{suffix}"
+
+
 # ----------------------------------------------------------------------------------------------------
 # f. More negatives than there are candidates
 # ----------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from peft.tuners.tuners_utils import check_target_module_exists
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 from .._files import hub_id_or_none
-from ..models.checkpoint_files import save_tokenizer
+from ..models.checkpoint_files import MERGED_SUFFIX, merged_folder, save_tokenizer  # where the merged model goes
 from ..models.configuration_contrastive import HEAD_FIELDS, ContrastiveConfig
 from ..models.configuration_dual_encoder import DualEncoderConfig
 
@@ -237,15 +237,6 @@ def describe_adapter(model) -> str | None:
     if config.modules_to_save:
         text += f", with {', '.join(sorted(config.modules_to_save))} trained in full"
     return text
-
-
-# Where a run that trained an adapter (in output_dir) saves the merged model: beside it, as <output_dir>-merged.
-MERGED_SUFFIX = "-merged"
-
-
-def merged_folder(adapter_folder: str | os.PathLike) -> str:
-    """The folder of the merged model of the adapter saved in ``adapter_folder``: ``<adapter_folder>-merged``."""
-    return os.fspath(adapter_folder).rstrip("/" + os.sep) + MERGED_SUFFIX
 
 
 def merge_and_save(peft_model: PeftModel, save_directory: str | os.PathLike, tokenizer=None):

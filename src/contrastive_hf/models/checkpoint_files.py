@@ -43,6 +43,8 @@ __all__ = [
     "CONTRASTIVE_CONFIG_NAME",
     "DUAL_ENCODER_CONFIG_NAME",
     "HEADS_WEIGHTS_NAME",
+    "MERGED_SUFFIX",
+    "merged_folder",
     "DOWNLOAD_KWARGS",
     "LOADING_KWARGS",
     "MODEL_JSON_FILES",
@@ -62,6 +64,8 @@ __all__ = [
 CONTRASTIVE_CONFIG_NAME = "contrastive_config.json"
 DUAL_ENCODER_CONFIG_NAME = "dual_encoder_config.json"
 HEADS_WEIGHTS_NAME = "contrastive_heads.safetensors"
+# Where a run that trained an adapter (in output_dir) saves the merged model: beside it, as <output_dir>-merged.
+MERGED_SUFFIX = "-merged"
 # The JSON files loading a model reads (weight indexes, ``*.index.json``, besides): `damaged_files` checks they parse.
 MODEL_JSON_FILES = (CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
 
@@ -293,6 +297,11 @@ def check_whole_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tens
         "accelerator.get_state_dict(model), or DeepSpeed's zero_to_fp32 from a checkpoint), or save inside "
         "deepspeed.zero.GatheredParameters(model.parameters())."
     )
+
+
+def merged_folder(adapter_folder: str | os.PathLike) -> str:
+    """The folder of the merged model of the adapter saved in ``adapter_folder``: ``<adapter_folder>-merged``."""
+    return os.fspath(adapter_folder).rstrip("/" + os.sep) + MERGED_SUFFIX
 
 
 def _first_few(names: list[str], count: int = 5) -> str:
