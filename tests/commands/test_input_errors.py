@@ -175,10 +175,15 @@ def test_a_model_whose_weights_are_not_finite_is_refused_when_training_starts(to
 
 
 def cli_error(arguments: list[str], capsys) -> str:
-    """The one line `contrastive-hf` prints for ``arguments``, which it refuses with status 2."""
+    """The one line `contrastive-hf` prints for ``arguments``, which it refuses with status 2 (argparse, refusing an
+    option's value, exits with it)."""
     from contrastive_hf.commands.cli import main
 
-    assert main(arguments) == 2
+    try:
+        status = main(arguments)
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2
     error = capsys.readouterr().err  # progress bars (datasets') first, then the error
     assert "Traceback" not in error, error
     return error.rstrip("\n").splitlines()[-1]
@@ -264,6 +269,56 @@ def test_evaluate_and_mine_point_at_the_merged_model_beside_a_lora_adapter(comma
     )
     shutil.copytree(checkpoint, merged)
     assert cli_error(arguments, capsys) == f"{prefix}evaluate {merged}, the merged model saved beside it,{suffix}"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--batch-size", "0", "argument --batch-size: must be an integer >= 1, got 0"),
+        ("--max-length", "0", "argument --max-length: must be an integer >= 1, got 0"),
+        (
+            "--kfold",
+            "1",
+            "argument --kfold: must be an integer >= 2 (cross-validation needs two folds or more), got 1",
+        ),
+    ],
+)
+def test_evaluate_refuses_an_option_out_of_range_naming_it_for_any_task(option, value, expected, tmp_path, capsys):
+    arguments = ["evaluate", str(tmp_path), "--stsb-file", str(DEMO_DATA / "sts-dev.csv"), option, value]
+    assert cli_error(arguments, capsys) == f"contrastive-hf evaluate: error: {expected}"  # STS: no GLUE option
+    if option != "--kfold":
+        pairs = ["mine", str(DEMO_DATA / "sts-dev.csv"), "--model", str(tmp_path), "--output", "mined.csv"]
+        assert cli_error([*pairs, option, value], capsys) == f"contrastive-hf mine: error: {expected}"
+
+
+def test_evaluate_names_an_empty_sst_file(checkpoint, tmp_path, capsys):
+    import shutil
+
+    from conftest import TEST_DATA
+
+    sst = tmp_path / "SST" / "binary"
+    shutil.copytree(TEST_DATA / "senteval" / "SST" / "Binary", sst)
+    (sst / "sentiment-test").write_text("")
+    arguments = ["evaluate", str(checkpoint), "--tasks", "SST2", "--data-dir", str(tmp_path), "--no-progress"]
+    assert cli_error([*arguments, "--output", str(tmp_path / "results.json")], capsys) == (
+        f"contrastive-hf evaluate: error: {sst / 'sentiment-test'} has no rows (no 'sentence<TAB>label' line): "
+        "SST-2's test split is empty. Copy the file again from SentEval's data."
+    )
+
+
+@pytest.mark.parametrize("command", ["evaluate", "mine"])
+def test_an_output_that_is_a_folder_is_refused_before_any_work(command, checkpoint, tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    arguments = {
+        "evaluate": ["evaluate", str(checkpoint), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "mine": ["mine", str(tmp_path / "no-pairs-needed.csv"), "--model", str(checkpoint)],
+    }[command]
+    assert cli_error([*arguments, "--output", str(folder)], capsys) == (
+        f"contrastive-hf {command}: error: --output {folder} is a folder: give the path of the file to write, e.g. "
+        f"{folder / 'results.json'}."
+    )
+    assert list(folder.iterdir()) == []
 
 
 # ----------------------------------------------------------------------------------------------------
