@@ -397,6 +397,33 @@ def test_resuming_with_other_model_loss_or_seed_settings_warns_with_old_and_new_
     ) in caplog.text
 
 
+def test_resuming_with_the_same_fraction_of_steps_warns_of_no_mismatch(tokenizer, tmp_path, caplog, monkeypatch):
+    """transformers compares the steps given (logging_steps 0.02, the default: a fraction of the run) with those the
+    checkpoint's trainer_state.json stores, resolved (1 step): only a real difference is a mismatch."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    monkeypatch.setattr(transformers_logging._get_library_root_logger(), "propagate", True)  # to caplog
+    logging.Logger.warning_once.cache_clear()  # transformers says each message once per process
+    pretraining_trainer(tokenizer, tmp_path).train()
+    checkpoint = str(tmp_path / "checkpoint-2")
+
+    resumed = pretraining_trainer(tokenizer, tmp_path)
+    resumed.args.max_steps = 3  # 2% of 3 steps: still 1 step, as the checkpoint's 2% of 2
+    with caplog.at_level("WARNING", logger="transformers.trainer_utils"):
+        resumed.train(resume_from_checkpoint=checkpoint)
+    assert "do not match" not in caplog.text
+    assert resumed.args.logging_steps == 0.02  # the fraction, as given, in what is saved next
+
+    caplog.clear()
+    changed = pretraining_trainer(tokenizer, tmp_path)
+    changed.args.max_steps, changed.args.logging_steps = 3, 2
+    with caplog.at_level("WARNING", logger="transformers.trainer_utils"):
+        changed.train(resume_from_checkpoint=checkpoint)
+    assert "logging_steps: 2 (from args) != 1 (from trainer_state.json)" in caplog.text
+
+
 class _RunsCodeWhenUnpickled:
     def __reduce__(self):
         return (sys.exit, (3,))
