@@ -5,6 +5,7 @@ the value or file and what to do."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -80,6 +81,38 @@ def test_run_simcse_refuses_a_prompt_that_fills_max_seq_length_as_a_usage_error(
     arguments = simcse_sup_arguments(checkpoint, tmp_path, "--max_seq_length", "8", "--query_prompt", LONG_PROMPT)
     error = usage_error("run_simcse", arguments, capsys)
     assert error.startswith("run_simcse.py: error: The prompt") and "--max_seq_length) to at least 16." in error
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "read_only"])
+def test_an_output_dir_the_run_cannot_write_is_one_usage_line_before_anything_loads(
+    where, checkpoint, tmp_path, capsys, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from contrastive_hf.commands import arguments
+
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a folder\n")
+    output_dir = {"a_file": a_file, "under_a_file": a_file / "run", "read_only": tmp_path / "ro" / "run"}[where]
+    if where == "read_only":  # what creating a file on a read-only file system raises, whoever runs the test
+        (tmp_path / "ro").mkdir()
+
+        def read_only(*args, **kwargs):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+        monkeypatch.setattr(arguments, "tempfile", SimpleNamespace(TemporaryFile=read_only))
+    error = usage_error(
+        "run_simcse", simcse_sup_arguments(checkpoint, tmp_path, "--output_dir", str(output_dir)), capsys
+    )
+    expected = {
+        "a_file": f"--output_dir {a_file} is a file, not a folder: give a folder for the run's files.",
+        "under_a_file": f"--output_dir {output_dir} lies under {a_file}, a file, not a folder: give a folder for the "
+        "run's files.",
+        "read_only": f"--output_dir {output_dir}: cannot write in {tmp_path / 'ro'} (Read-only file system): give a "
+        "folder where the run can write its checkpoints and model.",
+    }[where]
+    assert error.splitlines()[-1].endswith(f": error: {expected}")  # argparse's line, after its one-line usage
+    assert "Traceback" not in error and not (tmp_path / "ro" / "run").exists()
 
 
 # ----------------------------------------------------------------------------------------------------
