@@ -354,6 +354,22 @@ def test_an_output_that_is_a_folder_is_refused_before_any_work(command, checkpoi
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("content", ["query,positive\n", ""], ids=["header-only", "empty"])
+def test_mine_names_a_pairs_or_corpus_file_without_rows(content, checkpoint, tmp_path, capsys):
+    pairs, empty = tmp_path / "pairs.csv", tmp_path / "nothing.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    empty.write_text(content)
+    mine = ["mine", "--model", str(checkpoint), "--output", str(tmp_path / "mined.csv")]
+    assert cli_error([*mine, str(empty)], capsys) == (
+        f"contrastive-hf mine: error: {empty} has no rows: it is empty or holds a header alone. Give a file of "
+        "(query, positive) pairs: a header such as query,positive, then one pair per row."
+    )
+    assert cli_error([*mine, str(pairs), "--corpus", str(empty)], capsys) == (
+        f"contrastive-hf mine: error: {empty} has no rows: it is empty or holds a header alone. Give a file of "
+        "passages: one per line (.txt), or per row under a header (.csv, .json)."
+    )
+
+
 # ----------------------------------------------------------------------------------------------------
 # f. More negatives than there are candidates
 # ----------------------------------------------------------------------------------------------------

@@ -178,14 +178,31 @@ def plot_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_rows(path: str, expected: str):
+    """A file ``mine`` reads (the pairs, a --corpus), read as a corpus is; a file without a single row (empty, or a
+    header alone) is named as such, with what it should hold: datasets says 'Instruction "train" corresponds to no
+    data!', naming nothing."""
+    from ..data.corpus import EmptyCorpusError, load_corpus
+
+    no_rows = ValueError(f"{path} has no rows: it is empty or holds a header alone. Give a file of {expected}.")
+    try:
+        return load_corpus(path)
+    except EmptyCorpusError:  # 0 bytes: its message is about training files
+        raise no_rows from None
+    except ValueError:
+        if next(iter(load_corpus(path, streaming=True)), None) is None:
+            raise no_rows from None
+        raise
+
+
 def mine_command(args: argparse.Namespace) -> int:
-    from ..data.corpus import drop_incomplete_rows, load_corpus
+    from ..data.corpus import drop_incomplete_rows
     from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
     from ..recipes.dpr import resolve_query_passage_columns
 
     _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)
-    pairs = load_corpus(args.pairs)
+    pairs = _read_rows(args.pairs, "(query, positive) pairs: a header such as query,positive, then one pair per row")
     columns = resolve_query_passage_columns(pairs.column_names, args.query_column, args.positive_column)
     pairs = drop_incomplete_rows(pairs, columns)
     corpus = [
@@ -195,7 +212,7 @@ def mine_command(args: argparse.Namespace) -> int:
         for text in (value if isinstance(value, list) else [value])
     ]
     for path in args.corpus or ():
-        extra = load_corpus(path)
+        extra = _read_rows(path, "passages: one per line (.txt), or per row under a header (.csv, .json)")
         text_column = args.corpus_column or ("text" if "text" in extra.column_names else extra.column_names[0])
         corpus += [text for text in extra[text_column] if isinstance(text, str) and text.strip()]
     print(f"Loading the model ({args.model}) ...", flush=True)

@@ -11,7 +11,7 @@ from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
-from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
+from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
@@ -45,8 +45,9 @@ def load_pretraining_model(
     """
     if model_name_or_path:
         announce(f"Loading the model ({os.path.basename(os.path.normpath(model_name_or_path))}) ...")
-        # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake
-        with as_usage_error(), naming_damaged_files(model_name_or_path):
+        # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake; so is
+        # a damaged weights file, which the loader names
+        with as_usage_error():
             if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
                 return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **config_overrides)
             return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **config_overrides)

@@ -308,17 +308,15 @@ def load_encoder(
 
     from transformers import AutoTokenizer
 
-    from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
+    from ..models.checkpoint_files import checkpoint_model_type
     from ..models.modeling_contrastive import ContrastiveModel
 
-    with naming_damaged_files(name_or_path):
-        if backend == "contrastive":
-            if checkpoint_model_type(name_or_path) != "contrastive":
-                raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
-            model = ContrastiveModel.from_pretrained(name_or_path)
-        else:
-            model = ContrastiveModel.from_encoder_pretrained(
-                name_or_path, pooler_type=pooler_type, projection_type="none"
-            )
+    # either loader names a weights file cut short (`naming_damaged_files`)
+    if backend == "contrastive":
+        if checkpoint_model_type(name_or_path) != "contrastive":
+            raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
+        model = ContrastiveModel.from_pretrained(name_or_path)
+    else:
+        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, use_bf16=bf16, name=name_or_path)
