@@ -15,6 +15,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.recipes.multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.launching import two_processes
 from helpers.saved_files import assert_holds_none, every_file, local_paths
 
 # its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
@@ -89,10 +90,8 @@ def test_run_multitask_with_two_processes_matches_one_process_on_the_whole_batch
     pretrained_checkpoint, one_process_run, tmp_path
 ):
     """DDP + PCGrad: per-task gradients averaged over the 2 processes before the projection = 1 process, batch 8."""
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     extra = ("--per_device_train_batch_size", "4")
-    _, two_dir = run_multitask(tmp_path, pretrained_checkpoint, "two", *extra, launcher=launcher)
+    _, two_dir = run_multitask(tmp_path, pretrained_checkpoint, "two", *extra, launcher=two_processes())
     from safetensors.torch import load_file
 
     one = load_file(one_process_run[1] / "model.safetensors")
