@@ -27,9 +27,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
-from contrastive_hf.commands.loading import loading_instructions, with_lora_adapter
+from contrastive_hf.commands.loading import built_whole, loading_instructions, with_lora_adapter
 from contrastive_hf.commands.scripts import (
     AdapterArguments,
     MatryoshkaArguments,
@@ -175,10 +176,13 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
             logger.info("Continuing to train the dual encoder %s.", model_args.model_name_or_path)
-            return DualEncoderModel.from_pretrained(model_args.model_name_or_path, **loss_overrides)
+            return DualEncoderModel.from_pretrained(
+                model_args.model_name_or_path, dtype=torch.float32, **loss_overrides
+            )
         return DualEncoderModel.from_encoder_pretrained(
             model_args.model_name_or_path,
             model_args.passage_model_name_or_path,
+            dtype=torch.float32,  # float32 master weights, whatever the checkpoint's dtype
             share_encoders=model_args.share_encoders,
             pooler_type=model_args.pooler_type,
             projection_dim=model_args.projection_dim,
@@ -232,7 +236,9 @@ def main(argv: list[str] | None = None) -> None:
     if tokenizer_name is None:
         raise UsageError("Give --tokenizer_name (or --model_name_or_path, whose tokenizer is then used).")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name, cache_dir=model_args.cache_dir)
-    with as_usage_error():  # a setting the config refuses, e.g. --truncate_dim above the embedding size
+    # whole in each process, also under DeepSpeed ZeRO-3; a setting the config refuses (e.g. --truncate_dim above the
+    # embedding size) is a usage error
+    with built_whole(training_args), as_usage_error():
         model = build_model(model_args, tokenizer)
     if adapter_args.lora_r and model_args.passage_model_name_or_path:
         raise UsageError(
@@ -346,13 +352,16 @@ def main(argv: list[str] | None = None) -> None:
         data_collator=collator,
         processing_class=tokenizer,
     )
+    # Scored on every process (each computes the same figures; the main one writes and prints them): under DeepSpeed
+    # ZeRO-3 a forward pass needs every process's shards. Before training on the device training will use.
     before = None
-    if retrieval is not None and data_args.evaluate_before_training and trainer.is_world_process_zero():
+    if retrieval is not None and data_args.evaluate_before_training:
+        model.to(training_args.device)
         before = score()
 
     train_result = run_training(trainer)
     save_trained_model(trainer, train_result, train_pairs=len(train_dataset))
-    if retrieval is not None and trainer.is_world_process_zero():
+    if retrieval is not None:
         log_before_after(trainer, score(), before)
     publish(trainer)
     loadable_dir = save_merged_model(trainer, tokenizer)  # with --lora_r: the adapter merged, beside output_dir

@@ -31,9 +31,17 @@ from typing import ClassVar
 
 import torch
 from transformers import AutoTokenizer, HfArgumentParser
+from transformers.integrations import unset_hf_deepspeed_config
 
 from contrastive_hf import ContrastiveConfig
-from contrastive_hf.commands.loading import loading_instructions, verify_reload, with_lora_adapter
+from contrastive_hf.commands.loading import (
+    ReloadReference,
+    built_whole,
+    loading_instructions,
+    trained_embeddings,
+    verify_reload,
+    with_lora_adapter,
+)
 from contrastive_hf.commands.scripts import (
     AdapterArguments,
     UsageError,
@@ -172,7 +180,7 @@ def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
 def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskModel:
     model_type = checkpoint_model_type(model_args.model_name_or_path)
     if model_type == MultitaskConfig.model_type:  # continue a multitask run
-        model = MultitaskModel.from_pretrained(model_args.model_name_or_path)
+        model = MultitaskModel.from_pretrained(model_args.model_name_or_path, dtype=torch.float32)
         if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
             raise UsageError(
                 f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
@@ -184,8 +192,12 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
         overrides["pooler_type"] = model_args.pooler_type
     elif model_type != ContrastiveConfig.model_type:
         overrides["pooler_type"] = "mean"  # a plain encoder: mean pooling unless told otherwise (SBERT's default)
-    return MultitaskModel.from_sentence_encoder(
-        model_args.model_name_or_path, tasks, classifier_dropout=model_args.classifier_dropout, **overrides
+    return MultitaskModel.from_sentence_encoder(  # float32 master weights, whatever the checkpoint's dtype
+        model_args.model_name_or_path,
+        tasks,
+        classifier_dropout=model_args.classifier_dropout,
+        dtype=torch.float32,
+        **overrides,
     )
 
 
@@ -199,7 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     tasks = task_specs(model_args, list(train))
     logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-    model = build_model(model_args, tasks)
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = build_model(model_args, tasks)
     # the heads are new: trained in full beside the encoder's adapter, and saved with it
     model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
 
@@ -226,11 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     # with --lora_r: the adapter and heads in output_dir, the merged multitask model beside it
     model_dir = save_merged_model(trainer, tokenizer)
 
+    # what the saved models must give, computed on every process: under DeepSpeed ZeRO-3 a forward pass needs every
+    # process's shards
+    expected = trained_outputs(trainer.model, tokenizer, dev)
     if not trainer.is_world_process_zero():
         return
     encoder_dir = os.path.join(model_dir, ENCODER_DIR)
-    trainer.model.save_sentence_encoder(encoder_dir, tokenizer)  # after a merge, the merged encoder
-    check_saved_models(trainer.model, model_dir, encoder_dir, tokenizer, dev)
+    check_saved_models(model_dir, encoder_dir, tokenizer, expected)
     print(
         f"\nThe multitask model (encoder and heads) is in {model_dir}. Load it with:\n\n"
         "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
@@ -250,21 +265,53 @@ def dev_figures(metrics: dict) -> dict[str, float]:
     }
 
 
-def check_saved_models(model: MultitaskModel, output_dir: str, encoder_dir: str, tokenizer, dev: dict) -> None:
-    """Reload both saved models and compare them with the trained one: head outputs and embeddings."""
+@dataclass(frozen=True)
+class TrainedOutputs:
+    """The trained model's head outputs on a few dev examples of each task (``batches``, on its device), and the
+    embeddings the sentence encoder saved from it must reproduce (``embeddings``)."""
+
+    batches: dict[str, dict]
+    logits: dict[str, torch.Tensor]
+    embeddings: ReloadReference
+
+
+@torch.no_grad()
+def trained_outputs(model: MultitaskModel, tokenizer, dev: dict) -> TrainedOutputs:
+    """`TrainedOutputs` of the trained ``model``; every process calls it (DeepSpeed ZeRO-3)."""
     model = model.eval()
-    reloaded = MultitaskModel.from_pretrained(output_dir).to(model.device).eval()
+    device = next(model.parameters()).device
     collator = MultitaskCollator(tokenizer, list(model.task_specs.values()))
-    batches = collator([{**dev[name][i], "task": name} for name in dev for i in range(min(8, len(dev[name])))])
-    with torch.no_grad():
-        for name, batch in batches.items():
-            batch = {key: value.to(model.device) for key, value in batch.items()}
-            expected, got = model(task=name, **batch).logits, reloaded(task=name, **batch).logits
-            if not torch.allclose(expected, got, atol=1e-5):
-                raise RuntimeError(f"The saved multitask model gives other {name} outputs than the trained one.")
+    examples = [{**dev[name][i], "task": name} for name in dev for i in range(min(8, len(dev[name])))]
+    batches = {
+        name: {key: value.to(device) for key, value in batch.items()} for name, batch in collator(examples).items()
+    }
+    logits = {name: model(task=name, **batch).logits.float() for name, batch in batches.items()}
     sentences = ["A man is playing a guitar.", "The film is a charming journey."]
-    verify_reload(encoder_dir, tokenizer, sentences, model.encode(sentences, tokenizer=tokenizer, bf16=False))
-    print(f"Reloaded {output_dir}: the same head outputs.")
+    return TrainedOutputs(batches, logits, trained_embeddings(model, sentences, tokenizer))
+
+
+@torch.no_grad()
+def check_saved_models(model_dir: str, encoder_dir: str, tokenizer, expected: TrainedOutputs) -> None:
+    """Reload the saved multitask model in this one process, save its encoder alone in ``encoder_dir``, and compare
+    both with the trained model (``expected``): head outputs, and embeddings (`verify_reload`), on the trained
+    model's device, within what the precision it was trained in allows (1e-5 for float32 weights; 16-bit weights,
+    DeepSpeed's under --bf16, keep their rounding: 2%)."""
+    unset_hf_deepspeed_config()  # whole in this process: after ZeRO-3, transformers would otherwise shard it
+    device = expected.embeddings.device
+    reloaded = MultitaskModel.from_pretrained(model_dir).to(device).eval()
+    reloaded.save_sentence_encoder(encoder_dir, tokenizer)  # the saved (after a LoRA run, merged) encoder alone
+    tolerance = 1e-5 if expected.embeddings.weights_dtype == torch.float32 else 2e-2
+    for name, batch in expected.batches.items():
+        got = reloaded(task=name, **batch).logits.float()
+        if not torch.allclose(expected.logits[name], got, atol=tolerance, rtol=tolerance):
+            difference = float((expected.logits[name] - got).abs().max())
+            raise RuntimeError(
+                f"The saved multitask model gives other {name} outputs than the trained one (max difference "
+                f"{difference:.2e})."
+            )
+    del reloaded
+    verify_reload(encoder_dir, tokenizer, expected.embeddings)
+    print(f"Reloaded {model_dir}: the same head outputs.")
 
 
 if __name__ == "__main__":

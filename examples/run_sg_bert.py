@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
-from contrastive_hf.commands.loading import with_lora_adapter
+from contrastive_hf.commands.loading import built_whole, with_lora_adapter
 from contrastive_hf.commands.scripts import (
     AdapterArguments,
     CorpusArguments,
@@ -87,16 +87,17 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
 
     tokenizer = load_tokenizer(encoder_args)
-    model = SelfGuidedModel.from_encoder_pretrained(
-        encoder_args.model_name_or_path,
-        pooler_type=sg_args.pooler_type,
-        loss=sg_args.loss,
-        temperature=sg_args.temperature,
-        regularization_weight=sg_args.regularization_weight,
-        projection_hidden_size=sg_args.projection_hidden_size,
-        layer_pooling=sg_args.layer_pooling,
-        freeze_embeddings=sg_args.freeze_embeddings,
-    )
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = SelfGuidedModel.from_encoder_pretrained(
+            encoder_args.model_name_or_path,
+            pooler_type=sg_args.pooler_type,
+            loss=sg_args.loss,
+            temperature=sg_args.temperature,
+            regularization_weight=sg_args.regularization_weight,
+            projection_hidden_size=sg_args.projection_hidden_size,
+            layer_pooling=sg_args.layer_pooling,
+            freeze_embeddings=sg_args.freeze_embeddings,
+        )
     # the adapter goes on BERT_T alone (what is trained and saved); BERT_F, already copied, stays the frozen base
     model.contrastive = with_lora_adapter(model.contrastive, adapter_args)
 

@@ -128,13 +128,22 @@ def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4)
 
 
 INTEGRATION = Path(__file__).resolve().parent / "integration"
+GPU = Path(__file__).resolve().parent / "gpu"
 
 
 def pytest_collection_modifyitems(config, items):
     """Every test in tests/integration/ is slow: it launches processes (example scripts, 2-process and DeepSpeed
     runs, fresh interpreters, benchmark smoke runs) or runs for long. `make test` runs them, `make test-fast` does
-    not (``-m "not slow"``). (A conftest.py of its own there would shadow this one's names: the test folders are not
-    packages.)"""
+    not (``-m "not slow"``). Every test in tests/gpu/ needs a CUDA device (marker ``gpu``) and is skipped without
+    one: `make gpu-check` runs them on a GPU machine (its dry run, with ``CONTRASTIVE_HF_TEST_DEVICE=cpu``, on the
+    CPU). (A conftest.py of its own there would shadow this one's names: the test folders are not packages.)"""
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device (make gpu-check runs it on one)")
+    gpu_tests_on_cpu = os.environ.get("CONTRASTIVE_HF_TEST_DEVICE") == "cpu"  # gpu-check's dry run
     for item in items:
-        if INTEGRATION in Path(item.fspath).resolve().parents:
+        parents = Path(item.fspath).resolve().parents
+        if INTEGRATION in parents:
             item.add_marker(pytest.mark.slow)
+        if GPU in parents:
+            item.add_marker(pytest.mark.gpu)
+            if not torch.cuda.is_available() and not gpu_tests_on_cpu:
+                item.add_marker(skip_gpu)

@@ -467,6 +467,42 @@ def test_packed_pooling_reads_sentence_boundaries():
         packed.without_leading_tokens(torch.tensor([1, 1]))
 
 
+def test_packed_mean_pooling_of_bf16_states_sums_and_counts_in_float32():
+    """bf16 token states (a bf16 step) pooled by their mean: the sums and the counts in float32, the result rounded
+    to bf16 once. Summed in bf16 (as `index_add` does in its output's dtype), sentences of hundreds of tokens were
+    off by about 2%, and a count above 256 is not a bf16 number (257 rounds to 256)."""
+    lengths = [300, 257, 5, 1]
+    mask = (torch.arange(max(lengths)) < torch.tensor(lengths)[:, None]).long()
+    packed = pack_sequences(torch.ones_like(mask), mask)
+    generator = torch.Generator().manual_seed(0)
+    states = (1.0 + 0.1 * torch.randn(packed.num_tokens, 16, generator=generator, dtype=torch.float64)).bfloat16()
+    expected = torch.stack([part.mean(0) for part in states.double().split(lengths)])  # float64, from the formula
+    pooled = packed.segment_mean(states)
+    assert pooled.dtype == torch.bfloat16
+    # one rounding to bf16 (8 bits of mantissa): within 2^-8 of the exact mean, relatively
+    torch.testing.assert_close(pooled.double(), expected, rtol=2**-8, atol=0)
+    constant = torch.full((packed.num_tokens, 1), 3.0, dtype=torch.bfloat16)
+    assert packed.segment_mean(constant).flatten().tolist() == [3.0, 3.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("sliding_window", [2, 3])
+def test_every_query_of_a_sliding_window_group_keeps_a_key(sliding_window):
+    """A padding slot of a short sentence in a group of long ones lies more than the window past the sentence's
+    last real token: under the band and the padding mask its query had no key at all, a row that some CUDA kernels
+    fill with NaN (its backward then spreads NaN into the gradients, though the row's output is dropped)."""
+    packed, (query, key, value) = packed_qkv([9, 2, 1, 8])
+    groups = attention_groups(packed.lengths, packed.cu_seqlens, 10_000)  # one group, 9 slots wide
+    (valid,) = groups.valid
+    mask = packing.group_attention_mask(valid, groups.gather[0].shape[1], sliding_window)  # (G, 1, w, w)
+    assert mask.expand(len(packed.lengths), 1, 9, 9).any(dim=-1).all()  # every query row keeps a key
+    real = valid[:, None, :, None] & valid[:, None, None, :]
+    positions = torch.arange(9)
+    band = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1
+    assert torch.equal(mask & real, band & real)  # real tokens: exactly the band inside their sentence
+    expected = per_sentence_attention(packed, query, key, value, sliding_window)
+    torch.testing.assert_close(grouped_attention(query, key, value, groups, None, 0.0, sliding_window), expected)
+
+
 def test_packed_training_step_under_bf16_autocast_keeps_the_loss_in_float32():
     model = make("bert", "mean", ContrastiveForPreTraining, contrastive_loss="info_nce").eval()
     input_ids, mask, token_type_ids = mixed_views(model.config.encoder)

@@ -10,6 +10,8 @@ of every text of row N, so that what training saw can be counted against what th
 library's own bookkeeping (``example_index``) trusted.
 A job's output (stdout and stderr) goes to ``LEDGER_DIR/<name>.rank<R>.log``; a failing job stops the run with its
 name.
+Every batch is also checked against what a GPU's pinned memory needs (`helpers.gpu_contracts.unpinnable_tensors`):
+a tensor that cannot be pinned fails the job, naming the collator and the tensor.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+from helpers.gpu_contracts import unpinnable_tensors  # noqa: E402
+
 TAG = re.compile(r"ledger(\d+)")
 _depth = threading.local()  # a collator calling another (a mixture's) is recorded once, at the outermost
 _trainer: dict = {}  # the ContrastiveTrainer of the job that runs
@@ -72,9 +77,13 @@ def record(call, path: Path, tokenizer):
                 handle.write(json.dumps({"epoch": epoch, "rows": rows}) + "\n")
         _depth.value = depth + 1
         try:
-            return call(self, features)
+            batch = call(self, features)
         finally:
             _depth.value = depth
+        unpinnable = unpinnable_tensors(batch, type(self).__name__)
+        if unpinnable:  # a DataLoader that pins memory (any GPU run) would fail on this batch
+            raise AssertionError(f"a batch that pinned memory cannot take: {'; '.join(unpinnable)}")
+        return batch
 
     return recording
 

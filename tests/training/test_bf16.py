@@ -27,6 +27,7 @@ from contrastive_hf.models.precision import Precision, cpu_bf16_units, encoding_
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
+from conftest import REPO_ROOT
 from helpers.builders import BATCH, batch, build, gradients, make_queue_trainer, make_trainer
 
 LOSS_RTOL = 3e-3
@@ -192,8 +193,6 @@ def test_precision_defaults_follow_the_device(cpu_flags):
     assert training_precision(None, "cpu").bf16
     assert "avx512_bf16" in training_precision(None, "cpu").reason
     assert not training_precision(False, "cpu").bf16
-    assert not training_precision(None, "cpu", deepspeed=True).bf16
-    assert not training_precision(None, "cuda").bf16
     assert encoding_precision(None, "cpu", torch.float32).bf16
     assert not encoding_precision(None, "cpu", torch.bfloat16).bf16  # bf16 weights compute in bf16 already
     assert not encoding_precision(False, "cpu", torch.float32).bf16
@@ -201,6 +200,36 @@ def test_precision_defaults_follow_the_device(cpu_flags):
     assert not training_precision(None, "cpu").bf16
     assert not encoding_precision(None, "cpu", torch.float32).bf16
     assert training_precision(True, "cpu").bf16
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A CUDA device of the compute capability given, as torch reports one (no GPU is needed)."""
+
+    def set_capability(major: int, minor: int, name: str = "a GPU") -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (major, minor))
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)  # emulation counts there
+
+    return set_capability
+
+
+@pytest.mark.parametrize(
+    ("capability", "name", "native"),
+    [((9, 0), "NVIDIA H200", True), ((8, 0), "NVIDIA A100", True), ((7, 5), "Tesla T4", False),
+     ((7, 0), "Tesla V100", False)],
+)  # fmt: skip
+def test_bf16_is_the_default_on_a_gpu_that_computes_it_natively(fake_gpu, capability, name, native):
+    """torch.cuda.is_bf16_supported() says True on a V100 or T4 too, where bf16 is emulated in float32 arithmetic:
+    the default asks for bf16 tensor cores (compute capability 8.0 or later)."""
+    fake_gpu(*capability, name)
+    for decided in (training_precision(None, "cuda"), encoding_precision(None, "cuda:0", torch.float32)):
+        assert decided.bf16 is native
+        assert f"({name}, compute capability {capability[0]}.{capability[1]})" in decided.reason
+    assert not training_precision(False, "cuda").bf16  # --bf16 false forces float32
+    assert training_precision(True, "cuda").bf16
+    assert not training_precision(None, "mps").bf16
 
 
 def test_training_arguments_decide_and_the_trainer_logs_why(cpu_flags, tokenizer, tmp_path, caplog):
@@ -259,3 +288,24 @@ def test_example_scripts_always_say_which_precision_runs(tmp_path):
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
         transformers.utils.logging.set_verbosity(verbosity)
+
+
+@pytest.mark.parametrize("how", ["accelerate launch", "--deepspeed"])
+@pytest.mark.parametrize(("flags", "bf16"), [(("avx512_bf16",), True), ((), False)])
+def test_deepspeed_auto_precision_follows_the_decision(cpu_flags, monkeypatch, tmp_path, how, flags, bf16):
+    """ds_configs' "bf16": {"enabled": "auto"} takes the run's precision, the default included, as `accelerate launch
+    --config_file ds_configs/accelerate_zero2.yaml ... --bf16` is documented on a machine whose device is the CPU
+    (DeepSpeed's CPU accelerator): it was filled with float32 there, and the Trainer refused the run (issue 31)."""
+    cpu_flags(*flags)
+    config = REPO_ROOT / "ds_configs" / "zero2.json"
+    options = {}
+    if how == "accelerate launch":  # what `accelerate launch --config_file ds_configs/accelerate_zero2.yaml` sets
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(config))
+    else:
+        options["deepspeed"] = str(config)
+    arguments = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none", **options)
+    assert arguments.bf16 is bf16 and arguments.mixed_precision == ("bf16" if bf16 else "no")
+    assert arguments.deepspeed_plugin.deepspeed_config["bf16"]["enabled"] is bf16
+    forced = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none", bf16=True, **options)
+    assert forced.deepspeed_plugin.deepspeed_config["bf16"]["enabled"] is True

@@ -140,3 +140,30 @@ def test_the_trainer_with_grad_cache_trains_the_weights_of_the_plain_trainer(tok
             assert got[key] == pytest.approx(expected[key], abs=2e-3), key
     queued, expected_queue = cached.prebatch_queue.negatives(10), plain.prebatch_queue.negatives(10)
     torch.testing.assert_close(queued, expected_queue, atol=1e-5, rtol=0)
+
+
+def test_the_cached_gradients_stay_in_float32_when_the_forward_computes_in_float16(monkeypatch):
+    """Under --fp16 the chunks' embeddings come out in float16, and their gradients were cached in float16 too: each
+    about 1 / (B * temperature) in size, under float16's smallest normal number (6.1e-5) for batches of a few
+    thousand, and no loss scale reaches them (GradScaler scales the replay's loss). They are float32 now."""
+    inputs = {key: value for key, value in batch().items() if not key.startswith("mlm")}
+    model = build(dropout=0.0, mlm_weight=0.0)
+    embed_views = model.embed_views
+    monkeypatch.setattr(model, "embed_views", lambda *a, **views: embed_views(*a, **views).half())  # as fp16 gives
+    cached = []
+    forward = model.forward
+
+    def spy(*args, cached_embedding_gradients=None, **kwargs):
+        cached.append(cached_embedding_gradients)
+        return forward(*args, cached_embedding_gradients=cached_embedding_gradients, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    run_grad_cache(model, inputs, chunk_size=4)
+
+    with torch.no_grad():  # the reference: the float32 loss's gradient at the float16 embeddings, in float32
+        embeddings = embed_views(inputs["input_ids"], inputs["attention_mask"]).half().float()
+    embeddings.requires_grad_()
+    loss, _ = model.compute_contrastive_loss(embeddings, inputs["sentence_ids"])
+    (expected,) = torch.autograd.grad(loss, embeddings)
+    assert [gradient.dtype for gradient in cached] == [torch.float32] * 3
+    torch.testing.assert_close(torch.cat(cached), expected, atol=0, rtol=0)

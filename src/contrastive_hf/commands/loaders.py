@@ -92,7 +92,8 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
     with as_usage_error():  # a file that is not STS-B's (its line named), or not UTF-8
         stsb = read_stsbenchmark(data_args.stsb_dev_file)
     announce(f"Scoring STS-B dev before training ({len(stsb):,} pairs) ...")
-    before = sts_eval_metrics(model, stsb, tokenizer, prefix=STSB)
+    # on the device training will use (the Trainer moves the model there later; a GPU run scored on the CPU)
+    before = sts_eval_metrics(model.to(training_args.device), stsb, tokenizer, prefix=STSB)
     if training_args.should_log:
         print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")
     return stsb, before

@@ -170,7 +170,7 @@ def finish_sentence_encoder_run(
     files are written and the lines printed by the main process only.
     """
     from ..evaluation import sts_eval_metrics
-    from .loading import loading_instructions, verify_reload
+    from .loading import loading_instructions, trained_embeddings, verify_reload
 
     save_trained_model(trainer, train_result, **sample_counts)
     model = trainer.model
@@ -188,13 +188,12 @@ def finish_sentence_encoder_run(
                 {f"stsb_dev_dim{dim}": {"spearman": result["spearman"]} for dim, result in per_dimension.items()}
             )
         sentences = stsb.sentences1[:32]
-    # to check the saved checkpoint against: in float32, as sentence-transformers reloads it (a check of the weights)
-    trained = model.contrastive.encode(sentences, tokenizer=tokenizer, bf16=False)
+    trained = trained_embeddings(model.contrastive, sentences, tokenizer)  # what the saved checkpoint must give
     publish(trainer, card_info)
 
     loadable_dir = save_merged_model(trainer, tokenizer)
     if not trainer.is_world_process_zero():
         return
     announce("Checking that the saved model reloads with the trained embeddings ...")
-    verify_reload(loadable_dir, tokenizer, sentences, trained)
+    verify_reload(loadable_dir, tokenizer, trained)
     print(loading_instructions(loadable_dir))

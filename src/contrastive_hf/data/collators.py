@@ -428,7 +428,8 @@ class ContrastiveDataCollator:
         batch = {
             "input_ids": input_ids.view(size, views_per, -1),  # (B, V, L)
             "attention_mask": attention_mask.view(size, views_per, -1),
-            "sentence_ids": sentence_ids(sentences).expand(size, views_per),  # every view is of the same sentence
+            # every view is of the same sentence; a copy per view, not a stride-0 view, which pinned memory refuses
+            "sentence_ids": sentence_ids(sentences).repeat(1, views_per),  # (B, V)
         }
         if self.mlm and self.mlm_on_views:  # a mask per view, keyed apart from the views' own draws
             mlm_keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), MLM_VIEW + view_numbers)

@@ -56,6 +56,7 @@ __all__ = [
     "naming_damaged_files",
     "read_json",
     "read_heads",
+    "loaded_dtype",
     "refuse_non_finite",
     "write_json",
     "write_heads",
@@ -199,6 +200,40 @@ def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.T
             f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
             "checkpoint again, or copy it again from where it was saved."
         ) from error
+
+
+def loaded_dtype(dtype: str | torch.dtype | None, encoders) -> torch.dtype:
+    """The one dtype a loaded model computes in: ``dtype`` when given (transformers' loading argument), else (None or
+    ``"auto"``) the dtype the encoders were loaded in, which transformers 5 takes from the checkpoint; float32 when
+    they differ. The heads follow it: a checkpoint saved in bf16 reloads as a bf16 model, never a bf16 encoder under
+    float32 heads, whose matrix products refuse mixed inputs."""
+    if dtype is not None and dtype != "auto":
+        return getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    found = {parameter.dtype for encoder in encoders for parameter in encoder.parameters()}
+    found = {candidate for candidate in found if candidate.is_floating_point}
+    return found.pop() if len(found) == 1 else torch.float32
+
+
+def weights_dtype(state_dict: dict[str, torch.Tensor]) -> torch.dtype | None:
+    """The one floating dtype of a state dict's weights; None when they have several, or none."""
+    floating = {tensor.dtype for tensor in state_dict.values() if tensor.is_floating_point()}
+    return floating.pop() if len(floating) == 1 else None
+
+
+def record_saved_dtype(folder: str, dtype: torch.dtype | None) -> None:
+    """Make the ``dtype`` of ``folder``'s config.json the dtype of the weights written there (`weights_dtype`).
+    transformers records the live model's dtype, which the loaders then take by default (``dtype="auto"``,
+    sentence-transformers): a DeepSpeed bf16 run, whose live model is bf16, saves float32 master weights that would
+    reload cast to bf16."""
+    path = os.path.join(folder, CONFIG_NAME)
+    if dtype is None or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    saved = str(dtype).removeprefix("torch.")
+    if config.get("dtype", saved) != saved:
+        config["dtype"] = saved
+        write_json(path, config)
 
 
 def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = "load an earlier checkpoint") -> None:
@@ -450,9 +485,11 @@ class EmbeddingCheckpointMixin:
         prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
         encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
         for name, (folder, _, encoder) in encoders.items():
+            saved_dtype = weights_dtype(encoder_states[name])  # transformers empties the state dict as it writes
             encoder.save_pretrained(
                 os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
             )
+            record_saved_dtype(os.path.join(save_directory, folder), saved_dtype)
             if folder:  # a tower in a sub-folder carries its tokenizer
                 save_tokenizer(self.tokenizer, os.path.join(save_directory, folder))
         write_heads(save_directory, heads)
@@ -557,9 +594,7 @@ class EmbeddingCheckpointMixin:
             with naming_damaged_files(source):  # a pretrained encoder (from_encoder_pretrained) too
                 encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
         model.install_encoders(encoders)
-        if dtype is not None and dtype != "auto":
-            model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
-        return model
+        return model.to(loaded_dtype(dtype, encoders.values()))
 
     @classmethod
     def check_config_overrides(cls, overrides: dict) -> dict:

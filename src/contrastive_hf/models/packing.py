@@ -120,11 +120,18 @@ class PackedSequences:
         return token_states.index_select(0, first)
 
     def segment_mean(self, token_states: torch.Tensor) -> torch.Tensor:
-        """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``."""
+        """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``, in ``token_states``' dtype.
+
+        Summed and divided in float32 (float64 states in float64): ``index_add`` accumulates in the dtype of its
+        output, and bf16 sums of hundreds of tokens lose about 2% (CUDA adds them atomically, in another order each
+        run), and a bf16 count is not exact above 256. The padded pooler's ``sum`` accumulates in float32 already.
+        """
         states, sentence, _, counts = self._pooled_tokens(token_states)
-        sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1])
-        sums = sums.index_add(0, sentence, states)
-        return sums / torch.tensor(counts, dtype=token_states.dtype, device=token_states.device).unsqueeze(1)
+        dtype = torch.promote_types(token_states.dtype, torch.float32)  # float32, or float64 for float64 states
+        sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1], dtype=dtype)
+        sums = sums.index_add(0, sentence, states.to(dtype))
+        counts = torch.tensor(counts, dtype=dtype, device=token_states.device).unsqueeze(1)
+        return (sums / counts).to(token_states.dtype)
 
     def segment_max(self, token_states: torch.Tensor) -> torch.Tensor:
         """Max over each sentence's pooled tokens: ``(T, h) -> (N, h)``.
@@ -341,6 +348,27 @@ def attention_groups(lengths: list[int], cu_seqlens: torch.Tensor, group_tokens:
     return AttentionGroups(gather=gather, valid=valid, inverse=inverse, kept=kept)
 
 
+def group_attention_mask(valid: torch.Tensor | None, width: int, sliding_window: int | None) -> torch.Tensor | None:
+    """The attention mask of a group of ``width`` slots: ``(G, 1, w, w)`` or broadcastable to it, True where a query
+    (row) may attend to a key (column); None where every query may attend to every key.
+
+    ``valid`` ``(G, w)``: the real slots (None: all real); padding slots are no keys. ``sliding_window``: a query
+    attends to keys at most ``sliding_window - 1`` positions away. Every query row keeps a key: a padding query far
+    past its sentence's end would otherwise have none (the band leaves only padding there), a fully masked row whose
+    softmax some CUDA kernels fill with NaN, which its backward spreads though the row's output is dropped. Padding
+    queries attend to their sentence's real tokens instead, out of the band.
+    """
+    keys = None if valid is None else valid[:, None, None, :]  # (G, 1, 1, w)
+    if sliding_window is None or width <= sliding_window - 1:
+        return keys
+    positions = torch.arange(width, device=None if valid is None else valid.device)
+    band = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1  # (w, w)
+    if valid is None:
+        return band
+    padding_queries = ~valid[:, None, :, None]  # (G, 1, w, 1)
+    return keys & (band | padding_queries)
+
+
 def grouped_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -359,11 +387,7 @@ def grouped_attention(
             states.index_select(0, gather.reshape(-1)).view(*gather.shape, heads, -1).transpose(1, 2)
             for states in tokens
         )  # (G, H, w, D)
-        mask = None if valid is None else valid[:, None, None, :]  # (G, 1, 1, w): padding slots are no keys
-        if sliding_window is not None and gather.shape[1] > sliding_window - 1:
-            positions = torch.arange(gather.shape[1], device=gather.device)
-            band = (positions[:, None] - positions[None, :]).abs() <= sliding_window - 1  # (w, w)
-            mask = band if mask is None else mask & band
+        mask = group_attention_mask(valid, gather.shape[1], sliding_window)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
         out = out.transpose(1, 2).reshape(-1, heads, out.shape[-1])  # (G * w, H, D)
         outputs.append(out if kept is None else out.index_select(0, kept))

@@ -1,4 +1,5 @@
-"""Which precision a model computes in: bf16 where the processor computes bf16 matrix products natively.
+"""Which precision a model computes in: bf16 where the processor computes bf16 matrix products natively (a CPU with
+bf16 matrix instructions, a GPU of compute capability 8.0 or later), float32 elsewhere.
 
 Training (`training_precision`, the default of ``ContrastiveTrainingArguments.bf16``) and `encode`
 (`encoding_precision`) run under bf16 autocast with float32 master weights where it pays: on a CPU with bf16 matrix
@@ -29,6 +30,8 @@ __all__ = [
     "BF16_UNITS",
     "Precision",
     "cpu_bf16_units",
+    "gpu_bf16_native",
+    "NATIVE_BF16_COMPUTE_CAPABILITY",
     "training_precision",
     "encoding_precision",
     "log_precision_once",
@@ -115,34 +118,59 @@ def _cpu_reason(unit: str | None) -> tuple[bool, str]:
     )
 
 
-def training_precision(bf16: bool | None, device: torch.device | str, deepspeed: bool = False) -> Precision:
-    """The precision of a training run on ``device``: as given (``bf16`` True or False), or by default (None):
-    bf16 on a CPU with bf16 matrix instructions (`cpu_bf16_units`), float32 elsewhere (a GPU and DeepSpeed keep
-    transformers' float32 default: the default was measured on CPUs; pass ``--bf16`` there)."""
+# The first CUDA compute capability whose tensor cores compute bf16 (Ampere: A100, A10, RTX 30xx; then Ada and
+# Hopper). `torch.cuda.is_bf16_supported()` also answers True on older GPUs (V100 7.0, T4 7.5), where torch
+# emulates bf16 in float32 arithmetic, slower than float32 itself.
+NATIVE_BF16_COMPUTE_CAPABILITY = (8, 0)
+
+
+def gpu_bf16_native(device: torch.device | str = "cuda") -> bool:
+    """Whether the CUDA ``device`` computes bf16 matrix products natively (`NATIVE_BF16_COMPUTE_CAPABILITY`)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device.index) >= NATIVE_BF16_COMPUTE_CAPABILITY
+
+
+def _device_reason(device: torch.device) -> tuple[bool, str]:
+    """The default precision on ``device`` and why: bf16 where the processor computes bf16 matrix products natively
+    (a CPU with AMX or AVX-512 BF16, a GPU of compute capability 8.0 or later), float32 elsewhere."""
+    if device.type == "cpu":
+        return _cpu_reason(cpu_bf16_units())
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device.index)
+        major, minor = torch.cuda.get_device_capability(device.index)
+        if gpu_bf16_native(device):
+            return True, (
+                f"this GPU ({name}, compute capability {major}.{minor}) computes bf16 matrix products natively: "
+                "faster than float32 at float32's quality (docs/benchmarks.md)"
+            )
+        return False, (
+            f"this GPU ({name}, compute capability {major}.{minor}) has no bf16 tensor cores (8.0 or later): bf16 "
+            "would be emulated, slower than float32"
+        )
+    return False, f"bf16 is not the default on {device.type}"
+
+
+def training_precision(bf16: bool | None, device: torch.device | str) -> Precision:
+    """The precision of a training run on ``device``: as given (``bf16`` True or False), or by default (None): bf16
+    where the device computes bf16 matrix products natively (a CPU with bf16 matrix instructions, `cpu_bf16_units`;
+    a GPU of compute capability 8.0 or later, `gpu_bf16_native`), float32 elsewhere. Under DeepSpeed too: its
+    ``"auto"`` precision follows this decision."""
     if bf16 is not None:
         return Precision(bool(bf16), f"--bf16 {str(bool(bf16)).lower()} was given")
-    device = torch.device(device)
-    if deepspeed:
-        return Precision(False, "the default under DeepSpeed stays float32 (pass --bf16 for bf16)")
-    if device.type != "cpu":
-        return Precision(False, f"the default on {device.type} stays float32 (pass --bf16 for bf16)")
-    return Precision(*_cpu_reason(cpu_bf16_units()))
+    return Precision(*_device_reason(torch.device(device)))
 
 
 def encoding_precision(bf16: bool | None, device: torch.device | str, weights_dtype: torch.dtype) -> Precision:
     """The precision `encode` computes in on ``device``: as given (``bf16`` True or False), or by default (None):
-    bf16 autocast on a CPU with bf16 matrix instructions and on a CUDA device that supports bf16, float32 elsewhere;
-    weights that are not float32 (a model loaded in bf16, fp16 or float64) compute in their own dtype."""
-    device = torch.device(device)
+    bf16 autocast where the device computes bf16 matrix products natively (`training_precision`'s rule), float32
+    elsewhere; weights that are not float32 (a model loaded in bf16, fp16 or float64) compute in their own dtype."""
     if bf16 is not None:
         return Precision(bool(bf16), f"bf16={bool(bf16)} was given")
     if weights_dtype != torch.float32:
         return Precision(False, f"the model's weights are {weights_dtype}, which it computes in")
-    if device.type == "cpu":
-        return Precision(*_cpu_reason(cpu_bf16_units()))
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return Precision(True, "this GPU computes bf16 natively")
-    return Precision(False, f"bf16 is not the default on {device.type}")
+    return Precision(*_device_reason(torch.device(device)))
 
 
 def log_precision_once(owner, what: str, precision: Precision) -> None:

@@ -231,7 +231,10 @@ def grad_cache_step(
             pieces.append(unwrapped.embed_views(**{name: inputs[name][start : start + chunk_size] for name in names}))
         for _ in range(padding):  # ZeRO-3 gathers the parameters in each forward pass
             unwrapped.embed_views(**{name: inputs[name][:1] for name in names})
-    embeddings = torch.cat(pieces).detach().requires_grad_()  # (B, S, d)
+    # float32, whatever the forward computed in: the cached gradients of a batch of B sentences are about 1 / B each,
+    # below float16's smallest normal number for large batches, and no loss scale reaches them (GradScaler scales
+    # the replay's loss, not this gradient)
+    embeddings = torch.cat(pieces).detach().float().requires_grad_()  # (B, S, d)
 
     # 2. the whole batch's contrastive loss and its gradient with respect to each embedding
     cl_loss = negatives = None

@@ -32,6 +32,7 @@ from .checkpoints import (
     saving_checkpoint,
     warn_of_changed_settings,
 )
+from .deepspeed_weights import SavesMasterWeights
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
@@ -53,7 +54,7 @@ LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
 
-class ContrastiveTrainer(SecretFreeOutputs, Trainer):
+class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     """A `Trainer` for [`ContrastiveForPreTraining`]-style models.
 
     `compute_loss` runs the model's objective (L = mlm_weight * L_MLM + cl_weight * L_CL) and the trainer logs
@@ -400,8 +401,9 @@ class ContrastiveTrainer(SecretFreeOutputs, Trainer):
         return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """`Trainer.save_model`, and when called by the user its model card beside the model (`create_model_card`;
-        a checkpoint, a push and the example scripts write theirs themselves)."""
+        """`Trainer.save_model` (under DeepSpeed, the float32 master weights: `SavesMasterWeights`), and when called
+        by the user its model card beside the model (`create_model_card`; a checkpoint, a push and the example
+        scripts write theirs themselves)."""
         super().save_model(output_dir, _internal_call=_internal_call)
         if not _internal_call:
             self.create_model_card(output_dir=output_dir)

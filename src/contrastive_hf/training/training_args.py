@@ -180,16 +180,22 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
     def __post_init__(self):
         precision = self._precision()
         self.precision_reason = precision.reason
-        # transformers refuses bf16 without --use_cpu where there is no accelerator, though the CPU is the device
-        # there: it gets float32 to check, and bf16 after.
-        cpu_without_flag = precision.bf16 and not self.use_cpu and not torch.accelerator.is_available()
-        self.bf16 = precision.bf16 and not cpu_without_flag
-        super().__post_init__()
-        if cpu_without_flag:
-            self.bf16, self.mixed_precision = True, "bf16"
+        self.bf16 = precision.bf16
+        super().__post_init__()  # with bf16 decided: accelerate's mixed precision and DeepSpeed's "auto" follow it
         for name in ("grad_cache_chunk_size", "prebatch_size", "prebatch_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0 (0 turns it off), got {getattr(self, name)}.")
+
+    def _validate_args(self):
+        """transformers' checks, less its refusal of bf16 without ``--use_cpu`` where there is no accelerator: the
+        CPU is the device there (DeepSpeed's CPU accelerator included), and computes bf16."""
+        cpu_is_the_device = self.bf16 and not torch.accelerator.is_available()
+        if cpu_is_the_device:
+            self.bf16 = False
+        try:
+            super()._validate_args()
+        finally:
+            self.bf16 = self.bf16 or cpu_is_the_device
 
     def _precision(self) -> Precision:
         """`training_precision` of these arguments: ``bf16`` as given; when unset, ``--fp16`` or a launcher's mixed
@@ -200,6 +206,5 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
         if self.bf16 is None and launcher in ("fp16", "bf16"):
             return Precision(launcher == "bf16", f"the launcher's mixed precision is {launcher}")
         on_cpu = self.use_cpu or not torch.accelerator.is_available()
-        device = "cpu" if on_cpu else torch.accelerator.current_accelerator().type
-        deepspeed = bool(self.deepspeed) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false") == "true"
-        return training_precision(self.bf16, device, deepspeed=deepspeed)
+        device = "cpu" if on_cpu else torch.accelerator.current_accelerator()  # the process's own device
+        return training_precision(self.bf16, device)

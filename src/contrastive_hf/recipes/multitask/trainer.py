@@ -25,6 +25,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
 from ...training.checkpoints import warn_of_changed_settings
+from ...training.deepspeed_weights import SavesMasterWeights
 from ...training.progress import show_losses_on_progress_bar
 from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
@@ -129,7 +130,7 @@ def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) ->
     return scores
 
 
-class MultitaskTrainer(SecretFreeOutputs, Trainer):
+class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     """A `Trainer` for [`MultitaskModel`]: ``train_dataset`` and ``eval_dataset`` are ``{task name: dataset}``
     (columns as `task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
 

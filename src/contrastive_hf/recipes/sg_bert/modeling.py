@@ -201,10 +201,12 @@ class SelfGuidedModel(nn.Module):
         """SG-BERT on a pretrained encoder (a Hub id or folder: BERT, RoBERTa, MiniLM...), or continuing from a
         contrastive_hf checkpoint; BERT_F is a copy of it. ``config_overrides`` set `SelfGuidedConfig` fields."""
         if checkpoint_model_type(name_or_path) == ContrastiveConfig.model_type:
-            tuned = ContrastiveModel.from_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
-        else:
+            tuned = ContrastiveModel.from_pretrained(
+                name_or_path, pooler_type=pooler_type, projection_type="none", dtype=torch.float32
+            )
+        else:  # float32 master weights to train, whatever the checkpoint's dtype
             tuned = ContrastiveModel.from_encoder_pretrained(
-                name_or_path, pooler_type=pooler_type, projection_type="none"
+                name_or_path, pooler_type=pooler_type, projection_type="none", dtype=torch.float32
             )
         return cls(tuned, **config_overrides)
 

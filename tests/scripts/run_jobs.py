@@ -1,0 +1,67 @@
+"""Run several example scripts one after the other in this process, as ``python script argv...`` would run each:
+one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op build are paid once).
+
+Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR``. ``JOBS.json``
+is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}``. Each job's output (stdout and
+stderr) goes to ``LOG_DIR/<name>.rank<R>.log``; a failing job stops the run with its name (the launcher then stops
+the other processes, which may wait for this one in a collective).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_job(job: dict, log: Path) -> int:
+    """Run ``job`` in this process with its output in ``log``; its exit status (1 for an uncaught exception)."""
+    script = str(REPO_ROOT / job["script"])
+    sys.argv = [script, *job["argv"]]
+    with output_to(log):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exit_:
+            return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:  # noqa: BLE001  (in the job's log; the run stops below)
+            traceback.print_exc()
+            return 1
+    return 0
+
+
+@contextlib.contextmanager
+def output_to(path: Path):
+    """Standard output and error (the file descriptors: every logger and print) into ``path`` while it lasts."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with path.open("w") as handle:
+        os.dup2(handle.fileno(), 1)
+        os.dup2(handle.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def main(jobs_file: str, log_dir: str) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    for job in json.loads(Path(jobs_file).read_text()):
+        status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")
+        if status != 0:
+            raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
