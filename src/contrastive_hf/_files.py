@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["naming_undecodable_line", "read_json_file", "written_as_local_path"]
+__all__ = ["naming_undecodable_line", "read_json_file", "written_as_local_path", "hub_id_or_none"]
 
 
 @contextmanager
@@ -58,3 +58,10 @@ def written_as_local_path(name: str) -> bool:
     """Whether ``name`` (of a model, tokenizer or config) can only be a local path, never a Hub id: absolute,
     starting with . or ~, or with more slashes than a Hub id's one."""
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
+
+
+def hub_id_or_none(name_or_path: str | None) -> str | None:
+    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
+    if not name_or_path or os.path.exists(name_or_path):
+        return None
+    return name_or_path

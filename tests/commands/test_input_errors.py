@@ -5,6 +5,7 @@ the value or file and what to do."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -80,6 +81,38 @@ def test_run_simcse_refuses_a_prompt_that_fills_max_seq_length_as_a_usage_error(
     arguments = simcse_sup_arguments(checkpoint, tmp_path, "--max_seq_length", "8", "--query_prompt", LONG_PROMPT)
     error = usage_error("run_simcse", arguments, capsys)
     assert error.startswith("run_simcse.py: error: The prompt") and "--max_seq_length) to at least 16." in error
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file", "read_only"])
+def test_an_output_dir_the_run_cannot_write_is_one_usage_line_before_anything_loads(
+    where, checkpoint, tmp_path, capsys, monkeypatch
+):
+    from types import SimpleNamespace
+
+    from contrastive_hf.commands import arguments
+
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a folder\n")
+    output_dir = {"a_file": a_file, "under_a_file": a_file / "run", "read_only": tmp_path / "ro" / "run"}[where]
+    if where == "read_only":  # what creating a file on a read-only file system raises, whoever runs the test
+        (tmp_path / "ro").mkdir()
+
+        def read_only(*args, **kwargs):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+        monkeypatch.setattr(arguments, "tempfile", SimpleNamespace(TemporaryFile=read_only))
+    error = usage_error(
+        "run_simcse", simcse_sup_arguments(checkpoint, tmp_path, "--output_dir", str(output_dir)), capsys
+    )
+    expected = {
+        "a_file": f"--output_dir {a_file} is a file, not a folder: give a folder for the run's files.",
+        "under_a_file": f"--output_dir {output_dir} lies under {a_file}, a file, not a folder: give a folder for the "
+        "run's files.",
+        "read_only": f"--output_dir {output_dir}: cannot write in {tmp_path / 'ro'} (Read-only file system): give a "
+        "folder where the run can write its checkpoints and model.",
+    }[where]
+    assert error.splitlines()[-1].endswith(f": error: {expected}")  # argparse's line, after its one-line usage
+    assert "Traceback" not in error and not (tmp_path / "ro" / "run").exists()
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -175,10 +208,15 @@ def test_a_model_whose_weights_are_not_finite_is_refused_when_training_starts(to
 
 
 def cli_error(arguments: list[str], capsys) -> str:
-    """The one line `contrastive-hf` prints for ``arguments``, which it refuses with status 2."""
+    """The one line `contrastive-hf` prints for ``arguments``, which it refuses with status 2 (argparse, refusing an
+    option's value, exits with it)."""
     from contrastive_hf.commands.cli import main
 
-    assert main(arguments) == 2
+    try:
+        status = main(arguments)
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2
     error = capsys.readouterr().err  # progress bars (datasets') first, then the error
     assert "Traceback" not in error, error
     return error.rstrip("\n").splitlines()[-1]
@@ -240,6 +278,95 @@ def test_evaluate_says_a_folder_holds_no_checkpoint(tmp_path, capsys):
     assert cli_error(arguments, capsys) == (
         f"contrastive-hf evaluate: error: {empty} holds no model of its own, only training checkpoints: give one of "
         f"them, e.g. {empty / 'checkpoint-10'}."
+    )
+
+
+@pytest.mark.parametrize("command", ["evaluate", "mine"])
+def test_evaluate_and_mine_point_at_the_merged_model_beside_a_lora_adapter(command, checkpoint, tmp_path, capsys):
+    from contrastive_hf.hub.adapters import add_adapter, lora_config
+
+    base = ContrastiveForPreTraining.from_pretrained(checkpoint)
+    adapter = tmp_path / "lora-run"  # what a --lora_r run leaves in output_dir
+    add_adapter(base, lora_config(base, r=4)).save_pretrained(adapter)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = {
+        "evaluate": ["evaluate", str(adapter), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "mine": ["mine", str(pairs), "--model", str(adapter), "--output", str(tmp_path / "mined.csv")],
+    }[command]
+    prefix = f"contrastive-hf {command}: error: {adapter} is a LoRA adapter (adapter_config.json), not a whole model: "
+    merged = f"{adapter}-merged"
+    suffix = " or load the adapter with peft onto its base model (its README.md shows how) and save the merged model."
+    assert cli_error(arguments, capsys) == (
+        f"{prefix}evaluate the merged model a --lora_r run saves beside it ({merged}, not there),{suffix}"
+    )
+    shutil.copytree(checkpoint, merged)
+    assert cli_error(arguments, capsys) == f"{prefix}evaluate {merged}, the merged model saved beside it,{suffix}"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--batch-size", "0", "argument --batch-size: must be an integer >= 1, got 0"),
+        ("--max-length", "0", "argument --max-length: must be an integer >= 1, got 0"),
+        (
+            "--kfold",
+            "1",
+            "argument --kfold: must be an integer >= 2 (cross-validation needs two folds or more), got 1",
+        ),
+    ],
+)
+def test_evaluate_refuses_an_option_out_of_range_naming_it_for_any_task(option, value, expected, tmp_path, capsys):
+    arguments = ["evaluate", str(tmp_path), "--stsb-file", str(DEMO_DATA / "sts-dev.csv"), option, value]
+    assert cli_error(arguments, capsys) == f"contrastive-hf evaluate: error: {expected}"  # STS: no GLUE option
+    if option != "--kfold":
+        pairs = ["mine", str(DEMO_DATA / "sts-dev.csv"), "--model", str(tmp_path), "--output", "mined.csv"]
+        assert cli_error([*pairs, option, value], capsys) == f"contrastive-hf mine: error: {expected}"
+
+
+def test_evaluate_names_an_empty_sst_file(checkpoint, tmp_path, capsys):
+    import shutil
+
+    from conftest import TEST_DATA
+
+    sst = tmp_path / "SST" / "binary"
+    shutil.copytree(TEST_DATA / "senteval" / "SST" / "Binary", sst)
+    (sst / "sentiment-test").write_text("")
+    arguments = ["evaluate", str(checkpoint), "--tasks", "SST2", "--data-dir", str(tmp_path), "--no-progress"]
+    assert cli_error([*arguments, "--output", str(tmp_path / "results.json")], capsys) == (
+        f"contrastive-hf evaluate: error: {sst / 'sentiment-test'} has no rows (no 'sentence<TAB>label' line): "
+        "SST-2's test split is empty. Copy the file again from SentEval's data."
+    )
+
+
+@pytest.mark.parametrize("command", ["evaluate", "mine"])
+def test_an_output_that_is_a_folder_is_refused_before_any_work(command, checkpoint, tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    arguments = {
+        "evaluate": ["evaluate", str(checkpoint), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "mine": ["mine", str(tmp_path / "no-pairs-needed.csv"), "--model", str(checkpoint)],
+    }[command]
+    assert cli_error([*arguments, "--output", str(folder)], capsys) == (
+        f"contrastive-hf {command}: error: --output {folder} is a folder: give the path of the file to write, e.g. "
+        f"{folder / 'results.json'}."
+    )
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", ["query,positive\n", ""], ids=["header-only", "empty"])
+def test_mine_names_a_pairs_or_corpus_file_without_rows(content, checkpoint, tmp_path, capsys):
+    pairs, empty = tmp_path / "pairs.csv", tmp_path / "nothing.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    empty.write_text(content)
+    mine = ["mine", "--model", str(checkpoint), "--output", str(tmp_path / "mined.csv")]
+    assert cli_error([*mine, str(empty)], capsys) == (
+        f"contrastive-hf mine: error: {empty} has no rows: it is empty or holds a header alone. Give a file of "
+        "(query, positive) pairs: a header such as query,positive, then one pair per row."
+    )
+    assert cli_error([*mine, str(pairs), "--corpus", str(empty)], capsys) == (
+        f"contrastive-hf mine: error: {empty} has no rows: it is empty or holds a header alone. Give a file of "
+        "passages: one per line (.txt), or per row under a header (.csv, .json)."
     )
 
 
@@ -317,6 +444,33 @@ def test_resuming_with_other_model_loss_or_seed_settings_warns_with_old_and_new_
         "'max', temperature 0.05 -> 0.1, cl_weight 1.0 -> 2.0, seed 42 -> 7. The run goes on with the new values; "
         "give the old ones for an exact resume."
     ) in caplog.text
+
+
+def test_resuming_with_the_same_fraction_of_steps_warns_of_no_mismatch(tokenizer, tmp_path, caplog, monkeypatch):
+    """transformers compares the steps given (logging_steps 0.02, the default: a fraction of the run) with those the
+    checkpoint's trainer_state.json stores, resolved (1 step): only a real difference is a mismatch."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    monkeypatch.setattr(transformers_logging._get_library_root_logger(), "propagate", True)  # to caplog
+    logging.Logger.warning_once.cache_clear()  # transformers says each message once per process
+    pretraining_trainer(tokenizer, tmp_path).train()
+    checkpoint = str(tmp_path / "checkpoint-2")
+
+    resumed = pretraining_trainer(tokenizer, tmp_path)
+    resumed.args.max_steps = 3  # 2% of 3 steps: still 1 step, as the checkpoint's 2% of 2
+    with caplog.at_level("WARNING", logger="transformers.trainer_utils"):
+        resumed.train(resume_from_checkpoint=checkpoint)
+    assert "do not match" not in caplog.text
+    assert resumed.args.logging_steps == 0.02  # the fraction, as given, in what is saved next
+
+    caplog.clear()
+    changed = pretraining_trainer(tokenizer, tmp_path)
+    changed.args.max_steps, changed.args.logging_steps = 3, 2
+    with caplog.at_level("WARNING", logger="transformers.trainer_utils"):
+        changed.train(resume_from_checkpoint=checkpoint)
+    assert "logging_steps: 2 (from args) != 1 (from trainer_state.json)" in caplog.text
 
 
 class _RunsCodeWhenUnpickled:

@@ -105,3 +105,43 @@ def test_dpr_refuses_an_adapter_on_two_different_towers(pretrained_base, tmp_pat
     argv = script_argv("run_dpr", pretrained_base, tmp_path, "--lora_r", "4")
     error = usage_error("run_dpr", [*argv, "--passage_model_name_or_path", str(pretrained_base)], capsys)
     assert "--lora_r with --passage_model_name_or_path" in error and "wrong passage tower" in error
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ("--lora_r", "100000"),
+            "LoRA rank r=100000 (--lora_r) is above 32, the smallest dimension of the layers it adapts "
+            "(contrastive.encoder.encoder.layer.0.attention.self.query: 32 x 32): a rank beyond it adds parameters, "
+            "not capacity. Give a rank of at most 32 (8 or 16 is usual).",
+        ),
+        (
+            ("--lora_r", "4", "--lora_alpha", "-8"),
+            "LoRA alpha=-8 (--lora_alpha) must be > 0: it scales the adapter's update by alpha / r. Leave it unset "
+            "for 2 * r (8).",
+        ),
+        (
+            ("--lora_r", "4", "--lora_dropout", "1.5"),
+            "LoRA dropout=1.5 (--lora_dropout) must be in [0, 1): the probability of zeroing each input of the "
+            "adapter (0: none).",
+        ),
+    ],
+)
+def test_a_rank_alpha_or_dropout_that_cannot_work_is_refused_naming_flag_value_and_range(
+    flags, message, pretrained_base, tmp_path, capsys
+):
+    """Before any adapter is built: a rank above the adapted layers' width would write an adapter larger than the
+    model (410 MB for r=100000 on a 128-wide one), a negative alpha would be saved as given."""
+    error = usage_error("run_simcse", script_argv("run_simcse", pretrained_base, tmp_path, *flags), capsys)
+    assert error == f"run_simcse.py: error: {message}\n"
+
+
+def test_a_rank_up_to_the_adapted_layers_smallest_dimension_is_allowed(pretrained_base):
+    from contrastive_hf import ContrastiveForPreTraining
+    from contrastive_hf.hub.adapters import lora_config
+
+    model = ContrastiveForPreTraining.from_encoder_pretrained(str(pretrained_base), pooler_type="mean")
+    assert lora_config(model, r=32, alpha=1, dropout=0.0).r == 32  # hidden size 32: a full-rank update
+    with pytest.raises(ValueError, match=r"r=33 \(--lora_r\) is above 32"):
+        lora_config(model, r=33)

@@ -247,6 +247,39 @@ def test_malformed_files_name_file_and_line(tmp_path):
         read_trec(trec)
 
 
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+def test_an_empty_split_file_is_refused_naming_it(tmp_path, split):
+    sst = tmp_path / "SST" / "binary"
+    shutil.copytree(SENTEVAL / "SST" / "Binary", sst)
+    (sst / f"sentiment-{split}").write_text("\n")  # an empty line: no row
+    with pytest.raises(ValueError) as error:
+        read_sst2(sst)
+    assert str(error.value) == (
+        f"{sst / f'sentiment-{split}'} has no rows (no 'sentence<TAB>label' line): SST-2's {split} split is empty. "
+        "Copy the file again from SentEval's data."
+    )
+
+
+def test_a_training_split_of_one_class_is_warned_about_naming_task_and_split(caplog):
+    splits = load_transfer_task(TEST_DATA, "SST2")
+    train = splits["train"]
+    one_class = [index for index, label in enumerate(train.labels) if label == 1]
+    splits["train"] = ClassificationData([train.sentences[i] for i in one_class], [1] * len(one_class))
+    with caplog.at_level("WARNING", logger="contrastive_hf.evaluation.transfer"):
+        # SentEval's PyTorch classifier (the default protocol) trains on one class without a word of its own
+        evaluate_transfer(BagOfWordsEncoder(), None, ["SST2"], datasets={"SST2": splits}, show_progress=False)
+    assert (
+        f"SST2: the train split holds one class only (label 1, {len(one_class)} examples): its classifier predicts "
+        "that class for everything, and its accuracy is that class's share of the test data, whatever the "
+        "embeddings. Check the task's files."
+    ) in caplog.text
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="contrastive_hf.evaluation.transfer"):
+        evaluate_transfer(BagOfWordsEncoder(), TEST_DATA, ["SST2"], protocol="sklearn", show_progress=False)
+    assert "one class only" not in caplog.text  # both classes: nothing to say
+
+
 # ---- SentEval's sample order ------------------------------------------------------------------------------------
 
 

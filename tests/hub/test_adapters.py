@@ -171,6 +171,24 @@ def test_a_dual_encoder_adapter_loads_through_autopeftmodel(tokenizer, plain_ber
     )
 
 
+def test_the_card_peft_writes_beside_an_adapter_names_a_hub_base_and_no_local_folder(tokenizer, plain_bert, tmp_path):
+    from huggingface_hub import ModelCard
+
+    local = ContrastiveForPreTraining.from_encoder_pretrained(str(plain_bert), pooler_type="mean")
+    assert local.config._name_or_path == str(plain_bert)  # absolute: what peft would write as base_model
+    adapted_and_saved(local, tmp_path / "adapter", tokenizer)
+    text = (tmp_path / "adapter" / "README.md").read_text()
+    assert str(tmp_path) not in text and "base_model" not in text
+    assert ModelCard.load(tmp_path / "adapter" / "README.md").data.library_name == "peft"  # peft's card otherwise
+
+    hub = ContrastiveForPreTraining.from_encoder_pretrained(str(plain_bert), pooler_type="mean")
+    hub.config._name_or_path = "google-bert/bert-base-uncased"  # as loaded from the Hub
+    adapted_and_saved(hub, tmp_path / "hub-adapter", tokenizer)
+    card = ModelCard.load(tmp_path / "hub-adapter" / "README.md")
+    assert card.data.base_model == "google-bert/bert-base-uncased"
+    assert "base_model:adapter:google-bert/bert-base-uncased" in card.data.tags
+
+
 @pytest.mark.parametrize(
     ("given", "recorded"),
     [

@@ -18,20 +18,15 @@ from contrastive_hf import ContrastiveModel
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 from helpers.fake_hub import FakeHub
 from helpers.launching import run_clear
+from helpers.saved_files import assert_holds_none, local_paths
 
 TOKEN = "hf_SecretTokenThatMustNeverBeSaved0123"
 DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
 
 
-def forbidden_strings(tmp_path) -> list[str]:
-    """The token, and the absolute paths of this machine a saved file could leak."""
-    return [TOKEN, str(tmp_path), str(REPO_ROOT), os.path.expanduser("~") + "/", sys.prefix, "/tmp/pytest-of"]
-
-
 def assert_clean(files: dict[str, bytes], tmp_path) -> None:
-    for name, content in files.items():
-        for secret in forbidden_strings(tmp_path):
-            assert secret.encode() not in content, f"{name} holds {secret!r}"
+    """No byte holds the token or an absolute path of this machine."""
+    assert_holds_none(files, [TOKEN, *local_paths(tmp_path)])
 
 
 def tiny_encoder_config(tmp_path):

@@ -1,4 +1,5 @@
-"""examples/run_multitask.py launched: two processes match one process on the whole batch."""
+"""examples/run_multitask.py launched: two processes match one process on the whole batch; with a LoRA adapter, no
+byte of what it saves holds a local absolute path."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.recipes.multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.launching import two_processes
+from helpers.saved_files import assert_holds_none, every_file, local_paths
 
 # its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("run_multitask")
@@ -87,10 +90,8 @@ def test_run_multitask_with_two_processes_matches_one_process_on_the_whole_batch
     pretrained_checkpoint, one_process_run, tmp_path
 ):
     """DDP + PCGrad: per-task gradients averaged over the 2 processes before the projection = 1 process, batch 8."""
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    launcher += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     extra = ("--per_device_train_batch_size", "4")
-    _, two_dir = run_multitask(tmp_path, pretrained_checkpoint, "two", *extra, launcher=launcher)
+    _, two_dir = run_multitask(tmp_path, pretrained_checkpoint, "two", *extra, launcher=two_processes())
     from safetensors.torch import load_file
 
     one = load_file(one_process_run[1] / "model.safetensors")
@@ -104,3 +105,17 @@ def test_run_multitask_with_two_processes_matches_one_process_on_the_whole_batch
         name for name in one if name.startswith(prefix) and not torch.allclose(one[name], start[name[len(prefix) :]])
     ]
     assert moved  # the encoder did train
+
+
+def test_run_multitask_with_lora_saves_no_local_path_in_any_file(pretrained_checkpoint, tmp_path):
+    """The adapter and heads in output_dir (peft writes a README.md beside each, naming its base), every checkpoint,
+    the merged model: none names the base's folder (outside the working folder here), the output folder or the
+    working folder."""
+    checkpoints = ("--lora_r", "4", "--save_strategy", "steps", "--save_steps", "2")
+    _, output_dir = run_multitask(
+        tmp_path, pretrained_checkpoint, "lora", "--per_device_train_batch_size", "8", *checkpoints
+    )
+    assert (output_dir / "adapter_config.json").exists()
+    assert {path.name for path in output_dir.glob("checkpoint-*")} == {"checkpoint-2", "checkpoint-3"}
+    saved = every_file(output_dir, tmp_path / "lora-merged")
+    assert_holds_none(saved, local_paths(pretrained_checkpoint, tmp_path))

@@ -24,6 +24,8 @@ from contrastive_hf import (
     ContrastiveForPreTraining,
     ContrastiveForSequenceClassification,
     ContrastiveModel,
+    DualEncoderConfig,
+    DualEncoderModel,
 )
 from contrastive_hf.commands.loading import load_pretraining_model
 
@@ -76,6 +78,44 @@ def test_a_truncated_weights_file_is_named_when_loading_to_train(tokenizer, tmp_
     message = str(error.value)
     assert f"Cannot load the model in {tmp_path}: model.safetensors is truncated or corrupt" in message
     assert "save or copy the model again" in message
+
+
+def _cut_in_half(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a save or copy killed halfway
+
+
+@pytest.mark.parametrize(
+    ("saved", "damaged", "load"),
+    [
+        ("checkpoint", "model.safetensors", lambda folder: ContrastiveModel.from_pretrained(folder)),
+        ("checkpoint", "model.safetensors", lambda folder: ContrastiveForPreTraining.from_pretrained(folder)),
+        (
+            "checkpoint",
+            "contrastive_heads.safetensors",
+            lambda folder: ContrastiveForPreTraining.from_pretrained(folder),
+        ),
+        ("dual", "query_0_Transformer/model.safetensors", lambda folder: DualEncoderModel.from_pretrained(folder)),
+        ("encoder", "model.safetensors", lambda folder: ContrastiveModel.from_pretrained(folder)),  # a plain BERT
+        ("encoder", "model.safetensors", lambda folder: ContrastiveModel.from_encoder_pretrained(folder)),
+        ("encoder", "model.safetensors", lambda folder: DualEncoderModel.from_encoder_pretrained(folder)),
+    ],
+    ids=["model", "for-pretraining", "heads", "dual-encoder-tower", "plain-encoder", "wrapped", "wrapped-dual"],
+)
+def test_from_pretrained_names_a_truncated_weights_file(tokenizer, tmp_path, saved, damaged, load):
+    if saved == "checkpoint":
+        saved_checkpoint(tokenizer, tmp_path)
+    elif saved == "dual":
+        model = DualEncoderModel(DualEncoderConfig(query_encoder=tiny_bert_config(vocab_size=len(tokenizer))))
+        model.tokenizer = tokenizer  # each tower carries it
+        model.save_pretrained(tmp_path)
+    else:
+        BertModel(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(tmp_path)
+    _cut_in_half(tmp_path / damaged)
+    with pytest.raises(ValueError) as error:
+        load(tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"Cannot load the model in {tmp_path}: {damaged} is truncated or corrupt ("), message
+    assert message.endswith("save or copy the model again, or load an earlier checkpoint.")
 
 
 @pytest.mark.parametrize("pooler_type", ["avg_first_last", "avg_top2"])

@@ -105,6 +105,30 @@ def test_resuming_an_incomplete_checkpoint_by_name_lists_what_is_missing(tokeniz
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-8"))
 
 
+@pytest.mark.parametrize("by_name", [True, False])
+def test_a_deepspeed_checkpoint_resumed_without_deepspeed_says_so_not_that_it_is_incomplete(
+    tokenizer, tmp_path, by_name
+):
+    _train(tokenizer, tmp_path)
+    newest = tmp_path / "checkpoint-4"
+    # what a ZeRO run writes instead of optimizer.pt: DeepSpeed's own states, one folder per saved step
+    (newest / "optimizer.pt").unlink()
+    (newest / "global_step4").mkdir()
+    torch.save({}, newest / "global_step4" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    torch.save({}, newest / "global_step4" / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    (newest / "latest").write_text("global_step4")
+    shutil.rmtree(tmp_path / "checkpoint-2")  # the newest checkpoint is the one a resume would take
+    trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=6)
+    with pytest.raises(IncompleteCheckpointError) as caught:
+        trainer.train(resume_from_checkpoint=str(newest) if by_name else True)
+    assert str(caught.value) == (
+        f"Cannot resume from {newest} without DeepSpeed: it was written by a DeepSpeed run, which keeps the "
+        "optimizer state in global_step4/ (DeepSpeed's format), not in optimizer.pt. Resume it under DeepSpeed with "
+        "the config it was trained with (e.g. accelerate launch --config_file ds_configs/accelerate_zero3.yaml ...), "
+        f"or start a new run from its weights with --model_name_or_path {newest}."
+    )
+
+
 @pytest.mark.parametrize("latest", [True, "true", "latest"])  # strings: a script's --resume_from_checkpoint
 def test_resuming_the_latest_with_no_complete_checkpoint_says_so(tokenizer, tmp_path, latest):
     trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=2)

@@ -10,11 +10,12 @@ import difflib
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, TrainingArguments
 
 from .._files import written_as_local_path
 from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
@@ -32,6 +33,7 @@ __all__ = [
     "parse_arguments",
     "read_json_settings",
     "check_paths",
+    "check_output_dir",
     "training_data_name",
 ]
 
@@ -246,13 +248,13 @@ class AdapterArguments:
     lora_r: int = field(
         default=0,
         metadata={
-            "help": "Train a LoRA adapter of this rank on the pretrained encoder(s) of --model_name_or_path, whose "
-            "own weights stay frozen (0: train every weight). The adapter goes to output_dir, the merged model to "
-            "<output_dir>-merged."
+            "help": "Train a LoRA adapter of this rank (at most the smallest dimension of the layers it adapts) on "
+            "the pretrained encoder(s) of --model_name_or_path, whose own weights stay frozen (0: train every "
+            "weight). The adapter goes to output_dir, the merged model to <output_dir>-merged."
         },
     )
-    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha (default: 2 * lora_r)."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path."})
+    lora_alpha: int | None = field(default=None, metadata={"help": "LoRA alpha, > 0 (default: 2 * lora_r)."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "Dropout on the LoRA path, in [0, 1)."})
     lora_target_modules: str | None = field(
         default=None,
         metadata={
@@ -354,6 +356,9 @@ def parse_arguments(
             if remaining:
                 raise UsageError(_unrecognized_message(parser, remaining))
         check_paths(parsed)
+        for group in parsed:
+            if isinstance(group, TrainingArguments):
+                check_output_dir(group.output_dir)
     except UsageError as error:
         parser.error(str(error))
     return tuple(parsed)
@@ -417,6 +422,26 @@ def check_paths(arguments) -> None:
                 continue
             if always_local or written_as_local_path(value):
                 raise UsageError(f"--{name} {value}: no such file or folder (relative to {os.getcwd()}).")
+
+
+def check_output_dir(output_dir: str) -> None:
+    """A `UsageError` naming ``--output_dir`` when the run could not write there, found before anything is loaded or
+    trained: a file, a path under a file, or a folder (or the nearest existing folder above it) where no file can be
+    created (a read-only file system, no permission). Nothing is left behind."""
+    existing = os.path.abspath(output_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(output_dir) else f"lies under {existing}, a file"
+        raise UsageError(f"--output_dir {output_dir} {where}, not a folder: give a folder for the run's files.")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"--output_dir {output_dir}: cannot write in {existing} ({error.strerror}): give a folder where the run "
+            "can write its checkpoints and model."
+        ) from None
 
 
 def _with_suggestions(names: list[str], known, show: Callable[[str], str] = str) -> str:

@@ -27,6 +27,30 @@ def _true_or_false(value: str) -> bool:
     return words[value.lower()]
 
 
+def _integer_at_least(minimum: int, why: str = ""):
+    """An option's integer, refused below ``minimum`` (argparse then names the option, the value and the range)."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"give an integer >= {minimum}{why}, not {value!r}") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}{why}, got {number}")
+        return number
+
+    return parse
+
+
+def _check_output_file(path: str) -> None:
+    """Refuse, before any work, an ``--output`` that names a folder: the results go to a file."""
+    if os.path.isdir(path):
+        raise ValueError(
+            f"--output {path} is a folder: give the path of the file to write, e.g. "
+            f"{os.path.join(path, 'results.json')}."
+        )
+
+
 def _write_json(path: str, payload: dict) -> None:
     """Write through a temporary file, so that a failure never leaves a half-written results file."""
     write_atomically(path, lambda handle: json.dump(payload, handle, indent=2))
@@ -60,6 +84,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
             "Give --data-dir (a folder laid out like SentEval's data/downstream) or --stsb-file, or --tasks glue "
             "(GLUE from the Hub)."
         )
+    _check_output_file(args.output)
     tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B,align"))  # fails before the model loads
     glue = _glue_arguments(args)
     embedding_tasks = [task for task in tasks if not task.startswith(GLUE_PREFIX)]
@@ -153,13 +178,31 @@ def plot_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_rows(path: str, expected: str):
+    """A file ``mine`` reads (the pairs, a --corpus), read as a corpus is; a file without a single row (empty, or a
+    header alone) is named as such, with what it should hold: datasets says 'Instruction "train" corresponds to no
+    data!', naming nothing."""
+    from ..data.corpus import EmptyCorpusError, load_corpus
+
+    no_rows = ValueError(f"{path} has no rows: it is empty or holds a header alone. Give a file of {expected}.")
+    try:
+        return load_corpus(path)
+    except EmptyCorpusError:  # 0 bytes: its message is about training files
+        raise no_rows from None
+    except ValueError:
+        if next(iter(load_corpus(path, streaming=True)), None) is None:
+            raise no_rows from None
+        raise
+
+
 def mine_command(args: argparse.Namespace) -> int:
-    from ..data.corpus import drop_incomplete_rows, load_corpus
+    from ..data.corpus import drop_incomplete_rows
     from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
     from ..recipes.dpr import resolve_query_passage_columns
 
+    _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)
-    pairs = load_corpus(args.pairs)
+    pairs = _read_rows(args.pairs, "(query, positive) pairs: a header such as query,positive, then one pair per row")
     columns = resolve_query_passage_columns(pairs.column_names, args.query_column, args.positive_column)
     pairs = drop_incomplete_rows(pairs, columns)
     corpus = [
@@ -169,7 +212,7 @@ def mine_command(args: argparse.Namespace) -> int:
         for text in (value if isinstance(value, list) else [value])
     ]
     for path in args.corpus or ():
-        extra = load_corpus(path)
+        extra = _read_rows(path, "passages: one per line (.txt), or per row under a header (.csv, .json)")
         text_column = args.corpus_column or ("text" if "text" in extra.column_names else extra.column_names[0])
         corpus += [text for text in extra[text_column] if isinstance(text, str) and text.strip()]
     print(f"Loading the model ({args.model}) ...", flush=True)
@@ -235,6 +278,10 @@ def _add_glue_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(*flags, dest=option.name, **settings)
 
 
+# argparse prints the usage with each error: one line, not the thirty options of evaluate
+_SHORT_USAGE = "%(prog)s {arguments} [--option value ...]  (--help lists the options)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrastive-hf", description="Contrastive sentence encoders on HF.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -243,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate",
         help="Score a model on STS (Spearman x 100), SentEval transfer and alignment/uniformity.",
         description="Score a model as the papers do; prints a table and writes the results as JSON.",
+        usage=_SHORT_USAGE.format(arguments="MODEL --tasks ... --data-dir DIR"),
     )
     evaluate.add_argument(
         "model",
@@ -288,8 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--pooler-type", default="mean", help="Pooling for the transformers backend (default: mean)."
     )
-    evaluate.add_argument("--max-length", type=int, default=None, help="Truncation in tokens (default: the model's).")
-    evaluate.add_argument("--batch-size", type=int, default=64)
+    evaluate.add_argument(
+        "--max-length", type=_integer_at_least(1), default=None, help="Truncation in tokens (default: the model's)."
+    )
+    evaluate.add_argument(
+        "--batch-size", type=_integer_at_least(1), default=64, help="Sentences encoded at once (default 64)."
+    )
     evaluate.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: CUDA when available).")
     evaluate.add_argument(
         "--bf16",
@@ -299,7 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         "instructions (AMX, AVX-512 BF16) and on a CUDA GPU that supports it, float32 elsewhere (docs/benchmarks.md: "
         "within 0.3 of float32 on STS).",
     )
-    evaluate.add_argument("--kfold", type=int, default=10, help="Cross-validation folds of the transfer tasks.")
+    evaluate.add_argument(
+        "--kfold",
+        type=_integer_at_least(2, " (cross-validation needs two folds or more)"),
+        default=10,
+        help="Cross-validation folds of the transfer tasks (at least 2; default 10, SentEval's).",
+    )
     evaluate.add_argument("--n-jobs", type=int, default=None, help="Processes for the transfer classifiers.")
     evaluate.add_argument(
         "--protocol",
@@ -331,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mine = commands.add_parser(
         "mine",
+        usage=_SHORT_USAGE.format(arguments="PAIRS --model MODEL --output MINED.csv"),
         help="Mine hard negatives for (query, positive) pairs with a trained model.",
         description="Scores every query against a corpus (the pairs' positives and existing negatives, plus --corpus) "
         "by exact search on the CPU and writes query, positive, negative_1..negative_k rows, which run_simcse.py "
@@ -371,8 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mine.add_argument("--sampling", default="top", choices=("top", "random"), help="The best, or at random.")
     mine.add_argument("--seed", type=int, default=0, help="Seed of --sampling random.")
-    mine.add_argument("--batch-size", type=int, default=64)
-    mine.add_argument("--max-length", type=int, default=None, help="Truncation in tokens (default: the model's).")
+    mine.add_argument(
+        "--batch-size", type=_integer_at_least(1), default=64, help="Texts encoded at once (default 64)."
+    )
+    mine.add_argument(
+        "--max-length", type=_integer_at_least(1), default=None, help="Truncation in tokens (default: the model's)."
+    )
     mine.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when available).")
     mine.set_defaults(handler=mine_command)
     return parser

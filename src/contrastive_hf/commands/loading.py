@@ -14,7 +14,7 @@ from transformers import AutoConfig
 from transformers.integrations import is_deepspeed_zero3_enabled, set_hf_deepspeed_config, unset_hf_deepspeed_config
 
 from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
-from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
+from ..models.checkpoint_files import checkpoint_model_type
 from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
@@ -50,8 +50,9 @@ def load_pretraining_model(
     """
     if model_name_or_path:
         announce(f"Loading the model ({os.path.basename(os.path.normpath(model_name_or_path))}) ...")
-        # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake
-        with as_usage_error(), naming_damaged_files(model_name_or_path):
+        # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake; so is
+        # a damaged weights file, which the loader names
+        with as_usage_error():
             # float32 master weights, whatever dtype the checkpoint was saved in (transformers 5 loads the saved
             # one): a bf16 run computes under autocast, and the optimiser steps in float32
             loading = {"dtype": torch.float32, **config_overrides}
@@ -96,8 +97,10 @@ def with_lora_adapter(model, adapter_args, modules_to_save: tuple[str, ...] = ()
             base_name,
         )
     options["modules_to_save"] = [*(options["modules_to_save"] or ()), *modules_to_save] or None
+    with as_usage_error():  # a rank, alpha or dropout that cannot work, named with its flag
+        peft_config = lora_config(model, **options)
     with as_usage_error("Name modules of the encoder with --lora_target_modules (e.g. query,value)."):
-        adapted = add_adapter(model, lora_config(model, **options))
+        adapted = add_adapter(model, peft_config)
     trainable, total = adapted.get_nb_trainable_parameters()
     announce(f"Training a LoRA adapter: {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%).")
     return adapted

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .._files import written_as_local_path
-from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME
+from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, merged_folder
 
 __all__ = [
     "BACKENDS",
@@ -219,11 +219,24 @@ CHECKPOINT_ROOT_FILES = ("config.json", "modules.json", CONTRASTIVE_CONFIG_NAME,
 
 
 def check_model_source(name_or_path: str) -> None:
-    """A one-line `FileNotFoundError` for a model that cannot load: a folder holding no checkpoint (naming the
-    ``checkpoint-*`` folders of a training run's output directory), a file, a local path that does not exist, or a
-    Hub id that is not in the Hub cache while the Hub is off (``HF_HUB_OFFLINE``)."""
+    """A one-line `FileNotFoundError` for a model that cannot load: a folder holding a peft adapter (pointing at the
+    merged model saved beside it) or no checkpoint (naming the ``checkpoint-*`` folders of a training run's output
+    directory), a file, a local path that does not exist, or a Hub id that is not in the Hub cache while the Hub is
+    off (``HF_HUB_OFFLINE``)."""
     from huggingface_hub import constants, try_to_load_from_cache
+    from transformers.utils import ADAPTER_CONFIG_NAME
 
+    if os.path.isfile(os.path.join(name_or_path, ADAPTER_CONFIG_NAME)):
+        merged = merged_folder(name_or_path)
+        where = (
+            f"evaluate {merged}, the merged model saved beside it,"
+            if os.path.isdir(merged)
+            else f"evaluate the merged model a --lora_r run saves beside it ({merged}, not there),"
+        )
+        raise FileNotFoundError(
+            f"{name_or_path} is a LoRA adapter ({ADAPTER_CONFIG_NAME}), not a whole model: {where} or load the "
+            "adapter with peft onto its base model (its README.md shows how) and save the merged model."
+        )
     if os.path.isdir(name_or_path):
         if any(os.path.isfile(os.path.join(name_or_path, name)) for name in CHECKPOINT_ROOT_FILES):
             return
@@ -295,17 +308,15 @@ def load_encoder(
 
     from transformers import AutoTokenizer
 
-    from ..models.checkpoint_files import checkpoint_model_type, naming_damaged_files
+    from ..models.checkpoint_files import checkpoint_model_type
     from ..models.modeling_contrastive import ContrastiveModel
 
-    with naming_damaged_files(name_or_path):
-        if backend == "contrastive":
-            if checkpoint_model_type(name_or_path) != "contrastive":
-                raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
-            model = ContrastiveModel.from_pretrained(name_or_path)
-        else:
-            model = ContrastiveModel.from_encoder_pretrained(
-                name_or_path, pooler_type=pooler_type, projection_type="none"
-            )
+    # either loader names a weights file cut short (`naming_damaged_files`)
+    if backend == "contrastive":
+        if checkpoint_model_type(name_or_path) != "contrastive":
+            raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
+        model = ContrastiveModel.from_pretrained(name_or_path)
+    else:
+        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, use_bf16=bf16, name=name_or_path)

@@ -34,6 +34,7 @@ tokenizes them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -74,6 +75,8 @@ __all__ = [
     "pair_features",
     "evaluate_transfer",
 ]
+
+logger = logging.getLogger(__name__)
 
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 PROTOCOLS = ("simcse", "sklearn")
@@ -172,8 +175,17 @@ def read_sst2(directory: str | os.PathLike) -> dict[str, ClassificationData]:
                 raise ValueError(f"{path}:{number}: expected 'sentence<TAB>label', found no tab.")
             data.sentences.append(_normalise(sentence))
             data.labels.append(_label(raw, path, number))
+        _refuse_empty(path, data, "'sentence<TAB>label'", f"SST-2's {split} split")
         splits[split] = data
     return splits
+
+
+def _refuse_empty(path: str, data, row: str, what: str) -> None:
+    """A `ValueError` naming ``path`` when it gave ``data`` no row: a classifier cannot be trained or scored on it."""
+    if not len(data):
+        raise ValueError(
+            f"{path} has no rows (no {row} line): {what} is empty. Copy the file again from SentEval's data."
+        )
 
 
 def read_trec(directory: str | os.PathLike) -> dict[str, ClassificationData]:
@@ -195,6 +207,7 @@ def read_trec(directory: str | os.PathLike) -> dict[str, ClassificationData]:
                 )
             data.sentences.append(_normalise(question))
             data.labels.append(_TREC_CLASSES.index(coarse))
+        _refuse_empty(path, data, "'COARSE:fine question'", f"TREC's {split} split")
         splits[split] = data
     return splits
 
@@ -218,8 +231,7 @@ def read_mrpc(directory: str | os.PathLike) -> dict[str, PairClassificationData]
             data.labels.append(_label(columns[0], path, number))
             data.sentences1.append(_normalise(columns[3]))
             data.sentences2.append(_normalise(columns[4]))
-        if not data.labels:
-            raise ValueError(f"{path} holds no sentence pair.")
+        _refuse_empty(path, data, "tab-separated pair", f"MRPC's {split} split")
         splits[split] = data
     return splits
 
@@ -578,6 +590,23 @@ def split_accuracy(
     return {"accuracy": accuracy, "dev_accuracy": dev_scores[best], "penalty": grid[best]}
 
 
+def _warn_of_one_class(task: str, data) -> None:
+    """Warn when the data a classifier of ``task`` trains on holds one class only: it then predicts that class for
+    everything, and the accuracy is that class's share of the test data, whatever the embeddings."""
+    split, training = ("train", data["train"]) if isinstance(data, dict) else ("whole (cross-validated)", data)
+    classes = sorted(set(training.labels))
+    if len(classes) == 1:
+        logger.warning(
+            "%s: the %s split holds one class only (label %d, %d examples): its classifier predicts that class for "
+            "everything, and its accuracy is that class's share of the test data, whatever the embeddings. Check the "
+            "task's files.",
+            task,
+            split,
+            classes[0],
+            len(training),
+        )
+
+
 def pair_features(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     """SentEval's MRPC representation of a pair: ``[|u - v|, u * v]``, ``(n, d), (n, d) -> (n, 2d)``."""
     return np.concatenate([np.abs(first - second), first * second], axis=1)
@@ -620,6 +649,7 @@ def evaluate_transfer(
     common = {"seed": seed, "protocol": protocol}
     results = {}
     for task, data in tqdm(datasets.items(), desc="Transfer tasks", unit="task", disable=not show_progress):
+        _warn_of_one_class(task, data)
         if task in _BINARY_FILES:
             data = senteval_sorted(data)
             scores = inner_kfold_accuracy(embed(data.sentences), data.labels, kfold, n_jobs=n_jobs, **common)

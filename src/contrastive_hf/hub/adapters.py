@@ -5,7 +5,9 @@ loads any adapter:
 
 - ``base_model_name_or_path`` records where the model started, as peft reads it: the Hub id; for a local folder, its
   path relative to the working directory when it lies inside it, else its folder name (`adapter_base_name`). Never an
-  absolute path: the folder is what ``--push_to_hub`` uploads.
+  absolute path: the folder is what ``--push_to_hub`` uploads. The ``README.md`` peft writes beside every adapter it
+  saves (each ``checkpoint-N``, the final folder) names the base as ``base_model`` only when it is a Hub id
+  (`add_adapter`).
 - peft's ``auto_mapping`` names the contrastive_hf class that was adapted (`ContrastiveForPreTraining`,
   `ContrastiveModel`, `DualEncoderModel`), whose ``from_pretrained`` rebuilds the base from that name, wrapping a
   plain pretrained encoder as ``from_encoder_pretrained`` does. peft imports only the libraries its allowlist names,
@@ -21,13 +23,17 @@ loads any adapter:
 from __future__ import annotations
 
 import os
+import types
 
 import torch
+from huggingface_hub import ModelCard
 from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 from peft.tuners.lora import LoraLayer
+from peft.tuners.tuners_utils import check_target_module_exists
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
-from ..models.checkpoint_files import save_tokenizer
+from .._files import hub_id_or_none
+from ..models.checkpoint_files import MERGED_SUFFIX, merged_folder, save_tokenizer  # where the merged model goes
 from ..models.configuration_contrastive import HEAD_FIELDS, ContrastiveConfig
 from ..models.configuration_dual_encoder import DualEncoderConfig
 
@@ -110,17 +116,52 @@ def lora_config(
     Only the encoders' modules are targeted by default. A projection the embeddings go through (kept at inference)
     is trained in full and saved with the adapter (``modules_to_save``); other heads (a training-only projection,
     the MLM head) stay frozen unless named in ``modules_to_save`` (e.g. ``["projection"]``).
+
+    A `ValueError` names each value that cannot work, with its script flag: ``r`` below 1 or above the smallest
+    dimension of the layers it adapts (a rank beyond it adds parameters, not capacity), ``alpha`` not above 0,
+    ``dropout`` outside [0, 1).
     """
     if r < 1:
         raise ValueError(f"LoRA rank r must be >= 1, got {r}.")
+    if alpha is not None and alpha <= 0:
+        raise ValueError(
+            f"LoRA alpha={alpha} (--lora_alpha) must be > 0: it scales the adapter's update by alpha / r. Leave it "
+            f"unset for 2 * r ({2 * r})."
+        )
+    if not 0 <= dropout < 1:
+        raise ValueError(
+            f"LoRA dropout={dropout} (--lora_dropout) must be in [0, 1): the probability of zeroing each input of the "
+            "adapter (0: none)."
+        )
     saved = list(dict.fromkeys([*(modules_to_save or []), *_inference_heads(model)]))
-    return LoraConfig(
+    config = LoraConfig(
         r=r,
         lora_alpha=alpha if alpha is not None else 2 * r,
         lora_dropout=dropout,
         target_modules=target_modules or default_lora_target_modules(model),
         modules_to_save=saved or None,
     )
+    _check_rank(model, config)
+    return config
+
+
+def _check_rank(model, config: LoraConfig) -> None:
+    """Refuse a rank above the smallest dimension of the layers ``config`` adapts in ``model``: the factors of a
+    ``(out, in)`` weight have rank at most ``min(out, in)``. Modules that match nothing are left to peft's error."""
+    dimensions = {
+        name: tuple(module.weight.shape)
+        for name, module in model.named_modules()
+        if getattr(getattr(module, "weight", None), "ndim", 0) == 2 and check_target_module_exists(config, name)
+    }
+    if not dimensions:
+        return
+    name, shape = min(dimensions.items(), key=lambda item: min(item[1]))
+    if config.r > min(shape):
+        raise ValueError(
+            f"LoRA rank r={config.r} (--lora_r) is above {min(shape)}, the smallest dimension of the layers it "
+            f"adapts ({name}: {shape[0]} x {shape[1]}): a rank beyond it adds parameters, not capacity. Give a rank "
+            f"of at most {min(shape)} (8 or 16 is usual)."
+        )
 
 
 def adapter_base_name(name_or_path: str | os.PathLike | None) -> str | None:
@@ -140,11 +181,29 @@ def adapter_base_name(name_or_path: str | os.PathLike | None) -> str | None:
 
 def add_adapter(model, peft_config: PeftConfig) -> PeftModel:
     """Wrap ``model`` with a peft adapter: only the adapter's weights (and ``modules_to_save``) stay trainable. The
-    adapter folders it saves name the base model ``model`` was loaded from (`adapter_base_name`)."""
+    adapter folders it saves name the base model ``model`` was loaded from (`adapter_base_name`), and their
+    ``README.md`` names no local path (`_create_or_update_model_card`)."""
     # peft records the wrapped model's name_or_path as the base; the model config's _name_or_path (the path it was
-    # loaded from, in memory only) stays as it is for the model card
+    # loaded from, in memory only) stays as it is: the model card and the tokenizer's loading read it
     model.name_or_path = adapter_base_name(getattr(model.config, "_name_or_path", None)) or ""
-    return get_peft_model(model, peft_config)
+    peft_model = get_peft_model(model, peft_config)
+    peft_model.create_or_update_model_card = types.MethodType(_create_or_update_model_card, peft_model)
+    return peft_model
+
+
+def _create_or_update_model_card(peft_model: PeftModel, output_dir: str) -> None:
+    """peft's card (``README.md``), which it writes with every adapter it saves (each checkpoint, the final folder,
+    a push), without a local base model: peft names the base by the config's ``_name_or_path``, for a local folder
+    the absolute path it was loaded from. A base that is not a Hub id is left out of ``base_model`` and of the
+    ``base_model:...`` tags (the Hub reads both as Hub ids); ``adapter_config.json`` names it portably."""
+    type(peft_model).create_or_update_model_card(peft_model, output_dir)
+    path = os.path.join(output_dir, "README.md")
+    card = ModelCard.load(path)
+    if card.data.base_model is None or hub_id_or_none(card.data.base_model) is not None:
+        return
+    card.data.base_model = None
+    card.data.tags = [tag for tag in card.data.tags or () if not tag.startswith("base_model:")] or None
+    card.save(path)
 
 
 def adapted_model(model) -> PeftModel | None:
@@ -178,15 +237,6 @@ def describe_adapter(model) -> str | None:
     if config.modules_to_save:
         text += f", with {', '.join(sorted(config.modules_to_save))} trained in full"
     return text
-
-
-# Where a run that trained an adapter (in output_dir) saves the merged model: beside it, as <output_dir>-merged.
-MERGED_SUFFIX = "-merged"
-
-
-def merged_folder(adapter_folder: str | os.PathLike) -> str:
-    """The folder of the merged model of the adapter saved in ``adapter_folder``: ``<adapter_folder>-merged``."""
-    return os.fspath(adapter_folder).rstrip("/" + os.sep) + MERGED_SUFFIX
 
 
 def merge_and_save(peft_model: PeftModel, save_directory: str | os.PathLike, tokenizer=None):

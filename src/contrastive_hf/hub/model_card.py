@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .._files import hub_id_or_none
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 from .adapters import adapted_model, base_model_settings, describe_adapter, merged_folder
 from .method_cards import METHODS, method_card
@@ -162,13 +163,6 @@ def _adapter_fields(model) -> dict:
         "adapter_base": peft_model.peft_config["default"].base_model_name_or_path,
         "adapter_class": type(peft_model.get_base_model()).__name__,
     }
-
-
-def hub_id_or_none(name_or_path: str | None) -> str | None:
-    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
-    if not name_or_path or os.path.exists(name_or_path):
-        return None
-    return name_or_path
 
 
 def _method_of_model(model) -> str:

@@ -43,10 +43,13 @@ __all__ = [
     "CONTRASTIVE_CONFIG_NAME",
     "DUAL_ENCODER_CONFIG_NAME",
     "HEADS_WEIGHTS_NAME",
+    "MERGED_SUFFIX",
+    "merged_folder",
     "DOWNLOAD_KWARGS",
     "LOADING_KWARGS",
     "MODEL_JSON_FILES",
     "PartialWeightsError",
+    "DamagedCheckpointError",
     "check_whole_weights",
     "damaged_files",
     "download_kwargs",
@@ -63,6 +66,8 @@ __all__ = [
 CONTRASTIVE_CONFIG_NAME = "contrastive_config.json"
 DUAL_ENCODER_CONFIG_NAME = "dual_encoder_config.json"
 HEADS_WEIGHTS_NAME = "contrastive_heads.safetensors"
+# Where a run that trained an adapter (in output_dir) saves the merged model: beside it, as <output_dir>-merged.
+MERGED_SUFFIX = "-merged"
 # The JSON files loading a model reads (weight indexes, ``*.index.json``, besides): `damaged_files` checks they parse.
 MODEL_JSON_FILES = (CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
 
@@ -330,6 +335,11 @@ def check_whole_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tens
     )
 
 
+def merged_folder(adapter_folder: str | os.PathLike) -> str:
+    """The folder of the merged model of the adapter saved in ``adapter_folder``: ``<adapter_folder>-merged``."""
+    return os.fspath(adapter_folder).rstrip("/" + os.sep) + MERGED_SUFFIX
+
+
 def _first_few(names: list[str], count: int = 5) -> str:
     shown = ", ".join(names[:count])
     return shown if len(names) <= count else f"{shown} and {len(names) - count} more"
@@ -373,18 +383,25 @@ def _damage(path: str, json_files: Sequence[str]) -> str | None:
     return None
 
 
+class DamagedCheckpointError(ValueError):
+    """Loading a model failed on a file cut short or unreadable, which the message names (`naming_damaged_files`)."""
+
+
 @contextmanager
-def naming_damaged_files(name_or_path: str) -> Iterator[None]:
+def naming_damaged_files(name_or_path: str | os.PathLike) -> Iterator[None]:
     """Around loading a model from ``name_or_path``: when loading fails and a file of that folder is cut short or
-    unreadable (a half-written ``model.safetensors``), raise a `ValueError` naming the file instead of the loader's
-    error, which names none."""
+    unreadable (a half-written ``model.safetensors``), raise a `DamagedCheckpointError` naming the file instead of
+    the loader's error, which names none. Every `from_pretrained` of this layout loads within it."""
+    name_or_path = os.fspath(name_or_path)
     try:
         yield
+    except DamagedCheckpointError:  # named already, by a loader within the loader
+        raise
     except Exception as error:
         damaged = damaged_files(name_or_path) if os.path.isdir(name_or_path) else []
         if not damaged:
             raise
-        raise ValueError(
+        raise DamagedCheckpointError(
             f"Cannot load the model in {name_or_path}: {'; '.join(damaged)}. The file was not written completely "
             "(a save that was killed, or ran out of disk space): save or copy the model again, or load an earlier "
             "checkpoint."
@@ -512,7 +529,14 @@ class EmbeddingCheckpointMixin:
         A plain pretrained encoder (``bert-base-uncased``: no contrastive_hf configuration) is wrapped with new heads
         as ``from_encoder_pretrained`` does, as ``BertForSequenceClassification.from_pretrained`` puts a new head on
         BERT: the base peft's ``AutoPeftModel`` rebuilds from an adapter's ``base_model_name_or_path``.
+
+        A weights file cut short or unreadable is named (`DamagedCheckpointError`), not left to the loader's error.
         """
+        with naming_damaged_files(pretrained_model_name_or_path):
+            return cls._load_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def _load_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *model_args, **kwargs):
         download = download_kwargs(kwargs)
         saved = read_json(pretrained_model_name_or_path, cls.checkpoint_config_name, **download)
         if saved is None and _is_plain_encoder(pretrained_model_name_or_path, **download):
@@ -567,7 +591,8 @@ class EmbeddingCheckpointMixin:
                 kwargs["subfolder"] = subfolder
             if dtype is not None:
                 kwargs["dtype"] = dtype
-            encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
+            with naming_damaged_files(source):  # a pretrained encoder (from_encoder_pretrained) too
+                encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
         model.install_encoders(encoders)
         return model.to(loaded_dtype(dtype, encoders.values()))
 

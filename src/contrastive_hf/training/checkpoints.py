@@ -213,6 +213,9 @@ def resolve_resume_checkpoint(
     )
     if wants_latest:
         latest, skipped = latest_complete_checkpoint(output_dir, layout)
+        if latest is None and not layout.deepspeed:
+            for newest in checkpoint_folders(output_dir)[-1:]:
+                _refuse_deepspeed_checkpoint(newest)
         if latest is None:
             found = f" Incomplete: {'; '.join(skipped)}." if skipped else ""
             raise IncompleteCheckpointError(
@@ -226,6 +229,8 @@ def resolve_resume_checkpoint(
     problems = layout.problems(folder)
     if not problems:
         return folder
+    if not layout.deepspeed:
+        _refuse_deepspeed_checkpoint(folder)
     parent = os.path.dirname(os.path.normpath(folder))
     latest, _ = latest_complete_checkpoint(parent, layout)
     instead = (
@@ -240,6 +245,21 @@ def resolve_resume_checkpoint(
         )
     raise IncompleteCheckpointError(
         f"Cannot resume from {folder}: the checkpoint is incomplete: {'; '.join(problems)}. {instead}"
+    )
+
+
+def _refuse_deepspeed_checkpoint(folder: str) -> None:
+    """A checkpoint a DeepSpeed run wrote, resumed without DeepSpeed, is whole but in DeepSpeed's format (its
+    optimizer state in ``global_stepN/``, no ``optimizer.pt``): an error saying so, rather than "incomplete"."""
+    states = sorted(glob.glob(os.path.join(glob.escape(folder), "global_step*", "")))
+    if not states:
+        return
+    state = os.path.basename(os.path.dirname(states[-1]))
+    raise IncompleteCheckpointError(
+        f"Cannot resume from {folder} without DeepSpeed: it was written by a DeepSpeed run, which keeps the optimizer "
+        f"state in {state}/ (DeepSpeed's format), not in {OPTIMIZER_NAME}. Resume it under DeepSpeed with the config "
+        "it was trained with (e.g. accelerate launch --config_file ds_configs/accelerate_zero3.yaml ...), or start a "
+        f"new run from its weights with --model_name_or_path {folder}."
     )
 
 

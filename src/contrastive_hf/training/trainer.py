@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import math
 import os
 import warnings
 from contextlib import contextmanager
@@ -379,6 +380,14 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         warn_of_changed_settings(resume_from_checkpoint, self.saved_model(), self.args)
         return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 
+    def _init_training_state(self, max_steps, *args, **kwargs):
+        """The Trainer's state, fresh or read from the checkpoint resumed, with the logging, eval and save steps given
+        as a fraction of the run (``--logging_steps 0.02``, the default) resolved to steps first, as the state
+        stores them: resuming then compares like with like, and transformers warns of a mismatch only when the
+        resolved steps differ (not ``logging_steps: 0.02 (from args) != 1`` at every resume)."""
+        with _arguments_set(self.args, **_resolved_step_fractions(self.args, max_steps)):
+            return super()._init_training_state(max_steps, *args, **kwargs)
+
     def checkpoint_layout(self) -> CheckpointLayout:
         """What this trainer's checkpoints hold: the Trainer's files (the weights where the saved model puts its
         encoders) and the pre-batch queue when there is one."""
@@ -499,6 +508,17 @@ def means_over_processes(accelerator, names, sums: dict, counts: dict, device) -
     local = torch.stack([torch.stack(local_sums), local_counts])  # (2, names)
     totals = accelerator.gather(local[None]).sum(dim=0).tolist()  # (processes, 2, names) -> (2, names)
     return {name: round(total / count, 4) for name, total, count in zip(names, *totals, strict=True) if count > 0}
+
+
+def _resolved_step_fractions(args, max_steps: int) -> dict[str, int]:
+    """``{"logging_steps": 1, ...}``: each of the logging, eval and save steps given below 1 (a fraction of the run's
+    ``max_steps``), in steps, rounded up as `TrainerState.compute_steps` rounds them."""
+    resolved = {}
+    for name in ("logging_steps", "eval_steps", "save_steps"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            resolved[name] = math.ceil(max_steps * value)
+    return resolved
 
 
 @contextmanager
