@@ -28,6 +28,7 @@ from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import DEMO_DATA, tiny_bert_config
+from helpers.batches import assert_same_batch, host_data_disagreements
 
 SENTENCES = [
     "the quick brown fox jumps over the lazy dog near the river bank",
@@ -60,12 +61,6 @@ def _many_features(tokenizer, count=256, seed=0):
         body = rng.choice(ordinary, size=length).tolist()
         features.append({"input_ids": [tokenizer.cls_token_id, *body, tokenizer.sep_token_id]})
     return features
-
-
-def _assert_same_batch(a, b):
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -110,7 +105,11 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
         "mlm_input_ids",
         "mlm_attention_mask",
         "mlm_labels",
+        "input_lengths",  # on the host (models.host_data): what the tensors hold, without reading them back
+        "mlm_lengths",
+        "mlm_positions",
     }
+    assert host_data_disagreements(batch) == []
     b = len(features)
     length = batch["input_ids"].shape[-1]
     assert batch["input_ids"].shape == batch["attention_mask"].shape == (b, num_views, length)
@@ -118,7 +117,7 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
     assert batch["mlm_input_ids"].shape == (b, longest)
     assert batch["mlm_attention_mask"].shape == batch["mlm_labels"].shape == (b, longest)
     for key in batch:
-        assert batch[key].dtype == torch.long, key
+        assert batch[key].dtype == (torch.long if torch.is_tensor(batch[key]) else np.int64), key
     assert batch["sentence_ids"].shape == (b, num_views)
     # attention covers exactly the ids before the padding, and some view is as long as the tensor
     pad = del_tokenizer.pad_token_id
@@ -134,7 +133,7 @@ def test_output_keys_and_shapes(del_tokenizer, num_views):
 
 def test_mlm_off_has_no_mlm_keys(del_tokenizer):
     batch = ContrastiveDataCollator(del_tokenizer, mlm=False, seed=0)(_features(del_tokenizer))
-    assert set(batch) == {"input_ids", "attention_mask", "sentence_ids"}
+    assert set(batch) == {"input_ids", "attention_mask", "sentence_ids", "input_lengths"}
 
 
 @pytest.mark.parametrize("augmentation", ["dropout", Identity()])
@@ -280,7 +279,7 @@ def test_text_features_are_tokenized_and_truncated(tokenizer):
 def test_text_features_match_input_id_features(tokenizer):
     by_text = ContrastiveDataCollator(tokenizer, augmentation="dropout", seed=4)([{"text": t} for t in SENTENCES])
     by_ids = ContrastiveDataCollator(tokenizer, augmentation="dropout", seed=4)(_features(tokenizer))
-    _assert_same_batch(by_text, by_ids)
+    assert_same_batch(by_text, by_ids)
 
 
 def test_pad_to_multiple_of_in_collator(del_tokenizer):
@@ -296,7 +295,7 @@ def test_same_seed_same_batches(del_tokenizer):
     first = ContrastiveDataCollator(del_tokenizer, seed=123)
     second = ContrastiveDataCollator(del_tokenizer, seed=123)
     for _ in range(3):  # the generators advance identically from call to call
-        _assert_same_batch(first(features), second(features))
+        assert_same_batch(first(features), second(features))
 
 
 def test_different_seeds_differ(del_tokenizer):
@@ -311,7 +310,7 @@ def test_same_epoch_same_views_and_a_new_epoch_new_views(del_tokenizer):
     features = _features(del_tokenizer)
     collator = ContrastiveDataCollator(del_tokenizer, seed=7)
     first, again = collator(features), collator(features)
-    _assert_same_batch(first, again)  # every draw is a function of (seed, epoch, example, view)
+    assert_same_batch(first, again)  # every draw is a function of (seed, epoch, example, view)
     collator.set_epoch(1)
     second = collator(features)
     assert not torch.equal(first["mlm_labels"], second["mlm_labels"])
@@ -322,7 +321,7 @@ def test_same_epoch_same_views_and_a_new_epoch_new_views(del_tokenizer):
     )
     assert changed >= 2 * len(features) - 2
     collator.set_epoch(0)
-    _assert_same_batch(first, collator(features))
+    assert_same_batch(first, collator(features))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.batches import BUILDERS
+from helpers.batches import BUILDERS, host_data_disagreements
 from helpers.gpu_contracts import unpinnable_tensors
 
 
@@ -22,6 +22,14 @@ def test_every_tensor_of_every_batch_can_be_pinned(tokenizer, builder):
         assert unpinnable_tensors(batch, name) == []
         checked += sum(torch.is_tensor(value) for value in batch.values())
     assert checked > 0
+
+
+@pytest.mark.parametrize("builder", BUILDERS, ids=lambda builder: builder.__name__)
+def test_every_batch_says_on_the_host_what_its_tensors_hold(tokenizer, builder):
+    """The host arrays (`models.host_data`: real lengths, MLM positions) a step reads instead of the device."""
+    for name, batch in builder(tokenizer):
+        for part in batch.values() if all(isinstance(value, dict) for value in batch.values()) else [batch]:
+            assert host_data_disagreements(part) == [], name
 
 
 def test_the_check_sees_a_stride_0_tensor():

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+import torch
 from datasets import Dataset
 
 from contrastive_hf.data.augmentations import add_del_token
@@ -18,7 +20,7 @@ from contrastive_hf.recipes.sg_bert.data import SelfGuidedCollator
 
 from conftest import DEMO_DATA
 
-__all__ = ["BUILDERS", "sentences", "nli_rows"]
+__all__ = ["BUILDERS", "sentences", "nli_rows", "host_data_disagreements", "assert_same_batch"]
 
 
 def sentences(count: int = 8) -> list[str]:
@@ -88,3 +90,32 @@ def other_batches(tokenizer):
 
 # Each yields (name, batch) pairs for a tokenizer (the demo's; CLEAR's builder adds [DEL] to it).
 BUILDERS = [clear_batches, pair_batches, dpr_batches, span_batches, other_batches]
+
+
+def host_data_disagreements(batch: dict) -> list[str]:
+    """Where a batch's host arrays (`contrastive_hf.models.host_data`) do not say what its tensors hold: the lengths
+    are the attention masks' row sums, the MLM positions the flat positions of the labels other than -100."""
+    problems = []
+    for lengths, mask in (
+        ("input_lengths", "attention_mask"),
+        ("mlm_lengths", "mlm_attention_mask"),
+        ("query_lengths", "query_attention_mask"),
+        ("passage_lengths", "passage_attention_mask"),
+    ):
+        if lengths in batch and not np.array_equal(batch[lengths], batch[mask].sum(-1).numpy()):
+            problems.append(f"{lengths} != {mask}.sum(-1)")
+    if "mlm_positions" in batch:
+        expected = np.flatnonzero(batch["mlm_labels"].numpy().reshape(-1) != -100)
+        if not np.array_equal(batch["mlm_positions"], expected):
+            problems.append("mlm_positions != the positions of mlm_labels other than -100")
+    return problems
+
+
+def assert_same_batch(a: dict, b: dict) -> None:
+    """Two batches with the same entries, equal tensors and host arrays."""
+    assert a.keys() == b.keys()
+    for key in a:
+        if torch.is_tensor(a[key]):
+            assert torch.equal(a[key], b[key]), key
+        else:
+            assert np.array_equal(a[key], b[key]), key

@@ -24,6 +24,7 @@ from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import DEMO_DATA, tiny_bert_config
+from helpers.batches import assert_same_batch
 
 NEGATIVES = 3
 
@@ -127,9 +128,7 @@ def test_pair_collator_takes_k_negative_columns_or_a_list_column(tokenizer):
         "negative_2",
         "negative_3",
     )
-    assert listed.keys() == by_name.keys()
-    for key in listed:
-        assert torch.equal(listed[key], by_name[key]), key
+    assert_same_batch(listed, by_name)
     assert listed["input_ids"].shape[:2] == (6, 2 + NEGATIVES)
     assert listed["sentence_ids"].shape == (6, 2 + NEGATIVES)
     for i, row in enumerate(rows):
@@ -223,8 +222,7 @@ def test_dpr_collator_takes_k_negatives_as_texts_token_ids_or_a_list(tokenizer):
     assert numbered.column_names == list(tokenized_columns(NEGATIVES))
     default = QueryPassageCollator(tokenizer)
     for batch in (default(list(listed)), default(list(numbered))):
-        for key, value in from_texts.items():
-            assert torch.equal(batch[key], value), key
+        assert_same_batch(batch, from_texts)
     assert default.card_description()["hard_negatives"] == NEGATIVES
 
 

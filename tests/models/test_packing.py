@@ -309,7 +309,7 @@ def test_kernels_attend_inside_each_sentence(sliding_window, group_tokens):
     packed, (query, key, value) = packed_qkv([5, 1, 9, 9, 3, 7, 2])
     expected = per_sentence_attention(packed, query, key, value, sliding_window)
     reference = reference_attention(query, key, value, packed, None, 0.0, sliding_window)
-    groups = attention_groups(packed.lengths, packed.cu_seqlens, group_tokens)
+    groups = attention_groups(packed.lengths, group_tokens)
     grouped = grouped_attention(query, key, value, groups, None, 0.0, sliding_window)
     torch.testing.assert_close(reference, expected, atol=1e-12, rtol=0)
     torch.testing.assert_close(grouped, expected, atol=1e-12, rtol=0)
@@ -321,7 +321,7 @@ def test_groups_follow_the_token_budget():
     assert length_sorted_groups(lengths, group_tokens=4) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 7)]
     assert length_sorted_groups(lengths, group_size=3) == [(0, 3), (3, 6), (6, 7)]
     packed, _ = packed_qkv([5, 1, 9, 9, 3, 7, 2])
-    groups = attention_groups(packed.lengths, packed.cu_seqlens, 18)
+    groups = attention_groups(packed.lengths, 18)
     assert [tuple(index.shape) for index in groups.gather] == [(2, 9), (2, 7), (3, 3)]
     assert sorted(groups.inverse.tolist()) == list(range(packed.num_tokens))
 
@@ -491,7 +491,7 @@ def test_every_query_of_a_sliding_window_group_keeps_a_key(sliding_window):
     last real token: under the band and the padding mask its query had no key at all, a row that some CUDA kernels
     fill with NaN (its backward then spreads NaN into the gradients, though the row's output is dropped)."""
     packed, (query, key, value) = packed_qkv([9, 2, 1, 8])
-    groups = attention_groups(packed.lengths, packed.cu_seqlens, 10_000)  # one group, 9 slots wide
+    groups = attention_groups(packed.lengths, 10_000)  # one group, 9 slots wide
     (valid,) = groups.valid
     mask = packing.group_attention_mask(valid, groups.gather[0].shape[1], sliding_window)  # (G, 1, w, w)
     assert mask.expand(len(packed.lengths), 1, 9, 9).any(dim=-1).all()  # every query row keeps a key

@@ -124,9 +124,9 @@ class RolePrompts:
         """The prompt of a batch's column ``index``: the query's for column 0, the document's for the others."""
         return self.texts["query" if index == 0 else "document"]
 
-    def lengths_tensor(self, size: int, columns_views: Sequence[int]) -> torch.Tensor | None:
-        """``prompt_lengths`` ``(size, views)`` for columns of ``columns_views`` views each; None when the prompts
-        are pooled (``include_prompt``) or there is none."""
+    def lengths_array(self, size: int, columns_views: Sequence[int]) -> np.ndarray | None:
+        """``prompt_lengths`` ``(size, views)`` for columns of ``columns_views`` views each, a host array
+        (`models.host_data`); None when the prompts are pooled (``include_prompt``) or there is none."""
         if self.include_prompt or not self:
             return None
         per_view = [
@@ -134,7 +134,7 @@ class RolePrompts:
             for index, count in enumerate(columns_views)
             for _ in range(count)
         ]
-        return torch.tensor(per_view, dtype=torch.long).expand(size, -1).clone()
+        return np.tile(np.asarray(per_view, dtype=np.int64), (size, 1))
 
 
 def _is_token_ids(value) -> bool:
@@ -258,13 +258,21 @@ def mask_tokens(
 
 def mlm_copy(
     sentences: TokenBatch, keys: np.ndarray, tokenizer, mlm_probability: float, pad_to_multiple_of: int | None
-) -> dict[str, torch.Tensor]:
-    """The MLM-masked copy of ``sentences`` as ``mlm_input_ids``, ``mlm_attention_mask`` and ``mlm_labels``."""
+) -> dict:
+    """The MLM-masked copy of ``sentences`` as ``mlm_input_ids``, ``mlm_attention_mask`` and ``mlm_labels``
+    ``(N, L)``, with what the model reads on the host (`models.host_data`): ``mlm_lengths`` ``(N,)`` and
+    ``mlm_positions``, the masked tokens as flat indices into ``mlm_labels``."""
     masked, labels = mask_tokens(sentences, keys, mlm_probability, tokenizer.mask_token_id, len(tokenizer))
     masked_batch = TokenBatch(masked, sentences.is_special, sentences.lengths, sentences.pad_id)
     input_ids, attention_mask = masked_batch.to_tensors(pad_to_multiple_of)
     label_ids = TokenBatch(labels, sentences.is_special, sentences.lengths, -100).to_tensors(pad_to_multiple_of)[0]
-    return {"mlm_input_ids": input_ids, "mlm_attention_mask": attention_mask, "mlm_labels": label_ids}
+    return {
+        "mlm_input_ids": input_ids,
+        "mlm_attention_mask": attention_mask,
+        "mlm_labels": label_ids,
+        "mlm_lengths": sentences.lengths.copy(),  # (N,)
+        "mlm_positions": np.flatnonzero(label_ids.numpy().reshape(-1) != -100),  # (M,)
+    }
 
 
 def _uses_subs(augmentation) -> bool:
@@ -430,11 +438,16 @@ class ContrastiveDataCollator:
             "attention_mask": attention_mask.view(size, views_per, -1),
             # every view is of the same sentence; a copy per view, not a stride-0 view, which pinned memory refuses
             "sentence_ids": sentence_ids(sentences).repeat(1, views_per),  # (B, V)
+            "input_lengths": views.lengths.reshape(size, views_per),  # (B, V) on the host
         }
         if self.mlm and self.mlm_on_views:  # a mask per view, keyed apart from the views' own draws
             mlm_keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), MLM_VIEW + view_numbers)
             copies = mlm_copy(views, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of)
-            batch.update({name: tensor.view(size, views_per, -1) for name, tensor in copies.items()})
+            copies["mlm_lengths"] = copies["mlm_lengths"].reshape(size, views_per)
+            batch.update(
+                {name: value.view(size, views_per, -1) if torch.is_tensor(value) else value
+                 for name, value in copies.items()}
+            )  # fmt: skip
         elif self.mlm:
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
             batch.update(mlm_copy(sentences, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
@@ -548,8 +561,9 @@ class PairCollator:
             "sentence_ids": sentence_ids(
                 *(sentences.take(np.arange(view, len(sequences), num_views)) for view in range(num_views))
             ),
+            "input_lengths": sentences.lengths.reshape(size, num_views),  # (B, 2 + k) on the host
         }
-        prompt_lengths = self._prompts.lengths_tensor(size, [len(column) for column in per_column])
+        prompt_lengths = self._prompts.lengths_array(size, [len(column) for column in per_column])
         if prompt_lengths is not None:
             batch["prompt_lengths"] = prompt_lengths  # (B, 2 + k)
         if self.mlm:

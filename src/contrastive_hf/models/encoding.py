@@ -30,7 +30,14 @@ import torch
 import torch.nn.functional as F
 
 from .configuration_contrastive import parse_encoding_fields
-from .packing import can_pack, length_sorted_groups, packed_encoder_forward, packing_unsupported_reason
+from .host_data import host_array, row_lengths, to_device
+from .packing import (
+    PACKED_ATTENTION,
+    can_pack,
+    length_sorted_groups,
+    packed_encoder_forward,
+    packing_unsupported_reason,
+)
 from .precision import encoding_precision, log_precision_once
 
 logger = logging.getLogger(__name__)
@@ -154,6 +161,28 @@ def encoder_inputs(
     return kwargs
 
 
+# Encoders whose 2D attention mask transformers turns into the attention's mask in one call
+# (`create_bidirectional_mask`), which takes a ready 4D mask as it is, without reading the 2D one back to see
+# whether it can be dropped. ModernBERT builds a second, sliding-window mask from the 2D one: not here.
+READY_MASK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
+
+
+def attention_mask_for(encoder, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor | None:
+    """The mask to give ``encoder`` for a right-padded ``(N, L)`` batch whose rows' real tokens are known on the host
+    (``lengths``, `host_data`): none when no row is padded, a ready ``(N, 1, 1, L)`` boolean mask for the encoders
+    of `READY_MASK_MODEL_TYPES` under sdpa attention, else the 2D mask. transformers reads a 2D mask back from the
+    device to decide whether the batch is padded at all (the host then waits for the GPU at every forward pass); the
+    lengths say it on the host. Without ``lengths``, the 2D mask."""
+    if lengths is None:
+        return attention_mask
+    if bool((lengths == attention_mask.shape[-1]).all()):
+        return None  # no padding: what transformers decides after reading the mask back
+    config = encoder.config
+    if config.model_type in READY_MASK_MODEL_TYPES and config._attn_implementation in ("sdpa", PACKED_ATTENTION):
+        return attention_mask[:, None, None, :].bool()
+    return attention_mask
+
+
 def encode_with(
     encoder,
     pooler,
@@ -163,14 +192,16 @@ def encode_with(
     token_type_ids: torch.Tensor | None = None,
     prompt_length: int | torch.Tensor | None = None,
     return_token_states: bool = False,
+    lengths: np.ndarray | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and an
     optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given. With
     ``return_token_states``, also the encoder's last hidden states ``(..., L, h)`` (sentence-transformers'
-    ``token_embeddings``)."""
+    ``token_embeddings``). ``lengths`` ``(N,)``: each row's real tokens on the host (`attention_mask_for`)."""
     leading = input_ids.shape[:-1]
     encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
     pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
+    encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
     outputs = encoder(**encoder_kwargs)
     pooled = pooler(outputs, pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
     if projection is not None:
@@ -269,34 +300,49 @@ class EncodingPolicy:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-        prompt_lengths: int | torch.Tensor | None = None,
+        prompt_lengths=None,
+        lengths=None,
     ) -> torch.Tensor:
         """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and
         an optional ``projection``, on the path `path` chooses, with the vectors of one padded pass.
 
-        ``prompt_lengths`` (an int, or ``(...)``): how many leading tokens of each text are its prompt, left out of
-        the pooling (``include_prompt=False``, as `encode` leaves them out).
+        ``prompt_lengths`` (an int, or ``(...)`` host values or a tensor): how many leading tokens of each text are
+        its prompt, left out of the pooling (``include_prompt=False``, as `encode` leaves them out). ``lengths``
+        ``(...)``: each text's real tokens, on the host (`host_data`: the collators give them); with them the packed
+        and sorted paths read nothing back from the device, without them the lengths are read from the mask.
         """
         leading, width = input_ids.shape[:-1], input_ids.shape[-1]
         flat = lambda tensor: None if tensor is None else tensor.reshape(-1, width)  # noqa: E731
         input_ids, token_type_ids = flat(input_ids), flat(token_type_ids)
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else flat(attention_mask)
-        if prompt_lengths is not None:  # (N,)
-            prompt_lengths = torch.as_tensor(prompt_lengths, device=input_ids.device).expand(leading).reshape(-1)
+        if prompt_lengths is not None:  # (N,), on the host
+            prompt_lengths = np.broadcast_to(host_array(prompt_lengths), tuple(leading)).reshape(-1)
         path = self.path(encoder, input_ids.device)
-        if path == "packed" and can_pack(attention_mask) and keeps_a_token(attention_mask, prompt_lengths):
-            pooled = self._pool_packed(encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths)
-        elif path == "sorted" and can_pack(attention_mask):
+        lengths = None if lengths is None else host_array(lengths).reshape(-1)  # (N,) host
+        if path in ("packed", "sorted") and (lengths is not None or can_pack(attention_mask)):
+            lengths = row_lengths(attention_mask, lengths)
+            if path == "packed" and not keeps_a_token(lengths, prompt_lengths):
+                path = "padded"  # a text that is all prompt: the padded pass pools it in its own way
+        else:
+            path = "padded"
+        if path == "packed":
+            pooled = self._pool_packed(
+                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths
+            )
+        elif path == "sorted":
             pooled = self._pool_sorted_groups(
-                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths
+                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths
             )
         else:
-            pooled = encode_with(encoder, pooler, None, input_ids, attention_mask, token_type_ids, prompt_lengths)
+            prompts = None if prompt_lengths is None else to_device(prompt_lengths, input_ids.device)
+            pooled = encode_with(
+                encoder, pooler, None, input_ids, attention_mask, token_type_ids, prompts, lengths=lengths
+            )
         if projection is not None:
             pooled = projection(pooled)
         return pooled.reshape(*leading, pooled.shape[-1])
 
-    def _pool_packed(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths):
+    def _pool_packed(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths):
         """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in one pass over their real tokens."""
         outputs, packed = packed_encoder_forward(
             encoder,
@@ -305,63 +351,70 @@ class EncodingPolicy:
             token_type_ids,
             output_hidden_states=pooler.needs_hidden_states,
             kernel=self.packed_attention_kernel,
+            lengths=lengths,
         )
         if prompt_lengths is not None:
             packed = packed.without_leading_tokens(prompt_lengths)
         return pooler(outputs, packed, getattr(encoder, "pooler", None))
 
-    def _pool_sorted_groups(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths):
+    def _pool_sorted_groups(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths):
         """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in length-sorted groups of ``sub_batch_size``
         rows (or, for ``"sorted"`` and ``"auto"``, of ``sub_batch_tokens`` token slots), each cut to its own longest
-        row; back in input order."""
-        lengths = attention_mask.sum(dim=1)  # (N,)
-        order = torch.argsort(lengths, descending=True, stable=True)
+        row; back in input order. ``lengths`` ``(N,)`` on the host: the groups are cut there."""
+        order = np.argsort(-lengths, kind="stable")
         sorted_lengths = lengths[order].tolist()
         if isinstance(self.sub_batch_size, int):
             bounds = length_sorted_groups(sorted_lengths, group_size=self.sub_batch_size)
         else:
             bounds = length_sorted_groups(sorted_lengths, group_tokens=self.sub_batch_tokens)
-        take = lambda tensor, rows, cut: None if tensor is None else tensor[rows, :cut]  # noqa: E731
+        device = input_ids.device
+        take = lambda tensor, rows, cut: None if tensor is None else tensor.index_select(0, rows)[:, :cut]  # noqa: E731
         parts = []
         for start, stop in bounds:
-            rows, cut = order[start:stop], max(sorted_lengths[start], 1)
-            prompts = None if prompt_lengths is None else prompt_lengths[rows]
+            rows, cut = to_device(order[start:stop], device), max(sorted_lengths[start], 1)
+            prompts = None if prompt_lengths is None else to_device(prompt_lengths[order[start:stop]], device)
             parts.append(
                 encode_with(
                     encoder,
                     pooler,
                     None,
-                    input_ids[rows, :cut],
-                    attention_mask[rows, :cut],
+                    take(input_ids, rows, cut),
+                    take(attention_mask, rows, cut),
                     take(token_type_ids, rows, cut),
                     prompts,
+                    lengths=lengths[order[start:stop]],
                 )
             )
-        return torch.cat(parts).index_select(0, torch.argsort(order))  # back to batch order, (N, h)
+        return torch.cat(parts).index_select(0, to_device(np.argsort(order), device))  # back to batch order, (N, h)
 
     def token_states(
-        self, encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, lengths=None
+    ) -> tuple[torch.Tensor, object]:
         """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (CLEAR's MLM head).
 
-        Returns ``(states, flat_index)``: packed (`path` says ``"packed"``), the ``(T, h)`` states of the real tokens
-        and each one's row in the inputs flattened to ``(B * L)``; otherwise one padded pass, the ``(B * L, h)``
-        states of every position and ``None``.
+        Returns ``(states, packed)``: packed (`path` says ``"packed"``), the ``(T, h)`` states of the real tokens and
+        the `PackedSequences` (``flat_index``: each token's row in the inputs flattened to ``(B * L)``); otherwise
+        one padded pass, the ``(B * L, h)`` states of every position and ``None``. ``lengths`` ``(B,)`` on the host,
+        as `embed` takes them.
         """
         attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        if self.path(encoder, input_ids.device) == "packed" and can_pack(attention_mask):
+        packable = lengths is not None or can_pack(attention_mask)
+        if self.path(encoder, input_ids.device) == "packed" and packable:
             outputs, packed = packed_encoder_forward(
-                encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel
+                encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel, lengths=lengths
             )
-            return outputs.last_hidden_state[0], packed.flat_index
-        states = encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+            return outputs.last_hidden_state[0], packed
+        encoder_kwargs = encoder_inputs(input_ids, attention_mask)
+        lengths = None if lengths is None else host_array(lengths).reshape(-1)
+        encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
+        states = encoder(**encoder_kwargs).last_hidden_state
         return states.reshape(-1, states.shape[-1]), None
 
 
-def keeps_a_token(attention_mask: torch.Tensor, prompt_lengths: torch.Tensor | None) -> bool:
-    """Whether every row of a right-padded ``(N, L)`` batch pools at least one token after its ``(N,)`` prompt (a
-    packed batch pools real tokens only; the padded pass pools a row that is all prompt in its own way)."""
-    return prompt_lengths is None or bool((prompt_lengths < attention_mask.sum(dim=1)).all())
+def keeps_a_token(lengths: np.ndarray, prompt_lengths: np.ndarray | None) -> bool:
+    """Whether every text of ``(N,)`` host ``lengths`` pools at least one token after its ``(N,)`` prompt (a packed
+    batch pools real tokens only; the padded pass pools a row that is all prompt in its own way)."""
+    return prompt_lengths is None or bool((prompt_lengths < lengths).all())
 
 
 class SentenceEmbeddingMixin:

@@ -90,7 +90,7 @@ def duplicate_mask(row_ids: torch.Tensor, column_ids: torch.Tensor, positive_col
         row_ids = row_ids[:, None]
     mask = (row_ids[:, :, None] == column_ids[None, None, :]).any(dim=1)  # (N, C)
     rows = torch.arange(mask.shape[0], device=mask.device)
-    return mask.index_put((rows, positive_columns.to(mask.device)), torch.tensor(False, device=mask.device))
+    return mask.index_put((rows, positive_columns.to(mask.device)), mask.new_zeros(()))  # no host value
 
 
 def info_nce(
@@ -222,10 +222,12 @@ def nt_xent(
     n, m = z1.shape[0], all_z1.shape[0]
     local = torch.cat([z1, z2], dim=0)  # (2N, d)
     logits = similarity_logits(local, torch.cat([all_z1, all_z2], dim=0), similarity, temperature)  # (2N, 2M)
+    # built on the device: a tensor made on the host and copied over would make the host wait for the GPU
     rows = torch.arange(2 * n, device=local.device)
-    own = torch.cat([torch.arange(n), torch.arange(n) + m]).to(local.device) + offset  # each view's own column
-    other = torch.cat([torch.arange(n) + m, torch.arange(n)]).to(local.device) + offset  # its other view
-    logits = logits.index_put((rows, own), torch.tensor(float("-inf"), dtype=logits.dtype, device=local.device))
+    views = torch.arange(n, device=local.device)
+    own = torch.cat([views, views + m]) + offset  # each view's own column
+    other = torch.cat([views + m, views]) + offset  # its other view
+    logits = logits.index_put((rows, own), logits.new_full((), float("-inf")))
     if negatives_mask is not None:
         logits = logits.masked_fill(negatives_mask, float("-inf"))
     return F.cross_entropy(logits, other)

@@ -13,6 +13,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -31,7 +32,8 @@ from .checkpoint_files import (
     sentence_transformers_max_seq_length,
 )
 from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, inference_max_length
-from .encoding import SentenceEmbeddingMixin, encode_with, encoder_inputs
+from .encoding import SentenceEmbeddingMixin, attention_mask_for, encode_with, encoder_inputs
+from .host_data import host_array, to_device
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import PackedSequences
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
@@ -487,15 +489,20 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         project: bool = True,
         output_hidden_states: bool | None = None,
         output_attentions: bool | None = None,
+        lengths=None,
     ) -> ContrastiveModelOutput:
-        """Encode ``(B, L)`` or ``(B, S, L)`` inputs into ``(B, d)`` or ``(B, S, d)`` sentence vectors."""
+        """Encode ``(B, L)`` or ``(B, S, L)`` inputs into ``(B, d)`` or ``(B, S, d)`` sentence vectors; ``lengths``
+        ``(B,)`` or ``(B, S)``: each text's real tokens on the host (`host_data`; `encoding.attention_mask_for`)."""
         views_shape = input_ids.shape[:-1]  # (B,) or (B, S)
         wants_hidden = bool(output_hidden_states) or self.pooler.needs_hidden_states
         encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, wants_hidden)
         if output_attentions:
             encoder_kwargs["output_attentions"] = True
+        pooling_mask = encoder_kwargs["attention_mask"]  # (N, L)
+        lengths = None if lengths is None else host_array(lengths).reshape(-1)
+        encoder_kwargs["attention_mask"] = attention_mask_for(self.encoder, pooling_mask, lengths)
         outputs = self.encoder(**encoder_kwargs)
-        pooled = self.pooler(outputs, encoder_kwargs["attention_mask"], getattr(self.encoder, "pooler", None))
+        pooled = self.pooler(outputs, pooling_mask, getattr(self.encoder, "pooler", None))
         if project:
             pooled = self.projection(pooled)
         last_hidden = outputs.last_hidden_state
@@ -513,12 +520,14 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         project: bool = True,
         sub_batch_size: int | str = 0,
+        lengths=None,
     ) -> torch.Tensor:
         """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as ``sub_batch_size`` says (the values of
-        `ContrastiveConfig.sub_batch_size`; the config's ``sub_batch_tokens``): `encoding.EncodingPolicy.embed`."""
+        `ContrastiveConfig.sub_batch_size`; the config's ``sub_batch_tokens``): `encoding.EncodingPolicy.embed`;
+        ``lengths`` ``(...)``: each text's real tokens, on the host (`host_data`)."""
         projection = self.projection if project else None
         return self.encoding_policy(sub_batch_size).embed(
-            self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids
+            self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, lengths=lengths
         )
 
     def encoding_path(self, sub_batch_size: int | str, device: torch.device) -> str:
@@ -527,11 +536,15 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         return self.encoding_policy(sub_batch_size).path(self.encoder, device)
 
     def token_states(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, sub_batch_size: int | str = 0
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        sub_batch_size: int | str = 0,
+        lengths=None,
+    ) -> tuple[torch.Tensor, object]:
         """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head), packed or in one
         padded pass as ``sub_batch_size`` says: `encoding.EncodingPolicy.token_states`."""
-        return self.encoding_policy(sub_batch_size).token_states(self.encoder, input_ids, attention_mask)
+        return self.encoding_policy(sub_batch_size).token_states(self.encoder, input_ids, attention_mask, lengths)
 
     def forward(
         self,
@@ -653,20 +666,22 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return True
 
     # The batch entries `embed_views` takes, each with the batch in dim 0 (GradCache slices them into chunks).
-    view_input_names = ("input_ids", "attention_mask", "token_type_ids", "prompt_lengths")
+    view_input_names = ("input_ids", "attention_mask", "token_type_ids", "prompt_lengths", "input_lengths")
 
     def embed_views(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-        prompt_lengths: torch.Tensor | None = None,
+        prompt_lengths=None,
+        input_lengths=None,
     ) -> torch.Tensor:
         """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, encoded as the config's
         ``sub_batch_size`` says (`encoding.EncodingPolicy`).
 
         ``prompt_lengths`` ``(B, S)``: how many leading tokens of each view are its prompt, left out of the pooling
-        (``include_prompt=False``, as `encode` leaves them out).
+        (``include_prompt=False``, as `encode` leaves them out). ``input_lengths`` ``(B, S)``: each view's real
+        tokens, on the host (`host_data`).
         """
         if input_ids is None or input_ids.dim() != 3:
             raise ValueError(
@@ -675,7 +690,14 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             )
         model = self.contrastive
         return model.encoding_policy().embed(
-            model.encoder, model.pooler, model.projection, input_ids, attention_mask, token_type_ids, prompt_lengths
+            model.encoder,
+            model.pooler,
+            model.projection,
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            prompt_lengths,
+            input_lengths,
         )
 
     def compute_contrastive_loss(
@@ -709,23 +731,49 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         )
 
     def compute_mlm_loss(
-        self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None, mlm_labels: torch.Tensor
+        self,
+        mlm_input_ids: torch.Tensor,
+        mlm_attention_mask: torch.Tensor | None,
+        mlm_labels: torch.Tensor,
+        mlm_lengths=None,
+        mlm_positions=None,
     ) -> torch.Tensor:
         """Cross-entropy of the MLM head on the masked positions only (the logits of other tokens are never built).
-        A ``(batch, num_views, length)`` batch (a masked copy of each view) counts as ``batch * num_views`` rows."""
+        A ``(batch, num_views, length)`` batch (a masked copy of each view) counts as ``batch * num_views`` rows.
+
+        ``mlm_lengths`` (each row's real tokens) and ``mlm_positions`` (the masked tokens as flat indices into
+        ``mlm_labels``), on the host (`host_data`): the collators give them, and then nothing is read back from the
+        device; without them the masked positions are found on the device, and read back."""
+        width = mlm_input_ids.shape[-1]
         if mlm_input_ids.dim() == 3:
             mlm_input_ids, mlm_labels = mlm_input_ids.flatten(0, 1), mlm_labels.flatten(0, 1)
             mlm_attention_mask = None if mlm_attention_mask is None else mlm_attention_mask.flatten(0, 1)
         model = self.contrastive
-        states, flat_index = model.encoding_policy().token_states(
-            model.encoder, mlm_input_ids, mlm_attention_mask
+        device = mlm_input_ids.device
+        states, packed = model.encoding_policy().token_states(
+            model.encoder, mlm_input_ids, mlm_attention_mask, None if mlm_lengths is None else host_array(mlm_lengths)
         )  # (T or B * L, h)
-        labels = mlm_labels.reshape(-1) if flat_index is None else mlm_labels.reshape(-1)[flat_index]
-        masked = labels != -100
-        if not masked.any():  # nothing to predict: a zero that keeps every parameter (the head too) in the graph
-            return self.mlm_head(states[:1], self.get_input_embeddings().weight).sum() * 0.0
-        logits = self.mlm_head(states[masked], self.get_input_embeddings().weight)  # (n_masked, vocab)
-        return F.cross_entropy(logits.float(), labels[masked])
+        if mlm_positions is None:  # found on the device: a boolean mask, whose size is read back
+            labels = mlm_labels.reshape(-1) if packed is None else mlm_labels.reshape(-1)[packed.flat_index]
+            masked = labels != -100
+            if not masked.any():
+                return self._no_masked_token(states)
+            logits = self.mlm_head(states[masked], self.get_input_embeddings().weight)  # (n_masked, vocab)
+            return F.cross_entropy(logits.float(), labels[masked])
+        positions = host_array(mlm_positions)  # (M,) flat indices into the (rows, L) labels
+        if len(positions) == 0:
+            return self._no_masked_token(states)
+        rows, columns = np.divmod(positions, width)
+        at = positions if packed is None else packed.host_starts[rows] + columns  # (M,) rows of `states`
+        targets = mlm_labels.reshape(-1).index_select(0, to_device(positions, device))  # (M,)
+        hidden = states.index_select(0, to_device(at, device))  # (M, h)
+        logits = self.mlm_head(hidden, self.get_input_embeddings().weight)  # (M, vocab)
+        return F.cross_entropy(logits.float(), targets)
+
+    def _no_masked_token(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM loss of a batch without a masked token: a zero that keeps every parameter (the head too) in the
+        graph."""
+        return self.mlm_head(states[:1], self.get_input_embeddings().weight).sum() * 0.0
 
     def forward(
         self,
@@ -737,6 +785,9 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_labels: torch.Tensor | None = None,
         prompt_lengths: torch.Tensor | None = None,
         sentence_ids: torch.Tensor | None = None,
+        input_lengths=None,
+        mlm_lengths=None,
+        mlm_positions=None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
         extra_negatives: torch.Tensor | None = None,
@@ -757,6 +808,10 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         sentence_ids (`torch.LongTensor` of shape `(batch_size, num_views)`, *optional*):
             An id of each view's sentence (the collators give content hashes): views of identical sentences are
             never made each other's negatives.
+        input_lengths, mlm_lengths, mlm_positions (numpy arrays, *optional*):
+            What the collators know on the host: the real tokens of each view and of each MLM row, and the masked
+            tokens as flat indices into `mlm_labels` (`host_data`). With them a training step reads nothing back
+            from the device; without them the same values are read from the tensors.
         return_loss (`bool`, defaults to `True`):
             Compute the losses; otherwise only the view embeddings are returned. With ``cl_weight`` 0 the losses
             need no view, so none is encoded and ``embeddings`` is None.
@@ -775,7 +830,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         embeddings = None
         if not return_loss or self.config.cl_weight > 0 or cached_embedding_gradients is not None:
             # MLM alone (cl_weight 0) uses no view: it does not pay for their forward pass (`embeddings` is None)
-            embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths)
+            embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths, input_lengths)
         cl_loss = mlm_loss = loss = negatives_per_query = None
         if return_loss:
             loss = 0.0
@@ -787,7 +842,10 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                 )
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
-                mlm_loss = self.compute_mlm_loss(mlm_input_ids, mlm_attention_mask, mlm_labels) * mlm_loss_share
+                mlm_loss = self.compute_mlm_loss(
+                    mlm_input_ids, mlm_attention_mask, mlm_labels, mlm_lengths, mlm_positions
+                )
+                mlm_loss = mlm_loss * mlm_loss_share
                 loss = loss + self.config.mlm_weight * mlm_loss
             if not torch.is_tensor(loss):
                 raise ValueError("mlm_weight > 0 needs mlm_labels, and cl_weight is 0: there is no loss to compute.")

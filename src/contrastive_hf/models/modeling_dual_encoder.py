@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedModel
@@ -119,6 +120,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         "passage_attention_mask",
         "passage_token_type_ids",
         "prompt_lengths",
+        "query_lengths",
+        "passage_lengths",
     )
 
     def __init__(self, config: DualEncoderConfig):
@@ -176,10 +179,12 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         prompt_length: torch.Tensor | None = None,
+        lengths=None,
     ) -> torch.Tensor:
         """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients, encoded as the config's
         ``sub_batch_size`` says (`encoding.EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of each
-        are left out of the pooling when given."""
+        are left out of the pooling when given; ``lengths`` ``(...)``: each text's real tokens, on the host
+        (`host_data`)."""
         return self.encoding_policy().embed(
             self.query_encoder,
             self.pooler,
@@ -188,6 +193,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             attention_mask,
             token_type_ids,
             prompt_length,
+            lengths,
         )
 
     def embed_passages(
@@ -196,13 +202,14 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         prompt_length: torch.Tensor | None = None,
+        lengths=None,
     ) -> torch.Tensor:
-        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (encoding and
-        ``prompt_length``: as `embed_queries`)."""
+        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (encoding,
+        ``prompt_length`` and ``lengths``: as `embed_queries`)."""
         encoder = self.query_encoder if self.passage_encoder is None else self.passage_encoder
         projection = self.query_projection if self.config.share_encoders else self.passage_projection
         return self.encoding_policy().embed(
-            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
+            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length, lengths
         )
 
     def embed_views(
@@ -214,13 +221,16 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         passage_attention_mask: torch.Tensor | None = None,
         passage_token_type_ids: torch.Tensor | None = None,
         prompt_lengths: torch.Tensor | None = None,
+        query_lengths=None,
+        passage_lengths=None,
     ) -> torch.Tensor:
         """The ``(B, 1 + P, d)`` embeddings of a batch: its queries, then each query's P passages (positive first).
 
         ``passage_*`` tensors are ``(B, P, Lp)``, or ``(B, Lp)`` for one passage per query. Queries and passages are
         encoded separately (`embed_queries`, `embed_passages`), each as the config's ``sub_batch_size`` says.
         ``prompt_lengths`` ``(B, 1 + P)``: how many leading tokens of each text are its prompt, left out of the
-        pooling (``include_prompt=False``; the collator gives them).
+        pooling (``include_prompt=False``; the collator gives them). ``query_lengths`` ``(B,)`` and
+        ``passage_lengths`` ``(B, P)``: the real tokens of each, on the host (`host_data`).
         """
         if passage_input_ids is None:
             raise ValueError(
@@ -233,6 +243,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             passage_input_ids = unsqueeze(passage_input_ids)
             passage_attention_mask = unsqueeze(passage_attention_mask)
             passage_token_type_ids = unsqueeze(passage_token_type_ids)
+            passage_lengths = None if passage_lengths is None else np.asarray(passage_lengths).reshape(-1, 1)
         if passage_input_ids.dim() != 3 or passage_input_ids.shape[0] != query_input_ids.shape[0]:
             raise ValueError(
                 f"passage_input_ids must be (batch, passages per query, length) with the queries' batch size "
@@ -241,9 +252,11 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         query_prompts = passage_prompts = None
         if prompt_lengths is not None:
             query_prompts, passage_prompts = prompt_lengths[:, 0], prompt_lengths[:, 1:]
-        queries = self.embed_queries(query_input_ids, query_attention_mask, query_token_type_ids, query_prompts)
+        queries = self.embed_queries(
+            query_input_ids, query_attention_mask, query_token_type_ids, query_prompts, query_lengths
+        )
         passages = self.embed_passages(
-            passage_input_ids, passage_attention_mask, passage_token_type_ids, passage_prompts
+            passage_input_ids, passage_attention_mask, passage_token_type_ids, passage_prompts, passage_lengths
         )  # (B, P, d)
         return torch.cat([queries.unsqueeze(1), passages], dim=1)  # (B, 1 + P, d)
 
@@ -298,6 +311,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         passage_token_type_ids: torch.Tensor | None = None,
         prompt_lengths: torch.Tensor | None = None,
         sentence_ids: torch.Tensor | None = None,
+        query_lengths=None,
+        passage_lengths=None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
         extra_negatives: torch.Tensor | None = None,
@@ -315,6 +330,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             (``config.include_prompt=False``, as at inference).
         sentence_ids (`torch.LongTensor` of shape `(batch_size, 2 + k)`, *optional*):
             Ids of the texts in the same columns (query, positive, hard negatives), for duplicate masking.
+        query_lengths, passage_lengths (numpy arrays, `(batch_size,)` and `(batch_size, passages)`, *optional*):
+            The real tokens of each text, on the host (`host_data`; `QueryPassageCollator` gives them): a step then
+            reads nothing back from the device to pack or sort its texts.
         return_loss (`bool`, defaults to `True`):
             Compute the loss; otherwise only the embeddings are returned.
         gather_across_devices (`bool`, defaults to `False`):
@@ -341,6 +359,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             passage_attention_mask,
             passage_token_type_ids,
             prompt_lengths,
+            query_lengths,
+            passage_lengths,
         )
         loss = cl_loss = negatives_per_query = None
         if return_loss and cached_embedding_gradients is not None:

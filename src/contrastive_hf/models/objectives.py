@@ -110,7 +110,8 @@ def in_batch_loss(
             columns = torch.cat([everyone_ids[:, 0], everyone_ids[:, 1]])  # (2M,) every view
             mask = duplicate_mask(rows, columns, torch.cat([local + total, local]) + offset)
             own = torch.cat([local, local + total]) + offset
-            mask[torch.arange(2 * batch_size, device=mask.device), own] = False  # nt_xent leaves a view's own out
+            views = torch.arange(2 * batch_size, device=mask.device)
+            mask = mask.index_put((views, own), mask.new_zeros(()))  # nt_xent leaves a view's own out
 
         def loss_at(width: int | None) -> torch.Tensor:
             mine, all_views = embeddings[..., :width], everyone[..., :width]
@@ -185,7 +186,10 @@ def matryoshka_loss(
 
 
 def _mean_count(counts, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(counts, dtype=torch.float32, device=device).mean().detach()
+    """The mean of ``counts`` (a tensor, or a host number: filled on the device, never copied from the host)."""
+    if not torch.is_tensor(counts):
+        return torch.full((), float(counts), dtype=torch.float32, device=device)
+    return counts.float().mean().detach()
 
 
 def cached_gradient_surrogate(embeddings: torch.Tensor, cached_gradients: torch.Tensor) -> torch.Tensor:

@@ -26,11 +26,14 @@ import functools
 import inspect
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+from .host_data import host_array, row_lengths, to_device
 
 __all__ = [
     "PACKED_ATTENTION",
@@ -86,9 +89,19 @@ class PackedSequences:
     flat_index: torch.Tensor  # (T,) each token's row in the padded batch flattened to (N * L)
     kernel: str | None = None  # one of ATTENTION_KERNELS; None: `choose_attention_kernel` at each call
     group_tokens: int | None = None  # the `grouped` kernel's group size; None: GROUP_TOKENS of the device
-    # (N,) leading tokens of each sentence that pooling leaves out (a prompt, `without_leading_tokens`); None: none
-    pooling_offsets: torch.Tensor | None = None
+    # (N,) leading tokens of each sentence that pooling leaves out (a prompt, `without_leading_tokens`), on the host;
+    # None: none
+    pooling_offsets: np.ndarray | None = None
     _groups: AttentionGroups | None = field(default=None, repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
+
+    @property
+    def host_starts(self) -> np.ndarray:
+        """``(N,)`` each sentence's first token in the packed sequence, on the host."""
+        return np.cumsum(self.lengths) - np.asarray(self.lengths, dtype=np.int64)
 
     @property
     def num_sequences(self) -> int:
@@ -102,22 +115,21 @@ class PackedSequences:
     def max_length(self) -> int:
         return max(self.lengths)
 
-    def without_leading_tokens(self, counts: torch.Tensor) -> PackedSequences:
-        """The same packed batch, pooled without each sentence's first ``counts[n]`` tokens (``(N,)``; the [CLS]
-        token and a prompt that ``include_prompt=False`` leaves out, as `encoding.mask_prompt_tokens` leaves them
-        out of a padded batch): `first_tokens`, `segment_mean` and `segment_max` then read the remaining tokens.
-        Every sentence must keep at least one (`can_pack` with the counts says beforehand)."""
-        counts = counts.to(device=self.cu_seqlens.device, dtype=torch.long).reshape(-1)
+    def without_leading_tokens(self, counts) -> PackedSequences:
+        """The same packed batch, pooled without each sentence's first ``counts[n]`` tokens (``(N,)``, host values or
+        a tensor; the [CLS] token and a prompt that ``include_prompt=False`` leaves out, as
+        `encoding.mask_prompt_tokens` leaves them out of a padded batch): `first_tokens`, `segment_mean` and
+        `segment_max` then read the remaining tokens. Every sentence must keep at least one (`can_pack` with the
+        counts says beforehand)."""
+        counts = host_array(counts).reshape(-1)
         if counts.shape[0] != self.num_sequences:
             raise ValueError(f"{counts.shape[0]} leading-token counts for {self.num_sequences} packed sentences.")
         return dataclasses.replace(self, pooling_offsets=counts)
 
     def first_tokens(self, token_states: torch.Tensor) -> torch.Tensor:
         """Each sentence's first pooled token ([CLS], or the first after a left-out prompt): ``(T, h) -> (N, h)``."""
-        first = self.cu_seqlens[:-1].long()
-        if self.pooling_offsets is not None:
-            first = first + self.pooling_offsets
-        return token_states.index_select(0, first)
+        first = self.host_starts if self.pooling_offsets is None else self.host_starts + self.pooling_offsets
+        return token_states.index_select(0, to_device(first, token_states.device))
 
     def segment_mean(self, token_states: torch.Tensor) -> torch.Tensor:
         """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``, in ``token_states``' dtype.
@@ -130,8 +142,7 @@ class PackedSequences:
         dtype = torch.promote_types(token_states.dtype, torch.float32)  # float32, or float64 for float64 states
         sums = token_states.new_zeros(self.num_sequences, token_states.shape[-1], dtype=dtype)
         sums = sums.index_add(0, sentence, states.to(dtype))
-        counts = torch.tensor(counts, dtype=dtype, device=token_states.device).unsqueeze(1)
-        return (sums / counts).to(token_states.dtype)
+        return (sums / to_device(counts, token_states.device, dtype).unsqueeze(1)).to(token_states.dtype)
 
     def segment_max(self, token_states: torch.Tensor) -> torch.Tensor:
         """Max over each sentence's pooled tokens: ``(T, h) -> (N, h)``.
@@ -139,32 +150,39 @@ class PackedSequences:
         The tokens are scattered into an ``(N, longest, h)`` buffer filled with the dtype's minimum and reduced
         with ``max``, as the padded pooler reduces its masked batch, so that ties send the gradient to the same token.
         """
-        states, sentence, within, counts = self._pooled_tokens(token_states)
-        width = max(counts)
-        rows = sentence * width + within  # rows of the (N * width) buffer
+        states, _, rows, counts = self._pooled_tokens(token_states, width=True)
+        width = int(counts.max())
         buffer = token_states.new_full(
             (self.num_sequences * width, token_states.shape[-1]), torch.finfo(states.dtype).min
         )
         buffer = buffer.index_copy(0, rows, states)
         return buffer.view(self.num_sequences, width, -1).max(dim=1).values
 
-    def _pooled_tokens(self, token_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list]:
-        """The ``(P, h)`` states of the pooled tokens, each one's sentence and place among its sentence's pooled
-        tokens (``(P,)`` each), and how many each sentence pools (N numbers)."""
-        starts = self.cu_seqlens[:-1].long()[self.sequence_index]  # (T,) each token's sentence start
-        within = torch.arange(self.num_tokens, device=token_states.device) - starts  # (T,)
-        if self.pooling_offsets is None:
-            return token_states, self.sequence_index, within, self.lengths
-        offsets = self.pooling_offsets[self.sequence_index]  # (T,)
-        kept = (within >= offsets).nonzero().squeeze(1)  # (P,)
-        counts = [length - offset for length, offset in zip(self.lengths, self.pooling_offsets.tolist(), strict=True)]
-        return token_states.index_select(0, kept), self.sequence_index[kept], (within - offsets)[kept], counts
+    def _pooled_tokens(self, token_states: torch.Tensor, width: bool = False):
+        """``(states, sentence, place, counts)``: the ``(P, h)`` states of the pooled tokens, each one's sentence
+        ``(P,)`` and, with ``width``, its row in an ``(N * longest)`` buffer of the pooled tokens (``(P,)``; else
+        None), all on the device, and how many tokens each sentence pools (``(N,)``, host). Built on the host from the
+        lengths: nothing is read back from the device."""
+        lengths = np.asarray(self.lengths, dtype=np.int64)
+        offsets = np.zeros_like(lengths) if self.pooling_offsets is None else self.pooling_offsets
+        counts = lengths - offsets
+        device = token_states.device
+        if self.pooling_offsets is None and not width:
+            return token_states, self.sequence_index, None, counts
+        sentence = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)  # (T,)
+        within = _ragged_arange(lengths) - offsets[sentence]  # (T,) place among the sentence's pooled tokens
+        kept = np.flatnonzero(within >= 0)  # (P,)
+        states = token_states if len(kept) == len(within) else token_states.index_select(0, to_device(kept, device))
+        rows = sentence[kept] * int(counts.max(initial=1)) + within[kept] if width else None
+        place = None if rows is None else to_device(rows, device)
+        return states, to_device(sentence[kept], device), place, counts
 
     def attention_groups(self, device: torch.device) -> AttentionGroups:
-        """The `grouped` kernel's groups, built once per batch and shared by every layer."""
+        """The `grouped` kernel's groups, built once per batch (on the host, from the lengths) and shared by every
+        layer."""
         if self._groups is None:
             budget = self.group_tokens or GROUP_TOKENS.get(device.type, GROUP_TOKENS["cuda"])
-            self._groups = attention_groups(self.lengths, self.cu_seqlens.to(device), budget)
+            self._groups = attention_groups(self.lengths, budget, device)
         return self._groups
 
     def attend(
@@ -206,38 +224,49 @@ def pack_sequences(
     position_ids: torch.Tensor | None = None,
     kernel: str | None = None,
     group_tokens: int | None = None,
+    lengths=None,
 ) -> PackedSequences:
     """Pack ``(N, L)`` right-padded inputs into one ``(1, T)`` sequence of their real tokens.
 
     ``position_ids``: the ``(N, L)`` position ids of the padded batch (`padded_position_ids`; default ``arange(L)``
-    in every row), taken at the real tokens so that every model keeps its own numbering. Raises ``ValueError`` for
-    inputs that are not right-padded or hold an empty row (`can_pack` says beforehand).
+    in every row), taken at the real tokens so that every model keeps its own numbering. ``lengths``: each row's real
+    tokens on the host (``(N,)``, `host_data`: the collators give them), from which every index is built there and
+    copied without blocking; without them they are read back from the mask, which is then checked (``ValueError``
+    for inputs that are not right-padded or hold an empty row; `can_pack` says beforehand).
     """
     if kernel is not None and kernel not in ATTENTION_KERNELS:
         raise ValueError(f"Unknown attention kernel {kernel!r}: choose one of {', '.join(ATTENTION_KERNELS)}.")
     num_sequences, width = input_ids.shape
-    if not can_pack(attention_mask):
+    if lengths is None and not can_pack(attention_mask):
         raise ValueError(
             "Packing needs right-padded inputs (real tokens first, then padding) with at least one token per row."
         )
-    flat_index = attention_mask.reshape(-1).nonzero().squeeze(1)  # (T,) sentence after sentence
-    lengths = attention_mask.sum(dim=1)
-    cu_seqlens = torch.zeros(num_sequences + 1, dtype=torch.int32, device=input_ids.device)
-    cu_seqlens[1:] = lengths.cumsum(0)
+    lengths = row_lengths(attention_mask, lengths)  # (N,) host
+    device = input_ids.device
+    cu_seqlens = np.zeros(num_sequences + 1, dtype=np.int64)
+    cu_seqlens[1:] = np.cumsum(lengths)
+    sentence = np.repeat(np.arange(num_sequences, dtype=np.int64), lengths)  # (T,)
+    flat_index = to_device(sentence * width + _ragged_arange(lengths), device)  # (T,) sentence after sentence
     if position_ids is None:
-        position_ids = torch.arange(width, device=input_ids.device).expand(num_sequences, width)
-    take = lambda tensor: tensor.reshape(-1)[flat_index].unsqueeze(0)  # (N, L) -> (1, T)
+        position_ids = torch.arange(width, device=device).expand(num_sequences, width)
+    take = lambda tensor: tensor.reshape(-1).index_select(0, flat_index).unsqueeze(0)  # (N, L) -> (1, T)
     return PackedSequences(
         input_ids=take(input_ids),
         position_ids=take(position_ids),
         token_type_ids=None if token_type_ids is None else take(token_type_ids),
         lengths=lengths.tolist(),
-        cu_seqlens=cu_seqlens,
-        sequence_index=flat_index // width,
+        cu_seqlens=to_device(cu_seqlens, device, torch.int32),
+        sequence_index=to_device(sentence, device),
         flat_index=flat_index,
         kernel=kernel,
         group_tokens=group_tokens,
     )
+
+
+def _ragged_arange(lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(n) for n in lengths])``."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
 
 
 def can_pack(attention_mask: torch.Tensor) -> bool:
@@ -323,29 +352,29 @@ def length_sorted_groups(
     return bounds
 
 
-def attention_groups(lengths: list[int], cu_seqlens: torch.Tensor, group_tokens: int) -> AttentionGroups:
-    """Sort the sentences by length (longest first) and cut them into `length_sorted_groups` of ``group_tokens``."""
-    device = cu_seqlens.device
-    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
-    sorted_lengths = [lengths[index] for index in order]
-    starts = cu_seqlens[:-1].long()
-    length_tensor = torch.tensor(lengths, device=device)
+def attention_groups(lengths: list[int], group_tokens: int, device: torch.device | str = "cpu") -> AttentionGroups:
+    """Sort the sentences by length (longest first) and cut them into `length_sorted_groups` of ``group_tokens``;
+    every index is computed on the host and copied to ``device`` without blocking."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    sorted_lengths = lengths[order].tolist()
+    starts = np.cumsum(lengths) - lengths
     gather, valid, kept, tokens = [], [], [], []
     for first, stop in length_sorted_groups(sorted_lengths, group_tokens=group_tokens):
         width = sorted_lengths[first]
-        rows = torch.tensor(order[first:stop], device=device)
-        offsets = torch.arange(width, device=device)
-        keep = offsets[None, :] < length_tensor[rows, None]  # (G, w)
-        index = starts[rows, None] + torch.minimum(offsets[None, :], length_tensor[rows, None] - 1)  # (G, w)
+        rows = order[first:stop]
+        offsets = np.arange(width)
+        keep = offsets[None, :] < lengths[rows, None]  # (G, w)
+        index = starts[rows, None] + np.minimum(offsets[None, :], lengths[rows, None] - 1)  # (G, w)
         all_real = sorted_lengths[stop - 1] == width
-        gather.append(index)
-        valid.append(None if all_real else keep)
-        kept.append(None if all_real else keep.reshape(-1).nonzero().squeeze(1))
+        gather.append(to_device(index, device))
+        valid.append(None if all_real else to_device(keep, device, torch.bool))
+        kept.append(None if all_real else to_device(np.flatnonzero(keep), device))
         tokens.append(index.reshape(-1) if all_real else index[keep])
-    tokens = torch.cat(tokens)  # a permutation of range(T)
-    inverse = torch.empty_like(tokens)
-    inverse[tokens] = torch.arange(tokens.shape[0], device=device)
-    return AttentionGroups(gather=gather, valid=valid, inverse=inverse, kept=kept)
+    tokens = np.concatenate(tokens)  # a permutation of range(T)
+    inverse = np.empty_like(tokens)
+    inverse[tokens] = np.arange(len(tokens))
+    return AttentionGroups(gather=gather, valid=valid, inverse=to_device(inverse, device), kept=kept)
 
 
 def group_attention_mask(valid: torch.Tensor | None, width: int, sliding_window: int | None) -> torch.Tensor | None:
@@ -539,8 +568,10 @@ def packed_encoder_forward(
     with_pooler: bool = False,
     kernel: str | None = None,
     group_tokens: int | None = None,
+    lengths=None,
 ):
-    """Run ``encoder`` once on the ``(N, L)`` right-padded batch packed: ``(outputs, packed)``.
+    """Run ``encoder`` once on the ``(N, L)`` right-padded batch packed: ``(outputs, packed)``; ``lengths`` ``(N,)``
+    on the host, as `pack_sequences` takes them.
 
     ``outputs`` is the encoder's output with ``(1, T, h)`` token states (``hidden_states`` too when asked); with
     ``with_pooler`` its ``pooler_output`` is the encoder's pooler layer (BERT: dense + tanh) on each sentence's first
@@ -555,6 +586,7 @@ def packed_encoder_forward(
         padded_position_ids(encoder, input_ids),
         kernel=kernel,
         group_tokens=group_tokens,
+        lengths=lengths,
     )
     kwargs = {"packed_sequences": packed, "position_ids": packed.position_ids}
     if packed.token_type_ids is not None:

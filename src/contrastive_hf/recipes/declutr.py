@@ -309,6 +309,7 @@ class SpanViewCollator:
             "input_ids": input_ids.view(size, views, -1),  # (B, 2 or 3, L)
             "attention_mask": attention_mask.view(size, views, -1),
             "sentence_ids": span_ids,
+            "input_lengths": batch_views.lengths.reshape(size, views),  # (B, 2 or 3) on the host
         }
         if self.mlm:
             anchors = self._frame(unmasked_anchor)

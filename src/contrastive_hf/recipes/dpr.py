@@ -260,8 +260,10 @@ class QueryPassageCollator:
             "sentence_ids": sentence_ids(  # (B, 2 + k)
                 queries, *(passages.take(np.arange(view, size * per_query, per_query)) for view in range(per_query))
             ),
+            "query_lengths": queries.lengths.copy(),  # (B,) on the host
+            "passage_lengths": passages.lengths.reshape(size, per_query),  # (B, 1 + k) on the host
         }
-        prompt_lengths = self._prompts.lengths_tensor(size, [1, per_query])
+        prompt_lengths = self._prompts.lengths_array(size, [1, per_query])
         if prompt_lengths is not None:
             batch["prompt_lengths"] = prompt_lengths  # (B, 1 + P)
         return batch

@@ -33,9 +33,11 @@ from __future__ import annotations
 import contextlib
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from ..models.distributed import gather_sizes
+from ..models.host_data import host_array
 
 __all__ = [
     "GradCacheModel",
@@ -179,6 +181,25 @@ def chunk_count(batch_sizes: list[int], chunk_size: int) -> int:
     return -(-max(batch_sizes) // chunk_size)
 
 
+class MaskedTokens:
+    """The masked tokens of a batch's MLM copy, by rows: how many each chunk of rows holds (its share of the MLM
+    loss) and their positions within it. From the collator's ``mlm_positions`` on the host (`models.host_data`),
+    nothing is read back from the device; without them they are counted on the device (a read back per chunk)."""
+
+    def __init__(self, labels: torch.Tensor, positions=None):
+        self.labels = labels
+        self.row_size = int(np.prod(labels.shape[1:]))  # positions are flat indices into the labels
+        self.positions = None if positions is None else host_array(positions)
+        self.total = max(len(self.positions) if self.positions is not None else int((labels != -100).sum()), 1)
+
+    def of_rows(self, start: int, end: int) -> tuple[int, np.ndarray | None]:
+        """``(count, positions)`` of rows ``start:end``: positions relative to the chunk (None without host ones)."""
+        if self.positions is None:
+            return int((self.labels[start:end] != -100).sum()), None
+        low, high = np.searchsorted(self.positions, [start * self.row_size, end * self.row_size])
+        return int(high - low), self.positions[low:high] - start * self.row_size
+
+
 def grad_cache_step(
     model: torch.nn.Module,
     unwrapped: torch.nn.Module,
@@ -253,7 +274,7 @@ def grad_cache_step(
     # 3. replay each chunk with its graph and back-propagate the cached gradients (plus the chunk's MLM share)
     labels = inputs.get("mlm_labels")
     with_mlm = labels is not None and mlm_weight > 0
-    masked_total = max(int((labels != -100).sum()), 1) if with_mlm else 1
+    masked = MaskedTokens(labels, inputs.get("mlm_positions")) if with_mlm else None
     mlm_loss = None
     for index in range(num_chunks):
         padded = index >= len(starts)
@@ -261,10 +282,13 @@ def grad_cache_step(
         chunk = {name: inputs[name][start:end] for name in names}
         share = 1.0
         if with_mlm:
-            for name in ("mlm_input_ids", "mlm_attention_mask", "mlm_labels"):
+            for name in ("mlm_input_ids", "mlm_attention_mask", "mlm_labels", "mlm_lengths"):
                 if inputs.get(name) is not None:
                     chunk[name] = inputs[name][start:end]
-            share = 0.0 if padded else int((labels[start:end] != -100).sum()) / masked_total
+            count, positions = masked.of_rows(start, end)
+            if positions is not None:
+                chunk["mlm_positions"] = positions
+            share = 0.0 if padded else count / masked.total
         if gradients is not None:
             cached = gradients[start:end]
             chunk["cached_embedding_gradients"] = torch.zeros_like(cached) if padded else cached

@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 
+import torch
 from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
@@ -39,6 +40,7 @@ from ..models.checkpoint_files import refuse_non_finite
 
 __all__ = [
     "COLLAPSED_UNIFORMITY",
+    "NonFiniteLossWatch",
     "TrainingSanityCallback",
     "check_training_setup",
     "hard_negatives_in_batches",
@@ -194,3 +196,55 @@ class TrainingSanityCallback(TrainerCallback):
         if condition not in self.warned:
             self.warned.add(condition)
             logger.warning(message)
+
+
+class NonFiniteLossWatch:
+    """Notes, on the device, the first step whose loss (or a part of it) was NaN or infinite, and stops training
+    when asked (`raise_if_any`: the trainer asks when it logs, saves a checkpoint or ends), naming that step and the
+    part that went wrong.
+
+    Checking the loss at every step would read it back from the device, which makes the host wait for the GPU at
+    every step (issue 32); recording costs a few elementwise operations queued with the step's own. The price: a
+    run stops at the next log, not at the bad step itself, and says which step it was.
+    """
+
+    def __init__(self):
+        self.first_step: dict[str, torch.Tensor] = {}  # name -> the first bad step (-1: none), a device scalar
+        self.value: dict[str, torch.Tensor] = {}  # name -> its value at that step
+
+    def record(self, step: int, parts: dict[str, torch.Tensor | None]) -> None:
+        """Note ``parts`` (scalar tensors by name) of optimisation step ``step`` (counted from 1)."""
+        for name, value in parts.items():
+            if value is None:
+                continue
+            value = value.detach().float().reshape(-1)[:1].reshape(())
+            if name not in self.first_step:
+                self.first_step[name] = torch.full_like(value, -1.0)
+                self.value[name] = torch.zeros_like(value)
+            first = self.first_step[name]
+            new = ~torch.isfinite(value) & (first < 0)
+            self.first_step[name] = torch.where(new, torch.full_like(first, float(step)), first)
+            self.value[name] = torch.where(new, value, self.value[name])
+
+    def raise_if_any(self, epoch: float | None = None) -> None:
+        """A `FloatingPointError` naming the first bad step and its non-finite parts, if one was noted (a read back
+        from the device: call it where the trainer reads values anyway, at a log)."""
+        if not self.first_step:
+            return
+        names = list(self.first_step)
+        steps = torch.stack([self.first_step[name] for name in names]).tolist()
+        bad = [step for step in steps if step >= 0]
+        if not bad:
+            return
+        step = int(min(bad))
+        values = torch.stack([self.value[name] for name in names]).tolist()
+        parts = [name for name, first in zip(names, steps, strict=True) if first == step and name != "loss"]
+        shown = ", ".join(
+            f"{name}={value:.4g}" for name, value, first in zip(names, values, steps, strict=True) if first == step
+        )
+        where = f" (the run is now at epoch {epoch:.2f})" if epoch is not None else ""
+        raise FloatingPointError(
+            f"Non-finite loss at step {step}{where} in {', '.join(parts) or 'loss'}: "
+            f"{shown}. Lower the learning rate or warm it up longer, use bf16 rather than fp16, or check the batch "
+            "for empty or corrupt examples; resume from the last checkpoint."
+        )

@@ -36,7 +36,7 @@ from .deepspeed_weights import SavesMasterWeights
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
-from .sanity import TrainingSanityCallback, check_training_setup
+from .sanity import NonFiniteLossWatch, TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE", "means_over_processes"]
@@ -91,6 +91,7 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         reason = getattr(self.args, "precision_reason", "") or f"bf16={bf16} in the training arguments"
         log_precision_once(self, "Training", Precision(bf16, reason))
         self._metric_sums: dict[str, torch.Tensor] = {}
+        self._nonfinite = NonFiniteLossWatch()
         self._metric_counts: dict[str, int] = {}
         self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
         show_losses_on_progress_bar(self, ("loss", *LOSS_COMPONENTS))
@@ -190,19 +191,9 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         return result.loss * scale
 
     def _check_finite(self, loss: torch.Tensor | None, parts: dict[str, torch.Tensor | None]) -> None:
-        """Stop at a NaN or infinite loss, naming the step and the part of the loss that went wrong."""
-        values = {name: value for name, value in parts.items() if value is not None}
-        if loss is not None:
-            values["loss"] = loss
-        if all(bool(torch.isfinite(value.detach()).all()) for value in values.values()):
-            return
-        shown = ", ".join(f"{name}={value.detach().float().item():.4g}" for name, value in values.items())
-        bad = [name for name, value in values.items() if name != "loss" and not torch.isfinite(value).all()]
-        raise FloatingPointError(
-            f"Non-finite loss at step {self.state.global_step + 1} (epoch {self.state.epoch or 0:.2f}) in "
-            f"{', '.join(bad) or 'loss'}: {shown}. Lower the learning rate or warm it up longer, use bf16 rather "
-            "than fp16, or check the batch for empty or corrupt examples; resume from the last checkpoint."
-        )
+        """Note a NaN or infinite loss on the device (`sanity.NonFiniteLossWatch`): training stops at the next log,
+        naming the step and the part of the loss that went wrong, without reading the loss back at every step."""
+        self._nonfinite.record(self.state.global_step + 1, {**parts, "loss": loss})
 
     @torch.no_grad()
     def _after_step(self, outputs, inputs) -> None:
@@ -214,7 +205,7 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
             if embeddings.shape[0] >= 2:
                 metrics["uniformity"] = uniformity(embeddings[:, 0])
         if self.prebatch_queue is not None:
-            metrics["queue_fill"] = torch.tensor(self.prebatch_queue.fill, device=self.args.device)  # as used
+            metrics["queue_fill"] = self.prebatch_queue.fill  # as used; a host number
             if embeddings is not None:  # this batch's keys are the next batches' negatives
                 ids = inputs.get("sentence_ids")
                 self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
@@ -222,11 +213,13 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         if dataset is not None and getattr(outputs, "cl_loss", None) is not None:
             metrics[f"cl_loss_{dataset}"] = outputs.cl_loss  # every process draws the same dataset at a step
         for name, value in metrics.items():
-            if value is not None:  # accumulated on the device: no host sync per step
-                self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value.detach().float()
+            if value is not None:  # accumulated where it is (a tensor on the device): no host sync per step
+                value = value.detach().float() if torch.is_tensor(value) else float(value)
+                self._metric_sums[name] = self._metric_sums.get(name, 0.0) + value
                 self._metric_counts[name] = self._metric_counts.get(name, 0) + 1
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        self._nonfinite.raise_if_any(self.state.epoch)  # the trainer reads values back here anyway
         if "loss" in logs:
             logs.update(self._gathered_step_metrics())
         super().log(logs, start_time)
@@ -417,7 +410,8 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     def _save_checkpoint(self, model, trial) -> None:
         """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the
         ``save_total_limit`` rotation come after, so that neither sees (nor keeps instead of a complete one) a
-        half-written checkpoint."""
+        half-written checkpoint. A run whose loss went NaN since the last log stops before saving its weights."""
+        self._nonfinite.raise_if_any(self.state.epoch)
         run_dir = self._get_output_dir(trial=trial)
         folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         layout = self.checkpoint_layout()

@@ -91,6 +91,8 @@ class TaskCollator:
             if spec.is_pair:
                 tensor = tensor.view(2, len(examples), -1).transpose(0, 1).contiguous()  # (B, 2, L)
             batch[key] = tensor
+        # each sentence's real tokens on the host too (models.host_data): the model reads nothing back to mask
+        batch["input_lengths"] = batch["attention_mask"].sum(-1).numpy()  # (B,) or (B, 2)
         labels = [example["label"] for example in examples]
         batch["labels"] = torch.tensor(labels, dtype=torch.float32 if spec.is_regression else torch.long)
         if self.add_task_name:

@@ -330,13 +330,14 @@ class MultitaskModel(PreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.contrastive.set_input_embeddings(value)
 
-    def embed(self, input_ids, attention_mask=None, token_type_ids=None) -> torch.Tensor:
+    def embed(self, input_ids, attention_mask=None, token_type_ids=None, lengths=None) -> torch.Tensor:
         """Sentence embeddings ``(B, d)`` or ``(B, 2, d)``, as the heads see them (the projection only where the
-        encoder's config keeps it at inference)."""
+        encoder's config keeps it at inference); ``lengths``: each sentence's real tokens on the host."""
         project = self.config.contrastive.projection_at_inference
-        return self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=project).pooler_output
+        embedded = self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=project, lengths=lengths)
+        return embedded.pooler_output
 
-    def _task_forward(self, task: str, input_ids, attention_mask, token_type_ids, labels):
+    def _task_forward(self, task: str, input_ids, attention_mask, token_type_ids, labels, lengths=None):
         if task not in self.task_specs:
             raise ValueError(f"Unknown task {task!r}; this model has {', '.join(self.task_specs)}.")
         spec = self.task_specs[task]
@@ -345,7 +346,7 @@ class MultitaskModel(PreTrainedModel):
             shape = "(batch, 2, length)" if spec.is_pair else "(batch, length)"
             got = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"Task {task!r} ({spec.type}) takes input_ids of shape {shape}, got {got}.")
-        logits = self.heads[task](self.embed(input_ids, attention_mask, token_type_ids))
+        logits = self.heads[task](self.embed(input_ids, attention_mask, token_type_ids, lengths))
         loss = None
         if labels is not None:
             if spec.is_regression:
@@ -362,6 +363,7 @@ class MultitaskModel(PreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         task_batches: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
+        input_lengths=None,
         return_dict: bool | None = None,
     ) -> MultitaskOutput | tuple:
         r"""
@@ -374,6 +376,8 @@ class MultitaskModel(PreTrainedModel):
         task_batches (`dict[str, dict[str, torch.Tensor]]`, *optional*):
             Several tasks at once, ``{task: {"input_ids": ..., "attention_mask": ..., "labels": ...}}``, instead of
             ``task`` and its tensors; each batch needs its labels.
+        input_lengths (numpy array of shape `(batch_size,)` or `(batch_size, 2)`, *optional*):
+            Each sentence's real tokens, on the host (`TaskCollator` gives them; `models.host_data`).
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if task_batches is not None:
@@ -384,7 +388,12 @@ class MultitaskModel(PreTrainedModel):
                 if batch.get("labels") is None:
                     raise ValueError(f"task_batches[{name!r}] has no labels: task_batches is for training.")
                 loss, logits[name] = self._task_forward(
-                    name, batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"), batch["labels"]
+                    name,
+                    batch["input_ids"],
+                    batch.get("attention_mask"),
+                    batch.get("token_type_ids"),
+                    batch["labels"],
+                    batch.get("input_lengths"),
                 )
                 losses[name] = loss
                 weighted = self.task_specs[name].loss_weight * loss
@@ -393,7 +402,7 @@ class MultitaskModel(PreTrainedModel):
         else:
             if task is None:
                 raise ValueError("Say which task the batch is for: model(task=..., input_ids=...).")
-            loss, logits = self._task_forward(task, input_ids, attention_mask, token_type_ids, labels)
+            loss, logits = self._task_forward(task, input_ids, attention_mask, token_type_ids, labels, input_lengths)
             output = MultitaskOutput(loss=loss, logits=logits)
         return output if return_dict else output.to_tuple()
 

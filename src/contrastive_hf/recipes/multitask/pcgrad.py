@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ...models.host_data import to_device
+
 __all__ = [
     "PCGradStats",
     "random_orders",
@@ -51,15 +53,18 @@ __all__ = [
 @dataclass
 class PCGradStats:
     """What one surgery did: ``conflicting_pairs`` of the ``task_pairs`` pairs of tasks had gradients with a negative
-    inner product (before projection); ``cosines`` is the T x T matrix of their cosine similarities."""
+    inner product (before projection); ``cosines`` is the T x T matrix of their cosine similarities. The counts and
+    cosines stay on the device (a 0-d tensor and a matrix): reading them back at every step would make the host wait
+    for the GPU; a log reads them."""
 
-    conflicting_pairs: int
+    conflicting_pairs: torch.Tensor
     task_pairs: int
     cosines: torch.Tensor
 
     @property
-    def conflict_fraction(self) -> float:
-        return self.conflicting_pairs / self.task_pairs if self.task_pairs else 0.0
+    def conflict_fraction(self) -> torch.Tensor:
+        """The share of task pairs that conflicted, a 0-d tensor on the device (0 without pairs)."""
+        return self.conflicting_pairs / max(self.task_pairs, 1)
 
 
 def random_orders(num_tasks: int, generator: torch.Generator | None = None) -> list[list[int]]:
@@ -94,11 +99,11 @@ def pcgrad_coefficients(gram: torch.Tensor, orders: Sequence[Sequence[int]]) -> 
     for task in range(num_tasks):
         for other in orders[task]:
             squared_norm = gram[other, other]
-            if squared_norm <= 0:
-                continue
             inner = coefficients[task] @ gram[:, other]  # g_task^PC . g_other
-            if inner < 0:
-                coefficients[task, other] -= inner / squared_norm
+            # the projection where the gradients conflict, decided on the device (an `if` would read both back)
+            conflicts = (squared_norm > 0) & (inner < 0)
+            step = torch.where(conflicts, inner / torch.where(conflicts, squared_norm, 1.0), 0.0)
+            coefficients[task, other] -= step
     return coefficients
 
 
@@ -169,9 +174,9 @@ def _stats(gram: torch.Tensor) -> PCGradStats:
     num_tasks = gram.shape[0]
     norms = gram.diagonal().clamp(min=0).sqrt()
     cosines = gram / (norms[:, None] * norms[None, :]).clamp(min=1e-30)
-    upper = torch.triu_indices(num_tasks, num_tasks, offset=1)
-    conflicting = int((gram[upper[0], upper[1]] < 0).sum())
-    return PCGradStats(conflicting, num_tasks * (num_tasks - 1) // 2, cosines.float().cpu())
+    upper = torch.triu(torch.ones_like(gram, dtype=torch.bool), diagonal=1)  # each pair once
+    conflicting = ((gram < 0) & upper).sum()
+    return PCGradStats(conflicting, num_tasks * (num_tasks - 1) // 2, cosines.float())
 
 
 def combine_task_gradients(
@@ -198,10 +203,13 @@ def combine_task_gradients(
     shared = [p for p in range(num_parameters) if len(present[p]) > 1]
     device = next((g.device for gradients in task_gradients for g in gradients if g is not None), None)
     gram = torch.zeros(num_tasks, num_tasks, dtype=torch.float64, device=device)
+    indexes = {}  # the few distinct sets of tasks, each copied to the device once, without blocking
     for p in shared:
         tasks = present[p]
         rows = torch.stack([task_gradients[t][p].reshape(-1) for t in tasks]).float()  # (k, n_p)
-        index = torch.tensor(tasks, device=rows.device)
+        if tuple(tasks) not in indexes:
+            indexes[tuple(tasks)] = to_device(tasks, rows.device)
+        index = indexes[tuple(tasks)]
         gram[index[:, None], index[None, :]] += (rows @ rows.T).double()
     weights = pcgrad_coefficients(gram, orders).sum(dim=0)  # (T,)
 

@@ -181,7 +181,7 @@ class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts: dict[str, int] = {}
         self._pcgrad_buffers: dict[str, list[torch.Tensor | None]] = {}
-        self._conflict_fractions: list[float] = []
+        self._conflict_fractions: list[torch.Tensor] = []  # on the device, read at the next log
         if self.args.pcgrad:
             plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
             check_pcgrad_setup(
@@ -314,7 +314,8 @@ class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
             means = means_over_processes(self.accelerator, names, self._loss_sums, self._loss_counts, self.args.device)
             logs.update({f"loss_{name}": mean for name, mean in means.items()})
             if self._conflict_fractions:
-                logs["pcgrad_conflict_fraction"] = round(float(np.mean(self._conflict_fractions)), 4)
+                fraction = torch.stack(self._conflict_fractions).float().mean().item()
+                logs["pcgrad_conflict_fraction"] = round(fraction, 4)
             self._loss_sums, self._loss_counts, self._conflict_fractions = {}, {}, []
         super().log(logs, start_time)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...data.collators import pad_sequences
@@ -46,4 +47,6 @@ class SelfGuidedCollator:
                 f"{sorted(features[0])}; set text_column to the column holding the sentences."
             )
         input_ids, attention_mask = pad_sequences(sequences, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
+        # the lengths on the host too (models.host_data): the model then reads nothing back from the device
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "input_lengths": lengths}

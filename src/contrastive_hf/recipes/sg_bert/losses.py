@@ -147,9 +147,7 @@ def self_guided_opt3_loss(
     logits = logits.view(batch, total, num_layers)  # (b, M, K)
     rows = torch.arange(batch, device=logits.device)
     positives = logits[rows, rows + offset]  # (b, K)
-    negatives = logits.index_put(
-        (rows, rows + offset), torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device)
-    )
+    negatives = logits.index_put((rows, rows + offset), logits.new_full((), float("-inf")))
     negative_mass = negatives.flatten(1).logsumexp(dim=1, keepdim=True)  # (b, 1): log sum over m != i, all n
     return share_of_global_mean((torch.logaddexp(positives, negative_mass) - positives).mean(), sizes)
 

@@ -16,6 +16,8 @@ from transformers.utils import ModelOutput
 
 from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
+from ...models.encoding import attention_mask_for
+from ...models.host_data import host_array
 from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
 from .losses import (
     LAYER_POOLINGS,
@@ -234,9 +236,14 @@ class SelfGuidedModel(nn.Module):
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
+        input_lengths=None,
     ) -> torch.Tensor:
-        """BERT_F's views :math:`h_{i,k}` of every layer k = 0..l, pooled over the tokens: ``(B, l + 1, hidden)``."""
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True}
+        """BERT_F's views :math:`h_{i,k}` of every layer k = 0..l, pooled over the tokens: ``(B, l + 1, hidden)``;
+        ``input_lengths`` ``(B,)``: each sentence's real tokens on the host (`models.host_data`)."""
+        mask = attention_mask_for(
+            self.frozen_encoder, attention_mask, None if input_lengths is None else host_array(input_lengths)
+        )
+        inputs = {"input_ids": input_ids, "attention_mask": mask, "output_hidden_states": True}
         if token_type_ids is not None:
             inputs["token_type_ids"] = token_type_ids
         hidden_states = self.frozen_encoder(**inputs, return_dict=True).hidden_states  # l + 1 x (B, T, h)
@@ -248,6 +255,7 @@ class SelfGuidedModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         view_layers: torch.Tensor | None = None,
+        input_lengths=None,
         return_loss: bool = True,
         gather_across_devices: bool = False,
         return_dict: bool | None = None,
@@ -257,6 +265,9 @@ class SelfGuidedModel(nn.Module):
             The sentences, once each (the views come from BERT_F's layers; no augmentation).
         view_layers (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
             For base/opt1/opt2: the layer of each sentence's view, instead of the sampler's draw.
+        input_lengths (numpy array of shape `(batch_size,)`, *optional*):
+            Each sentence's real tokens, on the host (`SelfGuidedCollator` gives them): the encoders then get a
+            mask that transformers does not read back from the device.
         return_loss (`bool`, defaults to `True`):
             Compute the loss; otherwise only BERT_T's sentence vectors are returned.
         gather_across_devices (`bool`, defaults to `False`):
@@ -271,10 +282,12 @@ class SelfGuidedModel(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         config = self.self_guided_config
-        sentences = self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=False).pooler_output
+        sentences = self.contrastive.embed(
+            input_ids, attention_mask, token_type_ids, project=False, lengths=input_lengths
+        ).pooler_output
         output = SelfGuidedOutput(embeddings=sentences)
         if return_loss:
-            layer_views = self.layer_views(input_ids, attention_mask, token_type_ids)  # (B, K, h), no gradient
+            layer_views = self.layer_views(input_ids, attention_mask, token_type_ids, input_lengths)  # (B, K, h)
             projected = self.projection(sentences)  # (B, d)
             if config.loss == "opt3":
                 views = self.projection(layer_views)  # (B, K, d)
