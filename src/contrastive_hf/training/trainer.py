@@ -128,6 +128,16 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         self._epoch_examples = _EpochExampleCount(self)  # says at each epoch's end how many examples it held
         self.add_callback(self._epoch_examples)
 
+    def _build_accelerator_args(self, **kwargs) -> dict:
+        """The Trainer's Accelerator arguments, with ``--torch_compile`` as regional compilation
+        (`training_args` docstring): each transformer layer, the embeddings and the heads are compiled, and the step
+        around them (packing, pooling, the losses, all driven by host data) runs as written."""
+        args = super()._build_accelerator_args(**kwargs)
+        plugin = args.get("dynamo_plugin")
+        if plugin is not None and self.args.torch_compile:
+            plugin.use_regional_compilation = True
+        return args
+
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
         given plain `TrainingArguments` (e.g. dropped into an existing script)."""
