@@ -279,10 +279,11 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         empty = [index for index, count in enumerate(counts) if count == 0]
         return (
             f"No training example on process(es) {', '.join(map(str, empty))} of {len(counts)}, while the others "
-            "have some: the part of the stream each of them reads holds none (the log names its shards, files and "
-            "byte ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its "
-            "first byte, so a corpus of a few long lines can leave a process without any. Stopping every process: "
-            "give a corpus with more lines, train on fewer processes, or train without --streaming."
+            "have some: the part of the stream each of them reads holds none (the log names its lines or shards, "
+            "files and byte ranges). A plain-text file is cut into parts of equal line counts, so one of fewer lines "
+            "than readers (processes times dataloader workers) leaves some without any; another corpus is cut into "
+            "whole files. Stopping every process: give a corpus with more lines, train on fewer processes, or train "
+            "without --streaming."
         )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
