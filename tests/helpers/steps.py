@@ -4,6 +4,7 @@ synchronisations, torch.compile)."""
 from __future__ import annotations
 
 import torch
+import torch._dynamo
 from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
@@ -16,7 +17,7 @@ from conftest import tiny_bert_config
 from helpers.batches import nli_rows, sentences
 from helpers.gpu_contracts import HostSyncCounter
 
-__all__ = ["COLLATORS", "contrastive_trainer", "syncs_of_a_step"]
+__all__ = ["COLLATORS", "contrastive_trainer", "syncs_of_a_step", "trained"]
 
 
 COLLATORS = {
@@ -73,3 +74,19 @@ def syncs_of_a_step(trainer) -> HostSyncCounter:
     with HostSyncCounter() as counter:
         trainer.training_step(trainer.model, step)
     return counter
+
+
+def trained(tokenizer, tmp_path, kind, sub_batch_size, compile_: bool, backend: str = "aot_eager", **options):
+    """3 steps of `contrastive_trainer`, dropout off, with ``--torch_compile`` (``backend``) or without: ``(logged
+    losses, final weights, trainer)``."""
+    torch._dynamo.reset()
+    trainer = contrastive_trainer(
+        tokenizer, tmp_path, kind, sub_batch_size, max_steps=3, logging_steps=1, learning_rate=1e-3,
+        torch_compile=compile_, torch_compile_backend=backend, **options,
+    )  # fmt: skip
+    for module in trainer.model.modules():  # dropout off: compiled and eager steps draw no random masks
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return losses, {name: p.detach().clone() for name, p in trainer.model.named_parameters()}, trainer

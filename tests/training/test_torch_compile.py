@@ -14,7 +14,7 @@ import torch
 import torch._dynamo
 from transformers import TrainerCallback
 
-from helpers.steps import contrastive_trainer
+from helpers.steps import contrastive_trainer, trained
 
 PATHS = [
     ("simcse", 0, {}),
@@ -24,20 +24,6 @@ PATHS = [
     ("prompts", "packed", {}),
     ("clear", "packed", {"grad_cache_chunk_size": 3}),
 ]
-
-
-def trained(tokenizer, tmp_path, kind, sub_batch_size, compile_: bool, **options):
-    torch._dynamo.reset()
-    trainer = contrastive_trainer(
-        tokenizer, tmp_path, kind, sub_batch_size, max_steps=3, logging_steps=1, learning_rate=1e-3,
-        torch_compile=compile_, torch_compile_backend="aot_eager", **options,
-    )  # fmt: skip
-    for module in trainer.model.modules():  # dropout off: compiled and eager steps draw no random masks
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-    trainer.train()
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return losses, {name: p.detach().clone() for name, p in trainer.model.named_parameters()}, trainer
 
 
 @pytest.mark.parametrize(("kind", "sub_batch_size", "options"), PATHS)
@@ -55,6 +41,7 @@ def test_a_run_of_changing_batch_shapes_compiles_a_bounded_number_of_graphs(toke
     """Packed batches change their token count at every step: after the first steps the compiled regions take it as
     a dynamic size, and the rest of the run compiles nothing more."""
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # the counts of this run alone
     trainer = contrastive_trainer(
         tokenizer, tmp_path, "clear", "packed", max_steps=24, logging_steps=100, torch_compile=True,
         torch_compile_backend="aot_eager", per_device_train_batch_size=4,
