@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, BertModel
 from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
 from helpers.builders import write_snli_sample
 from helpers.launching import CPU_ENV, DEEPSPEED_ON_CPU, accelerate_launch, save_tiny_model
+from helpers.saved_files import assert_holds_none, every_file, local_paths
 
 # its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("scripts_under_zero")
@@ -88,6 +89,8 @@ def _jobs(folder) -> list[dict]:
             model = model or starts[start]["any"]
             name = f"{script}-{start}"
             argv = [*model, *flags[script], *COMMON, "--output_dir", str(folder / name)]
+            if script == "run_clear" and start == "checkpoint":  # DeepSpeed's checkpoints too, for the path scan
+                argv += ["--save_strategy", "steps", "--save_steps", "1"]
             jobs.append({"name": name, "script": f"examples/{script}.py", "argv": argv})
     return jobs
 
@@ -182,3 +185,13 @@ def test_the_documented_bf16_command_under_zero2(tmp_path):
     assert result.returncode == 0, log[-4000:]
     assert "Training runs in bf16 autocast: --bf16 true was given" in log
     assert "gives the trained embeddings" in log
+
+
+def test_no_file_any_run_wrote_holds_a_local_path(launch):
+    """Every byte of every output folder (models, cards, trainer states, training arguments, DeepSpeed's own
+    checkpoint files) is free of the absolute paths of the run: its folders, the repository, the environment."""
+    stage, folder, _ = launch
+    outputs = [folder / job["name"] for job in json.loads((folder / "jobs.json").read_text())]
+    files = every_file(*outputs)
+    assert any("global_step" in name for name in files)  # DeepSpeed's checkpoint was written and is scanned
+    assert_holds_none(files, local_paths(folder))
