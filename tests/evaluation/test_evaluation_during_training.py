@@ -11,6 +11,7 @@ import pytest
 import torch
 from datasets import Dataset
 from PIL import Image
+from transformers import TrainerCallback
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.commands.cli import main as cli_main
@@ -139,3 +140,53 @@ def test_alignment_uniformity_plot_groups_points_by_name(tmp_path, monkeypatch):
               for line in axes.get_lines()]  # fmt: skip
     assert len(set(colors)) == 12
     assert "training step" not in axes.get_title()
+
+
+def test_a_resumed_run_keeps_the_best_checkpoint_of_its_first_part(repo_root, tokenizer, tmp_path, stsb_dev):
+    """The saved states name the best checkpoint by its folder alone (no local path in a saved file); resumed, the
+    Trainer looked for that name in the working directory, dropped it as gone, and kept the best of the resumed part
+    only. Here the best of the whole run is in the first part (step 2 or 4), and it is the one loaded at the end."""
+
+    def run(max_steps: int, resume: str | None = None) -> ContrastiveTrainer:
+        torch.manual_seed(1)
+        config = ContrastiveConfig(
+            encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="mean", mlm_weight=0.0
+        )
+        corpus = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()[:96]
+        args = ContrastiveTrainingArguments(
+            output_dir=str(tmp_path), per_device_train_batch_size=16, max_steps=6, logging_steps=2,
+            eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2, load_best_model_at_end=True,
+            metric_for_best_model="eval_stsb_spearman", learning_rate=3e-3, report_to="none", disable_tqdm=True,
+            use_cpu=True, seed=1,
+        )  # fmt: skip
+        trainer = ContrastiveTrainer(
+            model=ContrastiveForPreTraining(config),
+            args=args,
+            train_dataset=Dataset.from_dict({"text": corpus}),
+            eval_dataset={"stsb": stsb_dev},
+            data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=24, seed=1),
+            processing_class=tokenizer,
+        )
+        if max_steps < 6:  # the first part: stop after step 4, as an interrupted run does
+            trainer.add_callback(StopAt(max_steps))
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    first = run(4)
+    evaluations = [entry for entry in first.state.log_history if "eval_stsb_spearman" in entry]
+    best_first = max(evaluations, key=lambda entry: entry["eval_stsb_spearman"])
+    resumed = run(6, resume=str(tmp_path / "checkpoint-4"))
+    after = [e for e in resumed.state.log_history if "eval_stsb_spearman" in e and e["step"] == 6]
+    assert after and after[0]["eval_stsb_spearman"] < best_first["eval_stsb_spearman"]  # the best is in part one
+    assert resumed.state.best_model_checkpoint == str(tmp_path / f"checkpoint-{best_first['step']}")
+    rescored = sts_eval_metrics(resumed.model, stsb_dev, tokenizer)
+    assert rescored["eval_spearman"] == pytest.approx(best_first["eval_stsb_spearman"], abs=1e-4)
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.step:
+            control.should_training_stop = True

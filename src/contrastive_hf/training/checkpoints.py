@@ -68,6 +68,7 @@ from ..models.checkpoint_files import (
 )
 
 __all__ = [
+    "recorded_best_checkpoint",
     "INCOMPLETE_MARKER",
     "CheckpointLayout",
     "CheckpointSaveError",
@@ -577,3 +578,26 @@ def rotate_checkpoints(
         logger.info("Deleting the checkpoint %s (save_total_limit=%d).", folder, save_total_limit)
         shutil.rmtree(folder, ignore_errors=True)
         remaining -= 1
+
+
+def recorded_best_checkpoint(checkpoint: str | None) -> str | None:
+    """The best checkpoint the ``trainer_state.json`` of ``checkpoint`` records, as a folder that exists: the path it
+    records, or (saved without local paths, `training_args.SecretFreeOutputs`) the folder of that name beside
+    ``checkpoint``; None when there is none, or it is gone."""
+    if checkpoint is None:
+        return None
+    path = os.path.join(checkpoint, "trainer_state.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            recorded = json.load(handle).get("best_model_checkpoint")
+    except (OSError, ValueError):
+        return None
+    if not recorded:
+        return None
+    for candidate in (
+        recorded,
+        os.path.join(os.path.dirname(os.path.normpath(checkpoint)), os.path.basename(recorded)),
+    ):
+        if os.path.isdir(candidate):
+            return candidate
+    return None

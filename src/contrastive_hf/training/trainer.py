@@ -28,6 +28,7 @@ from ..models.precision import Precision, log_precision_once
 from .checkpoints import (
     CheckpointLayout,
     DataLayout,
+    recorded_best_checkpoint,
     refuse_changed_data_layout,
     resolve_resume_checkpoint,
     rotate_checkpoints,
@@ -389,7 +390,18 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         self.add_callback(layout)
         refuse_changed_data_layout(resume_from_checkpoint, layout.layout)
         warn_of_changed_settings(resume_from_checkpoint, self.saved_model(), self.args)
+        self._resumed_best_checkpoint = recorded_best_checkpoint(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+
+    def _load_callback_state(self) -> None:
+        """The resumed state's callbacks, and its best checkpoint: saved states name it by its folder alone (no local
+        path in a saved file), which the Trainer, looking for it from the working directory, drops as gone; it is
+        the folder of that name beside the checkpoint resumed (`checkpoints.recorded_best_checkpoint`)."""
+        best = getattr(self, "_resumed_best_checkpoint", None)
+        if best is not None and self.state.best_model_checkpoint is None:
+            self.state.best_model_checkpoint = best
+            logger.info("The best checkpoint so far is %s (score %s): kept.", best, self.state.best_metric)
+        super()._load_callback_state()
 
     def _init_training_state(self, max_steps, *args, **kwargs):
         """The Trainer's state, fresh or read from the checkpoint resumed, with the logging, eval and save steps given
