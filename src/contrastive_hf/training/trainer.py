@@ -101,6 +101,8 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
         unwrapped = self.accelerator.unwrap_model(self.model)
+        # read once: unwrapping the model at every step costs a millisecond (accelerate reads package metadata)
+        self._view_input_names = getattr(unwrapped, "view_input_names", ("input_ids",))
         if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
             # `encode` uses it, and a two-tower checkpoint saves it beside each tower
             unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
@@ -170,7 +172,7 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """The Trainer's step, or with ``grad_cache_chunk_size`` GradCache's chunked forward and backward."""
         self._batch_dataset = inputs.pop(DATASET_KEY, None)  # a `DatasetMixture`'s batch names its dataset
-        names = getattr(self.accelerator.unwrap_model(model), "view_input_names", ("input_ids",))
+        names = self._view_input_names
         batch_size = next((len(inputs[name]) for name in names if inputs.get(name) is not None), 0)
         self._epoch_examples.count(batch_size)
         chunk_size = self._option("grad_cache_chunk_size")

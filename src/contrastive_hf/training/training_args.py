@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import TrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..models.precision import Precision, training_precision
 
@@ -64,8 +66,9 @@ def secret_free(args: TrainingArguments) -> TrainingArguments:
 
 class SecretFreeOutputs:
     """Trainer mixin: nothing the Trainer writes into ``output_dir`` (and pushes from it) holds the Hub token or an
-    absolute local path: ``training_args.bin`` pickles without them (`secret_free`), and ``trainer_state.json``
-    names the best checkpoint by its folder name. Checkpoint folders keep their full paths, which resuming reads."""
+    absolute local path: ``training_args.bin`` pickles without them (`secret_free`), and every ``trainer_state.json``
+    (the run's and each checkpoint's) names the best checkpoint by its folder name, which a resumed run finds beside
+    the checkpoint it resumes (`checkpoints.recorded_best_checkpoint`)."""
 
     def __init__(self, *args, **kwargs):
         training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
@@ -80,6 +83,27 @@ class SecretFreeOutputs:
             super().save_state()
         finally:
             self.state.best_model_checkpoint = best
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's checkpoint, its ``trainer_state.json`` then written again without local paths, and only
+        then pushed (the Trainer would push the first one)."""
+        pushing = self.args.push_to_hub
+        self.args.push_to_hub = False
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.push_to_hub = pushing
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state_file = os.path.join(folder, TRAINER_STATE_NAME)
+        if self.args.should_save and os.path.isfile(state_file):
+            best = self.state.best_model_checkpoint
+            self.state.best_model_checkpoint = without_local_paths(best)
+            try:
+                self.state.save_to_json(state_file)
+            finally:
+                self.state.best_model_checkpoint = best
+        if pushing:
+            self._push_from_checkpoint(folder)
 
 
 @dataclass
