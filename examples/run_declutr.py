@@ -41,7 +41,7 @@ from contrastive_hf.commands.scripts import (
     setup_logging,
     training_data_name,
 )
-from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming
+from contrastive_hf.data.corpus import first_examples, load_corpus, prepare_streaming, stream_readers
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import declutr
 from contrastive_hf.recipes.declutr import (
@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             data_args.dataset_config_name,
             cache_dir=encoder_args.cache_dir,
             streaming=data_args.streaming,
+            readers=stream_readers(training_args),
         )
         if not data_args.streaming:  # a stream is cut by prepare_streaming, after the short documents are dropped
             corpus = first_examples(corpus, data_args.max_train_samples)

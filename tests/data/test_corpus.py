@@ -7,6 +7,7 @@ import gzip
 import itertools
 import json
 import logging
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -461,13 +462,21 @@ def test_shards_without_a_line_end_the_stream_instead_of_spinning(tmp_path, capl
         assert list(stream.shard(num_shards=2, index=1)) == []
     expected = "no example for process 1 of 2 (shards 1-1 of the stream's 2: one_line.txt bytes 5000-10000)"
     assert expected in caplog.text
+    caplog.clear()  # cut by lines for its 2 readers, the part without a line says why
+    args = _streaming_args(world_size=2)
+    stream = prepare_streaming(text_stream(str(path), readers=2), args, train_files=str(path))
+    with caplog.at_level(logging.WARNING, logger=READING):
+        assert list(stream.shard(num_shards=2, index=1)) == []
+    assert "for process 1 of 2 (no line: the stream's 1 line(s) are fewer than its 2 readers)." in caplog.text
     with pytest.raises(ValueError, match="passes must be >= 1"):
         stream_passes(text_stream(str(path)), passes=0)
 
 
-def _streaming_args(world_size=4, max_steps=10, dispatch_batches=None):
+def _streaming_args(world_size=4, max_steps=10, dispatch_batches=None, workers=0):
     config = SimpleNamespace(dispatch_batches=dispatch_batches)
-    return SimpleNamespace(world_size=world_size, max_steps=max_steps, accelerator_config=config)
+    return SimpleNamespace(
+        world_size=world_size, max_steps=max_steps, accelerator_config=config, dataloader_num_workers=workers
+    )
 
 
 def _first_pass(reader) -> list[str]:
@@ -498,6 +507,101 @@ def test_prepare_streaming_sets_each_process_to_its_part_of_an_endless_stream(tm
         prepare_streaming(stream, _streaming_args(dispatch_batches=True))
     with pytest.raises(ValueError, match="give --max_steps N"):
         prepare_streaming(stream, _streaming_args(max_steps=-1))
+
+
+def _mixed_text(tmp_path) -> tuple[list[str], list[str]]:
+    """Two files of lines of very different lengths, with blank lines of every kind (spaces, tabs, a Unicode space,
+    an ASCII separator), Windows line ends in the first and no last line end in the second; and their lines read as
+    examples, in order."""
+    lines = []
+    for i in range(1300):
+        blank = ["", "  \t", "\u3000\u00a0", "\x1c"][i % 4] if i % 9 == 4 else None
+        lines.append(blank if blank is not None else f"line{i} " + "word " * [1, 3, 40, 7, 200][i % 5])
+    first = tmp_path / "first.txt"
+    first.write_bytes("\r\n".join(lines[:900]).encode() + b"\r\n")
+    second = tmp_path / "second.txt"
+    second.write_bytes("\n".join(lines[900:]).encode())
+    files = [str(first), str(second)]
+    return files, [row["text"] for row in text_stream(files)]
+
+
+@pytest.mark.parametrize("readers", [2, 3, 4, 7])
+def test_a_stream_cut_for_its_readers_gives_each_as_many_lines(tmp_path, readers):
+    files, examples = _mixed_text(tmp_path)
+    stream = text_stream(files, readers=readers)
+    parts = [[row["text"] for row in stream.shard(num_shards=readers, index=reader)] for reader in range(readers)]
+    assert [text for part in parts for text in part] == examples  # every line once, in order
+    sizes = [len(part) for part in parts]
+    assert sizes == [len(examples) // readers + (reader < len(examples) % readers) for reader in range(readers)]
+    first = 0
+    for (start, end), size in zip(reading_module._text_parts(files, readers), sizes, strict=True):
+        assert (start, end) == (first, first + size)
+        first = end
+    assert stream.n_shards % readers == 0  # blocks of one width: datasets' contiguous shards are the parts
+    # the byte ranges as for one reader, when the stream is not cut for several
+    assert text_shards(files) == text_shards(files, readers=1) != text_shards(files, readers=readers)
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_a_global_pass_in_lockstep_reads_every_line_once(tmp_path, caplog, processes):
+    """The reported defect: 2 processes streaming a 1,200-line file in lockstep reached 1,194 lines in one global
+    pass (20,000 lines: 19,940): their parts were blocks of byte ranges, of different numbers of lines, so a process
+    of fewer lines began its next pass while another had lines of its first left, and they drifted apart pass after
+    pass. Cut for its readers, each part holds as many lines (one more in the first ones): the first
+    ``ceil(lines / processes)`` examples of every process, read in lockstep, hold every line, fewer than
+    ``processes`` of them twice, and so does every later global pass."""
+    path, lines, _ = _big_text(tmp_path, count=1400)  # lines of 45 to 94 characters, every 7th empty
+    non_empty = [line for line in lines if line]
+    args = _streaming_args(world_size=processes)
+    stream = text_stream(str(path), readers=reading_module.stream_readers(args))
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.data_counts"):
+        endless = prepare_streaming(stream, args, train_files=str(path))
+        per_process = -(-len(non_empty) // processes)
+        read = [list(itertools.islice(endless.shard(num_shards=processes, index=rank), 3 * per_process))
+                for rank in range(processes)]  # fmt: skip
+    for global_pass in range(3):
+        seen = Counter(row["text"] for rows in read for row in rows[global_pass * per_process :][:per_process])
+        assert set(seen) == set(non_empty), global_pass
+        assert sum(seen.values()) - len(non_empty) < processes
+    messages = [record.getMessage() for record in caplog.records]
+    sizes = " or ".join(f"{size:,}" for size in sorted({len(non_empty) // processes, per_process}))
+    assert messages[0] == (
+        f"Streaming {len(non_empty):,} lines in {processes} parts of {sizes} lines, one per reader ({processes} "
+        "processes): a global pass, one pass of every part in lockstep, reads each line once."
+    )
+    assert f"Read pass 1 of process 1 of {processes} (lines {per_process + 1:,}-" in " ".join(messages)
+
+
+@pytest.mark.parametrize(("processes", "workers"), [(1, 2), (2, 2)])
+def test_dataloader_workers_each_read_their_whole_part_of_the_stream(tmp_path, processes, workers):
+    """The reported defect: with --dataloader_num_workers 2, each worker read about half of its part per pass (5,000
+    lines, 1 process, 320 steps of 16: 1,056 never seen), while the log reported whole passes: the part a worker
+    reads is a `datasets.IterableDataset`, which datasets split again by the worker's id. Each worker (a reader of
+    its own part) now reads its part whole, pass after pass, and the parts cover the corpus."""
+    path, lines, _ = _big_text(tmp_path, count=1400)
+    non_empty = [line for line in lines if line]
+    args = _streaming_args(world_size=processes, workers=workers)
+    readers = reading_module.stream_readers(args)
+    endless = prepare_streaming(text_stream(str(path), readers=readers), args, train_files=str(path))
+    part = -(-len(non_empty) // readers)
+    first_passes = []
+    for rank in range(processes):
+        loader = prepare_data_loader(  # as accelerate gives each process its dataloader, here with workers
+            DataLoader(endless, batch_size=8, num_workers=workers, collate_fn=lambda rows: [r["text"] for r in rows]),
+            num_processes=processes,
+            process_index=rank,
+            put_on_device=False,
+            dispatch_batches=False,
+        )
+        batches = list(itertools.islice(loader, workers * (2 * part // 8 + 1)))
+        for worker in range(workers):  # the dataloader takes a batch from each worker in turn
+            texts = [text for batch in batches[worker::workers] for text in batch]
+            size = len(non_empty) // readers + (rank * workers + worker < len(non_empty) % readers)
+            first, second = texts[:size], texts[size : 2 * size]
+            assert len(set(first)) == size, (rank, worker)  # every line of the part once
+            assert set(second) == set(first) and second != first  # then the part again, reshuffled
+            first_passes.append(first)
+    assert sorted(text for first in first_passes for text in first) == sorted(non_empty)
 
 
 def test_a_corpus_with_fewer_shards_than_processes_is_an_error_naming_its_files(tmp_path):

@@ -132,14 +132,13 @@ def make_queue_trainer(tokenizer, output_dir, max_steps, **extra_args):
     )
     args = ContrastiveTrainingArguments(
         output_dir=str(output_dir),
-        per_device_train_batch_size=4,
         max_steps=max_steps,
         learning_rate=1e-3,
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
         seed=0,
-        **extra_args,
+        **{"per_device_train_batch_size": 4, **extra_args},
     )
     collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=16, seed=0)
     return ContrastiveTrainer(

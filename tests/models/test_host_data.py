@@ -126,3 +126,14 @@ def test_to_device_copies_host_values_and_keeps_tensors():
     assert to_device([True, False], "cpu", torch.bool).tolist() == [True, False]
     existing = torch.arange(4)
     assert torch.equal(to_device(existing, "cpu"), existing)
+
+
+def test_a_loop_that_moves_every_entry_of_a_batch_leaves_the_host_data_on_the_host(tokenizer):
+    """``{name: value.to(device) ...}``, the idiom of hand-written loops (and Accelerate's send_to_device): the host
+    arrays answer ``.to`` by staying where the model reads them."""
+    batch = PairCollator(tokenizer, seed=0)(nli_rows(4))
+    moved = {name: value.to("cpu") for name, value in batch.items()}
+    assert isinstance(moved["input_lengths"], np.ndarray) and moved["input_lengths"] is batch["input_lengths"]
+    from accelerate.utils import send_to_device
+
+    assert isinstance(send_to_device(batch, "cpu")["input_lengths"], np.ndarray)

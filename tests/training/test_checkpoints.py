@@ -1,10 +1,12 @@
 """Checkpoints that are whole or say loudly that they are not (`contrastive_hf.training.checkpoints`): a save that
 was killed or ran out of disk leaves a checkpoint that resuming skips (with a warning) or refuses (listing what is
-wrong), a full disk says so, and ``save_total_limit`` never deletes the last complete checkpoint."""
+wrong), a full disk says so, ``save_total_limit`` never deletes the last complete checkpoint, and a resume with
+another data layout (processes, batch size, gradient accumulation, streaming) is refused before training."""
 
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -20,6 +22,7 @@ from contrastive_hf.training.checkpoints import (
     INCOMPLETE_MARKER,
     CheckpointLayout,
     CheckpointSaveError,
+    DataLayoutChangedError,
     IncompleteCheckpointError,
 )
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
@@ -210,3 +213,67 @@ def test_a_dual_encoders_checkpoint_is_checked_tower_by_tower(tokenizer, tmp_pat
     (checkpoint / "document_0_Transformer" / "model.safetensors").unlink()
     with pytest.raises(IncompleteCheckpointError, match="missing the model's weights \\(document_0_Transformer/"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+def _set_recorded_layout(checkpoint, **values):
+    """Change the data layout ``checkpoint``'s trainer_state.json records (None: remove the record, as a checkpoint
+    written before it was recorded)."""
+    path = checkpoint / "trainer_state.json"
+    state = json.loads(path.read_text())
+    if values.get("record", True) is None:
+        del state["stateful_callbacks"]["DataLayout"]
+    else:
+        state["stateful_callbacks"]["DataLayout"]["args"].update(values)
+    path.write_text(json.dumps(state))
+
+
+def test_a_resume_with_another_data_layout_is_refused_before_training(tokenizer, tmp_path):
+    """The reported defect: a checkpoint resumed with another batch size, gradient accumulation or number of processes
+    skipped its step count in batches of the new size (rows never trained, no warning). It is now refused, naming
+    the old and new values and what to do, before a step is taken."""
+    _train(tokenizer, tmp_path / "run", max_steps=2)
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    recorded = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["DataLayout"]
+    assert recorded["args"] == {"world_size": 1, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+                                "streaming": False, "dataloader_num_workers": 0}  # fmt: skip
+    counter = _CountSteps()
+    for name, old, new in [("per_device_train_batch_size", 4, 8), ("gradient_accumulation_steps", 1, 2)]:
+        trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, **{name: new})
+        trainer.add_callback(counter)
+        with pytest.raises(DataLayoutChangedError) as caught:
+            trainer.train(resume_from_checkpoint=str(checkpoint))
+        assert str(caught.value) == (
+            f"Cannot resume from {checkpoint} with another data layout than it was trained with: --{name} {old} -> "
+            f"{new}. The checkpoint counts where training is at step 2 of its own batches; resumed with other "
+            "batches, some examples of the epoch (or stream) would never be trained on and others twice. Resume "
+            f"with its settings (--{name} {old}), or start a new run from its weights (--model_name_or_path "
+            f"{checkpoint}, without --resume_from_checkpoint)."
+        )
+    # what a unit test cannot launch, recorded by the checkpoint: 2 processes; streaming (the launches are in
+    # tests/integration/test_data_ledger.py)
+    _set_recorded_layout(checkpoint, world_size=2, streaming=True)
+    trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4)
+    trainer.add_callback(counter)
+    with pytest.raises(DataLayoutChangedError) as caught:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert "trained with: processes (world size) 2 -> 1, --streaming True -> False." in str(caught.value)
+    assert "Resume with its settings (accelerate launch --num_processes 2, --streaming true)" in str(caught.value)
+    assert counter.steps == 0 and not list((tmp_path / "resumed").glob("checkpoint-*"))  # refused before training
+
+
+def test_a_checkpoint_without_a_recorded_layout_is_compared_by_its_arguments_and_random_states(tokenizer, tmp_path):
+    """A checkpoint written before the layout was recorded: its training_args.bin gives the batch size, its
+    rng_state files the number of processes (one each, or rng_state.pth alone); the same layout resumes and saves."""
+    _train(tokenizer, tmp_path, max_steps=2)
+    checkpoint = tmp_path / "checkpoint-2"
+    _set_recorded_layout(checkpoint, record=None)
+    with pytest.raises(DataLayoutChangedError, match="trained with: --per_device_train_batch_size 4 -> 2"):
+        _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint), per_device_train_batch_size=2)
+    trainer, steps = _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint))
+    assert steps == 2 and LAYOUT.problems(str(tmp_path / "checkpoint-4")) == []  # resumed and saved its record
+    state = json.loads((tmp_path / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["DataLayout"]["args"]["per_device_train_batch_size"] == 4
+    (checkpoint / "rng_state.pth").rename(checkpoint / "rng_state_0.pth")
+    shutil.copy(checkpoint / "rng_state_0.pth", checkpoint / "rng_state_1.pth")
+    with pytest.raises(DataLayoutChangedError, match=r"trained with: processes \(world size\) 2 -> 1\."):
+        _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint))

@@ -28,8 +28,8 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
     """The training corpus of ``data_args``, tokenized (`tokenize_corpus`, with the ``tokenize`` options such as
     ``line_by_line``) and cut to ``--max_train_samples`` (a line-by-line corpus before tokenizing, so that the lines
     left out are never tokenized); with ``--streaming``, an endless stream of which each process reads its own shards
-    (`prepare_streaming`)."""
-    from ..data.reading import first_examples, load_corpus, prepare_streaming, rows_holding_lines
+    (`prepare_streaming`), its lines cut into parts of equal counts for the processes and their dataloader workers."""
+    from ..data.reading import first_examples, load_corpus, prepare_streaming, rows_holding_lines, stream_readers
     from ..data.tokenizing import tokenize_corpus
 
     count = data_args.max_train_samples
@@ -42,6 +42,7 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
             data_args.dataset_config_name,
             cache_dir=cache_dir,
             streaming=data_args.streaming,
+            readers=stream_readers(training_args),
         )
         if count is not None and count > 0 and tokenize.get("line_by_line", True) and not data_args.streaming:
             corpus = rows_holding_lines(corpus, count, data_args.text_column)  # a line gives one example or more

@@ -65,12 +65,19 @@ def announce(message: str) -> None:
 
 
 def run_training(trainer):
-    """`trainer.train()` (resuming from ``--resume_from_checkpoint``), announced."""
+    """`trainer.train()` (resuming from ``--resume_from_checkpoint``), announced; a resume refused for its other
+    processes, batch size or streaming (`DataLayoutChangedError`) is the user's to fix: a `UsageError`."""
+    from ..training.checkpoints import DataLayoutChangedError
+    from .errors import UsageError
+
     args = trainer.args
     resume = args.resume_from_checkpoint
     length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s)"
     announce(f"Training for {length}{f', resuming from {resume}' if resume else ''} ...")
-    return trainer.train(resume_from_checkpoint=resume)
+    try:
+        return trainer.train(resume_from_checkpoint=resume)
+    except DataLayoutChangedError as error:
+        raise UsageError(str(error)) from error
 
 
 # DeepSpeed's CPU accelerator communicates through a C++ op it compiles with ninja the first time it runs, for a

@@ -26,6 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from ..models.encoding import prompt_token_count, refuse_prompt_filling, role_prompt
+from ..models.host_data import host
 from .augmentations import (
     DEL_TOKEN,
     DEL_WORD_PROBABILITY,
@@ -134,7 +135,7 @@ class RolePrompts:
             for index, count in enumerate(columns_views)
             for _ in range(count)
         ]
-        return np.tile(np.asarray(per_view, dtype=np.int64), (size, 1))
+        return host(np.tile(np.asarray(per_view, dtype=np.int64), (size, 1)))
 
 
 def _is_token_ids(value) -> bool:
@@ -270,8 +271,8 @@ def mlm_copy(
         "mlm_input_ids": input_ids,
         "mlm_attention_mask": attention_mask,
         "mlm_labels": label_ids,
-        "mlm_lengths": sentences.lengths.copy(),  # (N,)
-        "mlm_positions": np.flatnonzero(label_ids.numpy().reshape(-1) != -100),  # (M,)
+        "mlm_lengths": host(sentences.lengths),  # (N,)
+        "mlm_positions": host(np.flatnonzero(label_ids.numpy().reshape(-1) != -100)),  # (M,)
     }
 
 
@@ -438,7 +439,7 @@ class ContrastiveDataCollator:
             "attention_mask": attention_mask.view(size, views_per, -1),
             # every view is of the same sentence; a copy per view, not a stride-0 view, which pinned memory refuses
             "sentence_ids": sentence_ids(sentences).repeat(1, views_per),  # (B, V)
-            "input_lengths": views.lengths.reshape(size, views_per),  # (B, V) on the host
+            "input_lengths": host(views.lengths.reshape(size, views_per)),  # (B, V) on the host
         }
         if self.mlm and self.mlm_on_views:  # a mask per view, keyed apart from the views' own draws
             mlm_keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), MLM_VIEW + view_numbers)
@@ -561,7 +562,7 @@ class PairCollator:
             "sentence_ids": sentence_ids(
                 *(sentences.take(np.arange(view, len(sequences), num_views)) for view in range(num_views))
             ),
-            "input_lengths": sentences.lengths.reshape(size, num_views),  # (B, 2 + k) on the host
+            "input_lengths": host(sentences.lengths.reshape(size, num_views)),  # (B, 2 + k) on the host
         }
         prompt_lengths = self._prompts.lengths_array(size, [len(column) for column in per_column])
         if prompt_lengths is not None:

@@ -14,6 +14,7 @@ from .reading import (
     resolve_text_column,
     rows_holding_lines,
     stream_passes,
+    stream_readers,
     text_shards,
     text_stream,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "split_into_sentences",
     "prepare_streaming",
     "stream_passes",
+    "stream_readers",
     "special_token_frame",
     "resolve_text_column",
     "EmptyCorpusError",

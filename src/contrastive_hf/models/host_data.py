@@ -6,8 +6,9 @@ the host wait until every queued kernel has run (issue 32). Packing a batch need
 (to size its kernels), the MLM head needs the positions of the masked tokens, a prompt left out of the pooling needs
 its length: the collators know all of them when they build the batch, and give them as numpy arrays beside the
 tensors, as transformers' `DataCollatorWithFlattening` gives ``max_length`` beside ``cu_seq_lens``. The Trainer moves
-only tensors to the device, so these stay on the host; the model copies what it needs as tensors from pinned memory
-without blocking (`to_device`).
+only tensors to the device, so these stay on the host (`HostArray`: their ``.to(device)`` is a no-op, for loops that
+move every entry of a batch); the model copies what it needs as tensors from pinned memory without blocking
+(`to_device`).
 
 The entries (every one optional: a batch without them takes the same paths, reading the values back):
 
@@ -23,10 +24,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["HOST_DATA_NAMES", "to_device", "host_array", "row_lengths"]
+__all__ = ["HOST_DATA_NAMES", "HostArray", "host", "to_device", "host_array", "row_lengths"]
 
 # The batch entries that are host arrays (numpy), by the name of the tensor they describe.
 HOST_DATA_NAMES = ("input_lengths", "mlm_lengths", "mlm_positions", "query_lengths", "passage_lengths")
+
+
+class HostArray(np.ndarray):
+    """A numpy array that stays on the host: ``.to(...)`` returns it unchanged. Code that moves every entry of a
+    batch (``{name: value.to(device) for name, value in batch.items()}``, Accelerate's ``send_to_device``) then
+    leaves it where the model reads it, as the Trainer does."""
+
+    def to(self, *args, **kwargs) -> HostArray:
+        return self
+
+
+def host(values) -> HostArray:
+    """``values`` as an int64 `HostArray` (what the collators give)."""
+    return np.asarray(values, dtype=np.int64).view(HostArray)
 
 
 def to_device(values, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:

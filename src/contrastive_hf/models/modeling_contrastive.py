@@ -108,6 +108,7 @@ class SentencePooler(nn.Module):
     def needs_hidden_states(self) -> bool:
         return self.pooler_type in ("avg_first_last", "avg_top2")
 
+    @torch.compiler.disable  # a packed batch's pooling reads its host data: run as written under torch.compile
     def forward(
         self,
         encoder_outputs: ModelOutput,

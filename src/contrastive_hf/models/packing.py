@@ -297,6 +297,7 @@ def padded_position_ids(encoder, input_ids: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+@torch.compiler.disable  # reads the host data of the packed batch: run as written under torch.compile
 def packed_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,

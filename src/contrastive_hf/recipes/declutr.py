@@ -34,6 +34,7 @@ from ..data.synonyms import word_start_table
 from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
 from ..data.tokenizing import special_token_frame
 from ..hub.method_cards import register_method_card
+from ..models.host_data import host
 
 __all__ = [
     "MODEL_CARDS",
@@ -309,7 +310,7 @@ class SpanViewCollator:
             "input_ids": input_ids.view(size, views, -1),  # (B, 2 or 3, L)
             "attention_mask": attention_mask.view(size, views, -1),
             "sentence_ids": span_ids,
-            "input_lengths": batch_views.lengths.reshape(size, views),  # (B, 2 or 3) on the host
+            "input_lengths": host(batch_views.lengths.reshape(size, views)),  # (B, 2 or 3) on the host
         }
         if self.mlm:
             anchors = self._frame(unmasked_anchor)

@@ -21,6 +21,7 @@ from ..data.collators import RolePrompts, column_views, first_example, negative_
 from ..data.reading import drop_incomplete_rows
 from ..data.token_batch import TokenBatch, special_token_table
 from ..hub.method_cards import register_method_card
+from ..models.host_data import host
 
 __all__ = [
     "MODEL_CARDS",
@@ -260,8 +261,8 @@ class QueryPassageCollator:
             "sentence_ids": sentence_ids(  # (B, 2 + k)
                 queries, *(passages.take(np.arange(view, size * per_query, per_query)) for view in range(per_query))
             ),
-            "query_lengths": queries.lengths.copy(),  # (B,) on the host
-            "passage_lengths": passages.lengths.reshape(size, per_query),  # (B, 1 + k) on the host
+            "query_lengths": host(queries.lengths),  # (B,) on the host
+            "passage_lengths": host(passages.lengths.reshape(size, per_query)),  # (B, 1 + k) on the host
         }
         prompt_lengths = self._prompts.lengths_array(size, [1, per_query])
         if prompt_lengths is not None:

@@ -15,6 +15,10 @@ disk, leaves a folder that looks like a checkpoint and cannot be resumed. Here:
   is wrong with it.
 * resuming with other settings (`changed_settings`): a model or loss setting (temperature, pooler, loss weights...)
   or a seed that differs from the checkpoint's is warned about, with the old and the new value.
+* resuming with another data layout (`refuse_changed_data_layout`): the Trainer counts where a run is in steps, so
+  another number of processes, batch size, gradient accumulation, streaming or not (or, streaming, dataloader
+  workers) would skip or repeat examples; such a resume is refused before training, naming the old and new values.
+  Each checkpoint records its layout (`DataLayout`, a stateful callback of the Trainer's ``trainer_state.json``).
 * rotating (`rotate_checkpoints`): ``save_total_limit`` deletes incomplete checkpoints first, and never the one just
   saved or the best one.
 """
@@ -33,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from transformers import TrainerCallback
 from transformers.trainer import (
     OPTIMIZER_NAME,
     OPTIMIZER_NAME_BIN,
@@ -40,6 +45,7 @@ from transformers.trainer import (
     TRAINER_STATE_NAME,
     TRAINING_ARGS_NAME,
 )
+from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 from transformers.utils import (
     ADAPTER_SAFE_WEIGHTS_NAME,
@@ -66,6 +72,10 @@ __all__ = [
     "CheckpointLayout",
     "CheckpointSaveError",
     "IncompleteCheckpointError",
+    "DataLayout",
+    "DataLayoutChangedError",
+    "changed_data_layout",
+    "refuse_changed_data_layout",
     "changed_settings",
     "warn_of_changed_settings",
     "damaged_files",
@@ -99,6 +109,10 @@ class IncompleteCheckpointError(ValueError):
 
 class CheckpointSaveError(OSError):
     """Saving a checkpoint failed because the disk is full (``errno`` is ENOSPC)."""
+
+
+class DataLayoutChangedError(ValueError):
+    """A run would resume from a checkpoint with another data layout (`refuse_changed_data_layout`)."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +277,107 @@ def _refuse_deepspeed_checkpoint(folder: str) -> None:
     )
 
 
+class DataLayout(TrainerCallback, ExportableState):
+    """How a run cuts its training data into steps: processes, per-device batch size, gradient accumulation, whether
+    it streams, and (streaming: each worker reads its own part of the stream) dataloader workers. As an
+    `ExportableState` callback of the Trainer, it is written into every checkpoint's ``trainer_state.json``
+    (``stateful_callbacks``), which `refuse_changed_data_layout` reads on resume."""
+
+    def __init__(self, **layout):
+        self.layout = layout
+
+    @classmethod
+    def of(cls, args, train_dataset) -> DataLayout:
+        """The layout of a run with training arguments ``args`` on ``train_dataset``."""
+        import torch
+
+        return cls(
+            world_size=args.world_size,
+            per_device_train_batch_size=args.per_device_train_batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            streaming=isinstance(train_dataset, torch.utils.data.IterableDataset),
+            dataloader_num_workers=args.dataloader_num_workers,
+        )
+
+    def state(self) -> dict:
+        return {"args": dict(self.layout), "attributes": {}}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # a state resumed from a checkpoint written without this record has no entry, which the Trainer's save needs
+        state.stateful_callbacks.setdefault(type(self).__name__, self.state())
+
+
+# The data layout, each value as the flag that sets it, and what to give for an old value.
+_LAYOUT_FLAGS = {
+    "world_size": ("processes (world size)", "accelerate launch --num_processes {old}"),
+    "per_device_train_batch_size": ("--per_device_train_batch_size", "--per_device_train_batch_size {old}"),
+    "gradient_accumulation_steps": ("--gradient_accumulation_steps", "--gradient_accumulation_steps {old}"),
+    "streaming": ("--streaming", "--streaming {old}"),
+    "dataloader_num_workers": (
+        "--dataloader_num_workers (each worker reads its own part of the stream)",
+        "--dataloader_num_workers {old}",
+    ),
+}
+
+
+def changed_data_layout(checkpoint: str, layout: dict) -> list[tuple[str, object, object]]:
+    """``(name, old, new)`` for each value of the `DataLayout` ``layout`` that differs from the one ``checkpoint``
+    was trained with: its record in ``trainer_state.json``, or for a checkpoint written before the record, its
+    ``training_args.bin`` and the number of its ``rng_state`` files (one per process). Dataloader workers count only
+    between two streamed runs; a value the checkpoint does not tell is not compared."""
+    state = read_json(checkpoint, TRAINER_STATE_NAME) or {}
+    saved = (state.get("stateful_callbacks") or {}).get(DataLayout.__name__)
+    if isinstance(saved, list):
+        saved = saved[-1] if saved else None
+    if isinstance(saved, dict):
+        saved = saved.get("args", {})
+    else:  # an older checkpoint: what its other files tell
+        arguments = _read_training_arguments(os.path.join(checkpoint, TRAINING_ARGS_NAME))
+        saved = {name: arguments[name] for name in _LAYOUT_FLAGS if name in arguments}
+        rng_files = glob.glob(os.path.join(glob.escape(checkpoint), "rng_state*.pth"))
+        if rng_files:
+            saved["world_size"] = sum(os.path.basename(path) != "rng_state.pth" for path in rng_files) or 1
+    streamed = saved.get("streaming", layout.get("streaming")) and layout.get("streaming")
+    changes = []
+    for name in _LAYOUT_FLAGS:
+        if name not in saved or name not in layout:
+            continue
+        old, new = saved[name], layout[name]
+        if name == "dataloader_num_workers":  # no worker and one are one reader per process
+            if not streamed or max(1, old or 0) == max(1, new or 0):
+                continue
+        if old != new:
+            changes.append((name, old, new))
+    return changes
+
+
+def refuse_changed_data_layout(checkpoint: str | None, layout: dict) -> None:
+    """Raise `DataLayoutChangedError` before a resume from ``checkpoint`` with another data layout than it was trained
+    with (`changed_data_layout`), naming the old and new values and what to do.
+
+    The Trainer resumes at the checkpoint's step and skips that many batches of the new layout into the epoch (or the
+    stream), and counts epochs in steps of the new layout: with another number of processes, batch size or gradient
+    accumulation, the examples skipped are not those trained (some never train, others twice), and a stream read by
+    another number of readers is cut into other parts. Placing the resume exactly would mean counting examples
+    instead of steps throughout the Trainer's loop, its schedule and its epoch count: refusing is what is honest."""
+    if not checkpoint or not os.path.isdir(checkpoint):
+        return
+    changes = changed_data_layout(checkpoint, layout)
+    if not changes:
+        return
+    state = read_json(checkpoint, TRAINER_STATE_NAME) or {}
+    step = state.get("global_step")
+    changed = ", ".join(f"{_LAYOUT_FLAGS[name][0]} {old!r} -> {new!r}" for name, old, new in changes)
+    restore = ", ".join(_LAYOUT_FLAGS[name][1].format(old=str(old).lower()) for name, old, _ in changes)
+    at = f"at step {step}" if step is not None else "in steps"
+    raise DataLayoutChangedError(
+        f"Cannot resume from {checkpoint} with another data layout than it was trained with: {changed}. The "
+        f"checkpoint counts where training is {at} of its own batches; resumed with other batches, some examples "
+        f"of the epoch (or stream) would never be trained on and others twice. Resume with its settings ({restore}), "
+        f"or start a new run from its weights (--model_name_or_path {checkpoint}, without --resume_from_checkpoint)."
+    )
+
+
 # What a resumed run may change without changing what is learned: how views are encoded (packed, sorted, padded),
 # and what a saved configuration records about the saving code (keys starting with _ are transformers' own too).
 _HOW_NOT_WHAT = (
@@ -275,7 +390,8 @@ _HOW_NOT_WHAT = (
     "torch_dtype",
 )
 # The training arguments that change what is learned (the data order and draws, the negatives, a multitask run's
-# schedule and PCGrad), beside the model's settings; transformers itself warns about a changed batch size.
+# schedule and PCGrad), beside the model's settings; a changed batch size or number of processes is refused
+# (`refuse_changed_data_layout`).
 RESUME_ARGUMENTS = (
     "seed",
     "data_seed",

@@ -27,6 +27,8 @@ from ..models.losses import alignment, uniformity
 from ..models.precision import Precision, log_precision_once
 from .checkpoints import (
     CheckpointLayout,
+    DataLayout,
+    refuse_changed_data_layout,
     resolve_resume_checkpoint,
     rotate_checkpoints,
     saving_checkpoint,
@@ -127,6 +129,16 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
             quiet_deepspeed_deprecations()
         self._epoch_examples = _EpochExampleCount(self)  # says at each epoch's end how many examples it held
         self.add_callback(self._epoch_examples)
+
+    def _build_accelerator_args(self, **kwargs) -> dict:
+        """The Trainer's Accelerator arguments, with ``--torch_compile`` as regional compilation
+        (`training_args` docstring): each transformer layer, the embeddings and the heads are compiled, and the step
+        around them (packing, pooling, the losses, all driven by host data) runs as written."""
+        args = super()._build_accelerator_args(**kwargs)
+        plugin = args.get("dynamo_plugin")
+        if plugin is not None and self.args.torch_compile:
+            plugin.use_regional_compilation = True
+        return args
 
     def _option(self, name: str):
         """A contrastive option of the arguments; its `ContrastiveTrainingArguments` default when the trainer was
@@ -279,10 +291,11 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         empty = [index for index, count in enumerate(counts) if count == 0]
         return (
             f"No training example on process(es) {', '.join(map(str, empty))} of {len(counts)}, while the others "
-            "have some: the part of the stream each of them reads holds none (the log names its shards, files and "
-            "byte ranges). A plain-text file is cut into byte ranges and a line belongs to the range holding its "
-            "first byte, so a corpus of a few long lines can leave a process without any. Stopping every process: "
-            "give a corpus with more lines, train on fewer processes, or train without --streaming."
+            "have some: the part of the stream each of them reads holds none (the log names its lines or shards, "
+            "files and byte ranges). A plain-text file is cut into parts of equal line counts, so one of fewer lines "
+            "than readers (processes times dataloader workers) leaves some without any; another corpus is cut into "
+            "whole files. Stopping every process: give a corpus with more lines, train on fewer processes, or train "
+            "without --streaming."
         )
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> dict[str, float]:
@@ -366,10 +379,15 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None):
         """`Trainer.train`, resuming only from a complete checkpoint (`contrastive_hf.training.checkpoints`):
         ``resume_from_checkpoint=True`` skips newer incomplete ones with a warning, a folder given by name that is
-        incomplete raises an error listing what is missing or cut short."""
+        incomplete raises an error listing what is missing or cut short, and one trained with another number of
+        processes, batch size, gradient accumulation or streaming is refused (`refuse_changed_data_layout`)."""
         resume_from_checkpoint = resolve_resume_checkpoint(
             resume_from_checkpoint, self.args.output_dir, self.checkpoint_layout()
         )
+        layout = DataLayout.of(self.args, self.train_dataset)  # recorded in each checkpoint
+        self.remove_callback(DataLayout)
+        self.add_callback(layout)
+        refuse_changed_data_layout(resume_from_checkpoint, layout.layout)
         warn_of_changed_settings(resume_from_checkpoint, self.saved_model(), self.args)
         return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
 

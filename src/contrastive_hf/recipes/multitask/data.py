@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ...data.batch_groups import SCHEDULES, GroupedBatchSampler, GroupedDataset
+from ...models.host_data import host
 from .modeling import TaskSpec
 
 __all__ = [
@@ -92,7 +93,7 @@ class TaskCollator:
                 tensor = tensor.view(2, len(examples), -1).transpose(0, 1).contiguous()  # (B, 2, L)
             batch[key] = tensor
         # each sentence's real tokens on the host too (models.host_data): the model reads nothing back to mask
-        batch["input_lengths"] = batch["attention_mask"].sum(-1).numpy()  # (B,) or (B, 2)
+        batch["input_lengths"] = host(batch["attention_mask"].sum(-1).numpy())  # (B,) or (B, 2)
         labels = [example["label"] for example in examples]
         batch["labels"] = torch.tensor(labels, dtype=torch.float32 if spec.is_regression else torch.long)
         if self.add_task_name:

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...data.collators import pad_sequences
+from ...models.host_data import host
 
 __all__ = ["SelfGuidedCollator"]
 
@@ -49,4 +50,4 @@ class SelfGuidedCollator:
         input_ids, attention_mask = pad_sequences(sequences, self.tokenizer.pad_token_id, self.pad_to_multiple_of)
         lengths = np.fromiter((len(sequence) for sequence in sequences), dtype=np.int64, count=len(sequences))
         # the lengths on the host too (models.host_data): the model then reads nothing back from the device
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "input_lengths": lengths}
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "input_lengths": host(lengths)}
