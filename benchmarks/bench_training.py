@@ -45,7 +45,7 @@ hidden 32 (`TINY_ENCODER`, random weights with seed 0, all-MiniLM-L6-v2's tokeni
 that every method loads), whose matrix products take little of a step, so that the differences between the methods
 are mostly the host's work around the kernels (Python, the Trainer, the collator, torch's dispatch of each operation;
 docs/benchmarks.md says where the time goes). Its defaults: ``sub_batch_size`` 0 (padded), ``sorted`` and ``auto``
-(packed), fp32, 3 warm-up and 30 timed steps per run, 5 rounds (about 4 minutes):
+(packed), fp32, 3 warm-up and 30 timed steps per run, 5 rounds (about 5 minutes):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py --tiny-overhead
 
