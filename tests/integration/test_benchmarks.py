@@ -25,6 +25,10 @@ SMOKE_RUNS = {
         ["--smoke", "--precisions", "fp32", "bf16"],
         ["peak of one core", "parity (dropout off)", "sub_batch=auto bf16", "by wall time", "% of peak"],
     ),
+    "bench_training.py --tiny-overhead": (
+        ["--smoke", "--tiny-overhead"],
+        ["model: tiny BERT (num_hidden_layers 2", "parity (dropout off)", "sub_batch=auto fp32", "/ loop fp32"],
+    ),
     "bench_collator.py": (["--smoke"], ["speed-up:", "whole collator call"]),
     "bench_encode.py": (["--smoke"], ["peak of one core", "contrastive_hf bf16 sub_batch=auto", "/ ST bf16", "cos"]),
     "bench_dpr.py": (
