@@ -46,7 +46,8 @@ extras = {
         "pytest-xdist>=3.8.0",  # make test / test-fast: a worker per core
         "ruff>=0.17.6",
         "hypothesis>=6.170.15",
-        # the ZeRO-2/3 tests (tests/integration/test_deepspeed.py) run DeepSpeed on CPU; it compiles a small op with ninja
+        # the ZeRO-2/3 tests (tests/integration/test_deepspeed.py) run DeepSpeed on CPU;
+        # it compiles a small op with ninja
         "deepspeed>=0.17.6",
         "ninja>=1.13.2",
         # tests/integration/test_ecosystem.py: a checkpoint evaluated by MTEB, exported to ONNX and run by onnxruntime

@@ -15,6 +15,10 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import contrastive_hf
+
+PACKAGE = Path(contrastive_hf.__file__).resolve().parent  # the package's frames, wherever the clone lies
+
 __all__ = ["unpinnable_tensors", "HostSyncCounter"]
 
 
@@ -66,7 +70,8 @@ class HostSyncCounter(TorchDispatchMode):
         self._patched = []
 
     def _count(self, kind: str) -> None:
-        frames = [item for item in reversed(traceback.extract_stack()) if "/contrastive_hf/" in item.filename]
+        stack = reversed(traceback.extract_stack())
+        frames = [item for item in stack if Path(item.filename).resolve().is_relative_to(PACKAGE)]
         if kind == "host tensor" and frames and frames[0].name == "to_device":
             return  # `models.host_data.to_device`: from pinned memory without blocking, on a GPU
         self.counts[kind] = self.counts.get(kind, 0) + 1
