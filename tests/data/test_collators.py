@@ -396,10 +396,19 @@ def test_word_deletion_that_deletes_every_token_is_refused(del_tokenizer, augmen
         )
 
 
-def test_high_deletion_ratios_that_keep_a_word_of_long_sentences_are_allowed(del_tokenizer):
+@pytest.mark.parametrize(("probability", "max_length", "content"), [(0.99, 128, 60), (0.9, 32, 30)])
+def test_high_deletion_ratios_that_keep_a_word_of_long_sentences_are_allowed(del_tokenizer, probability, max_length,
+                                                                             content):  # fmt: skip
     # 0.99 keeps a token of sentences over 50 tokens: refused only when max_length rules those out
-    ContrastiveDataCollator(del_tokenizer, del_word_probability=0.99, max_length=128, seed=0)
-    ContrastiveDataCollator(del_tokenizer, del_word_probability=0.9, max_length=32, seed=0)
+    collator = ContrastiveDataCollator(
+        del_tokenizer, augmentation="del_word", del_word_probability=probability, max_length=max_length, seed=0
+    )
+    words = np.random.default_rng(3).integers(1000, 8000, size=(8, content)).tolist()  # ordinary vocabulary ids
+    batch = collator([{"input_ids": [del_tokenizer.cls_token_id, *row, del_tokenizer.sep_token_id]} for row in words])
+    special = torch.tensor(del_tokenizer.all_special_ids)  # [DEL] included
+    kept = (~torch.isin(batch["input_ids"], special) & batch["attention_mask"].bool()).sum(-1)  # (B, views)
+    assert (kept >= 1).all(), kept  # every view of every sentence keeps a word
+    assert (kept <= content - round(probability * content) + 1).all(), kept  # and the ratio was applied
 
 
 # ----------------------------------------------------------------------------------------------------

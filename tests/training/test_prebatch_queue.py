@@ -6,7 +6,6 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.models.losses import info_nce
 from contrastive_hf.training.prebatch_queue import PrebatchQueue
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
@@ -40,8 +39,14 @@ def test_queued_keys_are_extra_negatives_of_the_loss():
     views = torch.randint(5, 60, (4, 2, 6))
     queued = torch.randn(8, 32)
     out = model(input_ids=views, extra_negatives=queued)
-    expected = info_nce(out.embeddings[:, 0], out.embeddings[:, 1], 0.05, extra_negatives=queued)
-    torch.testing.assert_close(out.loss, expected)
+    # the formula, written out in float64 (SimCSE eq. (1), DensePhrases' pre-batch negatives as more columns):
+    # l_i = -log(exp(cos(q_i, k_i) / t) / (sum_j exp(cos(q_i, k_j) / t) + sum_m exp(cos(q_i, e_m) / t)))
+    queries, keys, extra = (x.detach().double() for x in (out.embeddings[:, 0], out.embeddings[:, 1], queued))
+    expected = 0.0
+    for i, query in enumerate(queries):
+        logits = [torch.cosine_similarity(query, key, dim=0) / 0.05 for key in (*keys, *extra)]
+        expected -= (logits[i] - torch.logsumexp(torch.stack(logits), dim=0)) / len(queries)
+    torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
     assert out.loss > model(input_ids=views).loss  # more negatives, larger loss
 
 

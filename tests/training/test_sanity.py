@@ -80,7 +80,13 @@ def test_a_batch_of_one_is_allowed_with_several_hard_negative_columns(tokenizer,
     columns = ("anchor", "positive", "negative_1", "negative_2")
     rows = Dataset.from_dict(dict(zip(columns, (WIKI[:8], WIKI[8:16], WIKI[16:24], WIKI[24:32]), strict=True)))
     for collator in (PairCollator(tokenizer, columns=columns), PairCollator(tokenizer)):  # given, or found
-        make_trainer(tokenizer, tmp_path, rows, collator, batch_size=1, contrastive_loss="info_nce")
+        assert collator.hard_negatives_in_batches(rows) is True
+        trainer = make_trainer(tokenizer, tmp_path, rows, collator, batch_size=1, contrastive_loss="info_nce",
+                               max_steps=2, logging_steps=1)  # fmt: skip
+        trainer.train()
+        # each step scores its anchor against its positive and 2 hard negatives: a loss, where no negative gives 0
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        assert len(losses) == 2 and all(0 < loss < float("inf") for loss in losses), losses
 
 
 def test_a_dual_encoder_batch_of_one_is_allowed_with_hard_negative_passages(tokenizer, tmp_path):
