@@ -23,10 +23,10 @@ them, and Text Embeddings Inference finds Dense layers by them. The Pooling conf
 the same reason.
 
 ``avg_first_last`` and ``avg_top2`` pool two layers' hidden states, which no sentence-transformers module does (no
-mode is registered for them). For them, any pooler registered without a mode (and for projection activations it has
-no class for) no ``modules.json`` is written: sentence-transformers then
-falls back to mean pooling of the last layer and says so in a warning. Use ``ContrastiveModel.from_pretrained`` for
-those checkpoints.
+mode is registered for them). For them, for any pooler registered without a mode, and for projection activations it
+has no class for, the modules are written all the same, naming what is missing (the Pooling config's ``pooling_mode``
+is the pooler's name), so that sentence-transformers refuses the folder with that name instead of loading it as a
+mean-pooling model. Use ``ContrastiveModel.from_pretrained`` for those checkpoints.
 
 This module imports only the standard library, torch and safetensors (and transformers for a version number), and its
 siblings.
