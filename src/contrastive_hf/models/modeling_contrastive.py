@@ -104,12 +104,8 @@ class SentencePooler(nn.Module):
 
     def __init__(self, pooler_type: str):
         super().__init__()
-        self.pooler_type = pooler_type
-        self.spec = get_pooler(pooler_type)
-
-    @property
-    def needs_hidden_states(self) -> bool:
-        return self.spec.needs_hidden_states
+        self.pooler_type = pooler_type  # its spec (a ValueError naming the registered ones) is looked up when pooling
+        self.needs_hidden_states = get_pooler(pooler_type).needs_hidden_states  # read by the encoding paths
 
     @torch.compiler.disable  # a packed batch's pooling reads its host data: run as written under torch.compile
     def forward(
@@ -142,7 +138,7 @@ class SentencePooler(nn.Module):
                 maximum=lambda states: masked_max(states, attention_mask),
                 encoder_pooler=encoder_pooler,
             )
-        return self.spec.pool(inputs)
+        return get_pooler(self.pooler_type).pool(inputs)
 
 
 def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
