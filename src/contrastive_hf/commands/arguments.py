@@ -18,11 +18,17 @@ from typing import Any, ClassVar
 from transformers import HfArgumentParser, TrainingArguments
 
 from .._files import written_as_local_path
-from ..models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES, PROJECTION_TYPES, ContrastiveConfig
+from ..data.augmentations import augmentation_help
+from ..models.configuration_contrastive import PROJECTION_TYPES, ContrastiveConfig
+from ..models.objectives import get_loss, loss_names
+from ..models.poolers import get_pooler, pooler_names
 from .errors import UsageError
 from .logs import announce_first_deepspeed_build
 
 __all__ = [
+    "REGISTRY_OPTIONS",
+    "pooler_help",
+    "loss_help",
     "EncoderArguments",
     "ContrastiveModelArguments",
     "MatryoshkaArguments",
@@ -64,6 +70,31 @@ def _config_default(name: str) -> str:
     return f"default: the checkpoint's, else ContrastiveConfig's {getattr(ContrastiveConfig, name)!r}"
 
 
+def pooler_help() -> str:
+    """``--pooler_type``'s help: every registered pooler (`models/poolers.py`) with its description."""
+    poolers = "; ".join(f"{name}: {get_pooler(name).description}" for name in pooler_names())
+    return f"{poolers} ({_config_default('pooler_type')}).".replace("%", "%%")  # argparse formats help with %
+
+
+def loss_help() -> str:
+    """``--contrastive_loss``'s help: every registered in-batch loss (`models/objectives.py`) with its description."""
+    losses = "; ".join(f"{name}: {get_loss(name).description}" for name in loss_names())
+    takers = " or ".join(name for name in loss_names() if get_loss(name).takes_extra_negatives)
+    text = f"{losses}. Hard negatives and --prebatch_size need {takers} ({_config_default('contrastive_loss')})."
+    return text.replace("%", "%%")  # argparse formats help with %
+
+
+# The options whose values are the names of a registry, by their flag's name: their help is written when the
+# arguments are parsed (`parse_arguments`), and their values are checked then (the dataclasses' __post_init__), so
+# an entry registered after these dataclasses were defined (by a user's module, a test) is listed and accepted.
+# argparse ``choices`` would be frozen when the parser is built. ``--augmentations`` is run_clear.py's option.
+REGISTRY_OPTIONS: dict[str, Callable[[], str]] = {
+    "pooler_type": pooler_help,
+    "contrastive_loss": loss_help,
+    "augmentations": augmentation_help,
+}
+
+
 @dataclass
 class MatryoshkaArguments:
     """Matryoshka training and default truncation (config-backed: the model config's ``matryoshka_dims``,
@@ -103,9 +134,7 @@ class ContrastiveModelArguments(MatryoshkaArguments):
     the config's default (a recipe's script may set its paper's defaults instead): the config is the one source of
     truth for these values."""
 
-    pooler_type: str | None = field(
-        default=None, metadata={"help": f"{', '.join(POOLER_TYPES)} ({_config_default('pooler_type')})."}
-    )
+    pooler_type: str | None = field(default=None, metadata={"help": pooler_help()})  # rewritten when parsing
     projection_type: str | None = field(
         default=None, metadata={"help": f"{', '.join(PROJECTION_TYPES)} ({_config_default('projection_type')})."}
     )
@@ -117,13 +146,7 @@ class ContrastiveModelArguments(MatryoshkaArguments):
     temperature: float | None = field(
         default=None, metadata={"help": f"tau of the contrastive loss ({_config_default('temperature')})."}
     )
-    contrastive_loss: str | None = field(
-        default=None,
-        metadata={
-            "help": f"{' or '.join(CONTRASTIVE_LOSSES)}; info_nce is needed for hard negatives and --prebatch_size "
-            f"({_config_default('contrastive_loss')})."
-        },
-    )
+    contrastive_loss: str | None = field(default=None, metadata={"help": loss_help()})  # rewritten when parsing
     hard_negative_weight: float | None = field(
         default=None,
         metadata={"help": f"Added to each anchor's hard-negative logit ({_config_default('hard_negative_weight')})."},
@@ -142,6 +165,15 @@ class ContrastiveModelArguments(MatryoshkaArguments):
             f"sorted on CPU, padded on a GPU) ({_config_default('sub_batch_size')})."
         },
     )
+
+    def __post_init__(self):
+        # against the registries as they are now (REGISTRY_OPTIONS): one usage line naming the registered names
+        for name, lookup in (("pooler_type", get_pooler), ("contrastive_loss", get_loss)):
+            if getattr(self, name) is not None:
+                try:
+                    lookup(getattr(self, name))
+                except ValueError as error:
+                    raise UsageError(str(error)) from None
 
     def config_overrides(self) -> dict:
         """The fields that were given, as `ContrastiveConfig` keyword arguments."""
@@ -323,6 +355,9 @@ def parse_arguments(
     local paths).
     """
     argv = sys.argv[1:] if argv is None else argv
+    for action in parser._actions:
+        if action.dest in REGISTRY_OPTIONS:  # what is registered now, also after the dataclasses were defined
+            action.help = REGISTRY_OPTIONS[action.dest]()
     announce_first_deepspeed_build(argv)  # it happens while the training arguments are built, below
     # argparse prints the usage with each error: one line, not the hundred flags of TrainingArguments
     parser.usage = "%(prog)s --flag value ... | %(prog)s SETTINGS.json [--flag value ...]  (--help lists the flags)"

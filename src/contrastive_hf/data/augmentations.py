@@ -18,15 +18,23 @@ or substituted; a sentence too short for the requested spans gets fewer (or one-
 
 Every random draw is a hash of the row's key (see `contrastive_hf.data.seeding`), so a view depends only on
 (seed, epoch, example, view) and never on the rest of the batch.
+
+Each augmentation is one `register_augmentation` call (its name, its class, how it is built from the settings of
+`build_augmentation`, its text for the model card and ``--help``); whether it writes [DEL] or needs synonyms is said
+by its class (``needs_del_token``, ``needs_synonyms``). An augmentation of one's own is a subclass of `Augmentation`
+and one registration, in any module imported before the collator is built.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..models.registry import Registry
 from .seeding import combine, stream, uniform
 from .synonyms import TokenSynonyms, load_synonyms
 from .token_batch import TokenBatch, ragged_arange
@@ -40,6 +48,16 @@ __all__ = [
     "SUBSTITUTION_PROBABILITY",
     "AUGMENTATION_NAMES",
     "CLEAR_AUGMENTATIONS",
+    "AUGMENTATIONS",
+    "AugmentationSettings",
+    "AugmentationSpec",
+    "register_augmentation",
+    "unregister_augmentation",
+    "get_augmentation",
+    "augmentation_names",
+    "augmentation_help",
+    "describe_augmentation",
+    "needs_synonyms",
     "Augmentation",
     "Identity",
     "WordDeletion",
@@ -62,7 +80,6 @@ NUM_REORDERED_PAIRS = 5  # reorder: pairs of spans swapped per sentence
 SPAN_RATIO = 0.05  # del_span, reorder: length of each span as a fraction of the sentence
 SUBSTITUTION_PROBABILITY = 0.3  # subs: fraction of the words having a synonym that are substituted
 
-AUGMENTATION_NAMES = ("dropout", "del_word", "del_span", "reorder", "subs")
 # The augmentations and compositions of CLEAR's Tables 1 and 2.
 CLEAR_AUGMENTATIONS = (
     "del_word",
@@ -83,7 +100,8 @@ class Augmentation:
     ``(N,)`` uint64 random keys (`contrastive_hf.data.seeding.example_keys`)."""
 
     name = "augmentation"
-    needs_del_token = False
+    needs_del_token = False  # it writes [DEL] (the tokenizer needs `add_del_token`)
+    needs_synonyms = False  # it reads a synonym source (`build_augmentation`'s ``synonyms``)
 
     def apply(self, batch: TokenBatch, keys: np.ndarray) -> TokenBatch:
         raise NotImplementedError
@@ -335,6 +353,7 @@ class SynonymSubstitution(Augmentation):
     """
 
     name = "subs"
+    needs_synonyms = True
 
     def __init__(self, synonyms: TokenSynonyms, probability: float = SUBSTITUTION_PROBABILITY):
         if not 0.0 <= probability <= 1.0:
@@ -414,6 +433,7 @@ class Composition(Augmentation):
         self.parts = tuple(parts)
         self.name = "+".join(part.name for part in self.parts)
         self.needs_del_token = any(part.needs_del_token for part in self.parts)
+        self.needs_synonyms = any(part.needs_synonyms for part in self.parts)
 
     def atoms(self) -> tuple[Augmentation, ...]:
         return tuple(atom for part in self.parts for atom in part.atoms())
@@ -433,6 +453,7 @@ class Mixture(Augmentation):
         self.choices = tuple(choices)
         self.name = ",".join(choice.name for choice in self.choices)
         self.needs_del_token = any(choice.needs_del_token for choice in self.choices)
+        self.needs_synonyms = any(choice.needs_synonyms for choice in self.choices)
 
     def atoms(self) -> tuple[Augmentation, ...]:
         return tuple(atom for choice in self.choices for atom in choice.atoms())
@@ -453,27 +474,132 @@ class Mixture(Augmentation):
         return TokenBatch.stack(parts, rows, len(batch), batch.pad_id)
 
 
+@dataclass
+class AugmentationSettings:
+    """What a registered augmentation is built from (`build_augmentation`'s arguments, the [DEL] id and synonyms
+    resolved): ``del_token_id`` is set when an augmentation named ``needs_del_token``, ``synonyms`` (a compiled
+    `TokenSynonyms`) when one ``needs_synonyms``."""
+
+    tokenizer: Any
+    del_token_id: int | None = None
+    synonyms: TokenSynonyms | None = None
+    del_word_probability: float = DEL_WORD_PROBABILITY
+    num_deleted_spans: int = NUM_DELETED_SPANS
+    num_reordered_pairs: int = NUM_REORDERED_PAIRS
+    span_ratio: float = SPAN_RATIO
+    substitution_probability: float = SUBSTITUTION_PROBABILITY
+
+
+@dataclass(frozen=True)
+class AugmentationSpec:
+    """Everything about one augmentation: its name, its class (whose ``needs_del_token`` and ``needs_synonyms`` say
+    what it needs), ``build`` (`AugmentationSettings` -> the configured augmentation) and its description (the
+    model card's and ``--help``'s text)."""
+
+    name: str
+    augmentation_class: type[Augmentation]
+    build: Callable[[AugmentationSettings], Augmentation]
+    description: str
+
+    @property
+    def needs_del_token(self) -> bool:
+        return self.augmentation_class.needs_del_token
+
+    @property
+    def needs_synonyms(self) -> bool:
+        return self.augmentation_class.needs_synonyms
+
+
+AUGMENTATIONS: Registry[AugmentationSpec] = Registry(
+    "augmentation", "contrastive_hf.data.augmentations.register_augmentation"
+)
+
+
+def register_augmentation(
+    name: str,
+    augmentation_class: type[Augmentation],
+    description: str,
+    build: Callable[[AugmentationSettings], Augmentation] | None = None,
+    *,
+    replace: bool = False,
+) -> AugmentationSpec:
+    """Offer an augmentation to the collators, ``--augmentations`` and the model card; ``build`` defaults to the
+    class called without arguments."""
+    build = build or (lambda settings: augmentation_class())
+    return AUGMENTATIONS.add(name, AugmentationSpec(name, augmentation_class, build, description), replace=replace)
+
+
+def unregister_augmentation(name: str) -> AugmentationSpec:
+    return AUGMENTATIONS.remove(name)
+
+
+def get_augmentation(name: str) -> AugmentationSpec:
+    return AUGMENTATIONS.get(name)
+
+
+def augmentation_names() -> tuple[str, ...]:
+    return AUGMENTATIONS.names()
+
+
+AUGMENTATION_NAMES = AUGMENTATIONS.names_view()  # the registered augmentations, read at each use
+
+
+def augmentation_help() -> str:
+    """The help of an ``--augmentations`` option (argparse's: a % is written %%), listing the registered
+    augmentations."""
+    text = (
+        f"How the two views are made: {', '.join(augmentation_names())}; '+' composes in order as CLEAR names it "
+        "(subs+del_span), ',' mixes: each view draws one (del_word,reorder)."
+    )
+    return text.replace("%", "%%")
+
+
 def _parse(spec: str) -> list[list[str]]:
     """``"a+b,c"`` -> ``[["a", "b"], ["c"]]``, checking every name."""
     if not isinstance(spec, str) or not spec.strip():
-        raise ValueError(f"Empty augmentation {spec!r}: choose one of {', '.join(AUGMENTATION_NAMES)}.")
+        raise ValueError(f"Empty augmentation {spec!r}: choose one of {', '.join(augmentation_names())}.")
     mixture = [[name.strip() for name in choice.split("+")] for choice in spec.split(",")]
     for choice in mixture:
         for name in choice:
-            if name not in AUGMENTATION_NAMES:
+            if name not in AUGMENTATIONS:
                 raise ValueError(
-                    f"Unknown augmentation {name!r}: choose one of {', '.join(AUGMENTATION_NAMES)}, composed with "
+                    f"Unknown augmentation {name!r}: choose one of {', '.join(augmentation_names())}, composed with "
                     "'+' (CLEAR's names, e.g. subs+del_span) or mixed with ',' (each view draws one, e.g. "
-                    "del_word,reorder)."
+                    "del_word,reorder); one of your own: register it with "
+                    "contrastive_hf.data.augmentations.register_augmentation."
                 )
     return mixture
+
+
+def _named(spec: str) -> list[AugmentationSpec]:
+    return [AUGMENTATIONS.get(name) for name in dict.fromkeys(name for choice in _parse(spec) for name in choice)]
 
 
 def needs_del_token(spec: str | Augmentation) -> bool:
     """Whether an augmentation (or its name) writes the [DEL] token, so the tokenizer needs `add_del_token`."""
     if isinstance(spec, Augmentation):
         return spec.needs_del_token
-    return any(name in ("del_word", "del_span") for choice in _parse(spec) for name in choice)
+    return any(named.needs_del_token for named in _named(spec))
+
+
+def needs_synonyms(spec: str | Augmentation) -> bool:
+    """Whether an augmentation (or its name) reads a synonym source (``subs``)."""
+    if isinstance(spec, Augmentation):
+        return spec.needs_synonyms
+    return any(named.needs_synonyms for named in _named(spec))
+
+
+def describe_augmentation(spec: str | Augmentation) -> str:
+    """The registered description of the augmentation ``spec`` names, or ``name: description`` of each one it
+    names (``"subs+del_span"``) or is made of (by the ``name`` of its atoms), for a model card."""
+    if isinstance(spec, Augmentation):
+        names = dict.fromkeys(atom.name for atom in spec.atoms())
+        named = [AUGMENTATIONS.get(name) for name in names if name in AUGMENTATIONS]
+    else:
+        named = _named(spec)
+    if len(named) == 1:
+        return named[0].description
+    return "; ".join(f"{entry.name}: {entry.description}" for entry in named)
 
 
 def build_augmentation(
@@ -489,43 +615,71 @@ def build_augmentation(
 ) -> Augmentation:
     """The augmentation called ``name``, configured for ``tokenizer``.
 
-    ``name`` is one of `AUGMENTATION_NAMES`, a ``+`` composition of them (``subs+del_span``) or a ``,`` mixture
-    (``del_word,subs+reorder``). ``synonyms`` is needed for ``subs``: a JSON table file, a word -> synonyms dict,
-    a `TokenSynonyms`, or a model (or embedding matrix) whose input embeddings give nearest-neighbour synonyms.
-    The other arguments are CLEAR's hyper-parameters (defaults from its §4.1).
+    ``name`` is a registered augmentation (`augmentation_names`), a ``+`` composition of them (``subs+del_span``) or
+    a ``,`` mixture (``del_word,subs+reorder``). ``synonyms`` is needed for ``subs``: a JSON table file, a word ->
+    synonyms dict, a `TokenSynonyms`, or a model (or embedding matrix) whose input embeddings give nearest-neighbour
+    synonyms. The other arguments are CLEAR's hyper-parameters (defaults from its §4.1).
     """
     mixture = _parse(name)
-    names = {atom for choice in mixture for atom in choice}
-    del_token_id = None
-    if names & {"del_word", "del_span"}:
-        del_token_id = tokenizer.convert_tokens_to_ids(DEL_TOKEN)
-        if del_token_id is None or del_token_id == tokenizer.unk_token_id:
+    settings = AugmentationSettings(
+        tokenizer,
+        del_word_probability=del_word_probability,
+        num_deleted_spans=num_deleted_spans,
+        num_reordered_pairs=num_reordered_pairs,
+        span_ratio=span_ratio,
+        substitution_probability=substitution_probability,
+    )
+    if needs_del_token(name):
+        settings.del_token_id = tokenizer.convert_tokens_to_ids(DEL_TOKEN)
+        if settings.del_token_id is None or settings.del_token_id == tokenizer.unk_token_id:
             raise ValueError(
                 f"{name} needs the {DEL_TOKEN} token in the tokenizer; call "
                 "contrastive_hf.data.augmentations.add_del_token(tokenizer, model) first."
             )
-    token_synonyms = None
-    if "subs" in names:
+    if needs_synonyms(name):
         if synonyms is None:
             raise ValueError(
                 f"{name} needs a synonym source: synonyms='table.json' (a JSON word -> synonyms table, "
                 "--synonyms_file) or synonyms=model (nearest neighbours in the encoder's input embeddings)."
             )
-        token_synonyms = load_synonyms(synonyms, tokenizer)
+        settings.synonyms = load_synonyms(synonyms, tokenizer)
 
     def atom(atom_name: str) -> Augmentation:
-        if atom_name == "dropout":
-            return Identity()
-        if atom_name == "del_word":
-            return WordDeletion(del_token_id, probability=del_word_probability)
-        if atom_name == "del_span":
-            return SpanDeletion(del_token_id, num_spans=num_deleted_spans, span_ratio=span_ratio)
-        if atom_name == "reorder":
-            return Reordering(num_pairs=num_reordered_pairs, span_ratio=span_ratio)
-        return SynonymSubstitution(token_synonyms, probability=substitution_probability)
+        return AUGMENTATIONS.get(atom_name).build(settings)
 
     choices = [atom(choice[0]) if len(choice) == 1 else Composition([atom(a) for a in choice]) for choice in mixture]
     return choices[0] if len(choices) == 1 else Mixture(choices)
+
+
+register_augmentation(
+    "dropout", Identity, "the sentence itself; the encoder's dropout makes the two views differ (SimCSE)"
+)
+register_augmentation(
+    "del_word",
+    WordDeletion,
+    "a fraction of the tokens deleted, each run of them replaced by one [DEL] (CLEAR)",
+    lambda settings: WordDeletion(settings.del_token_id, probability=settings.del_word_probability),
+)
+register_augmentation(
+    "del_span",
+    SpanDeletion,
+    "spans of about 5% of the length each replaced by one [DEL] (CLEAR)",
+    lambda settings: SpanDeletion(
+        settings.del_token_id, num_spans=settings.num_deleted_spans, span_ratio=settings.span_ratio
+    ),
+)
+register_augmentation(
+    "reorder",
+    Reordering,
+    "pairs of spans swapped (CLEAR)",
+    lambda settings: Reordering(num_pairs=settings.num_reordered_pairs, span_ratio=settings.span_ratio),
+)
+register_augmentation(
+    "subs",
+    SynonymSubstitution,
+    "words replaced by synonyms (CLEAR)",
+    lambda settings: SynonymSubstitution(settings.synonyms, probability=settings.substitution_probability),
+)
 
 
 def add_del_token(tokenizer, model=None) -> int:

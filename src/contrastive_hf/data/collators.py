@@ -32,9 +32,10 @@ from .augmentations import (
     DEL_WORD_PROBABILITY,
     Augmentation,
     Mixture,
-    SynonymSubstitution,
     WordDeletion,
     build_augmentation,
+    describe_augmentation,
+    needs_synonyms,
 )
 from .corpus import special_token_frame
 from .seeding import EXAMPLE_INDEX_COLUMN, example_keys, mix64, new_seed, random_bits, stream
@@ -276,12 +277,10 @@ def mlm_copy(
     }
 
 
-def _uses_subs(augmentation) -> bool:
-    if isinstance(augmentation, str):
-        return "subs" in {name.strip() for choice in augmentation.split(",") for name in choice.split("+")}
-    if isinstance(augmentation, Augmentation):
-        return any(isinstance(atom, SynonymSubstitution) for atom in augmentation.atoms())
-    return any(_uses_subs(choice) for choice in augmentation)
+def _uses_synonyms(augmentation) -> bool:
+    if isinstance(augmentation, str | Augmentation):
+        return needs_synonyms(augmentation)
+    return any(_uses_synonyms(choice) for choice in augmentation)
 
 
 def content_room(tokenizer, max_length: int | None) -> int | None:
@@ -365,7 +364,7 @@ class ContrastiveDataCollator:
             raise ValueError("mlm_on_views masks the views for MLM, but mlm is off: turn MLM on (--mlm_weight > 0).")
         if self.synonyms is not None and not isinstance(self.synonyms, TokenSynonyms):
             # compile now (a model given as the source is not kept, nor copied into dataloader workers)
-            self.synonyms = load_synonyms(self.synonyms, self.tokenizer) if _uses_subs(self.augmentation) else None
+            self.synonyms = load_synonyms(self.synonyms, self.tokenizer) if _uses_synonyms(self.augmentation) else None
         self.augmentation = self._build(self.augmentation)
         self._refuse_views_of_no_words(content_room(self.tokenizer, self.max_length))
         if self.seed is None:
@@ -412,7 +411,8 @@ class ContrastiveDataCollator:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         augmentation = self.augmentation if isinstance(self.augmentation, str) else repr(self.augmentation)
         method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
-        return {"method": method, "views": augmentation + ("; MLM on a masked copy of each view" * self.mlm_on_views)}
+        views = augmentation + ("; MLM on a masked copy of each view" * self.mlm_on_views)
+        return {"method": method, "views": views, "views_description": describe_augmentation(self.augmentation)}
 
     def hard_negatives_in_batches(self, dataset) -> bool:
         """Whether a batch gives each query hard negatives (`training.sanity` asks): never, every view is of the

@@ -27,6 +27,8 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .._files import hub_id_or_none
+from ..models.objectives import get_loss
+from ..models.poolers import POOLERS, get_pooler
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 from .adapters import adapted_model, base_model_settings, describe_adapter, merged_folder
 from .method_cards import METHODS, method_card
@@ -96,6 +98,8 @@ class ModelCardInfo:
     prebatch_size: int = 0  # the keys of this many previous batches were extra negatives
     objective: str | None = None  # the objective in words, for methods not described by mlm_weight / cl_weight
     datasets: list[str] = field(default_factory=list)  # Hub ids of the training data, when it came from the Hub
+    # What the augmentation does, in words: the registered description of each augmentation it names
+    augmentation_description: str = ""
     license: str | None = None
     language: list[str] | str | None = None
     tags: list[str] = field(default_factory=list)
@@ -144,6 +148,7 @@ def card_info_from_trainer(
         model_name=model_name or os.path.basename(os.path.normpath(args.output_dir)),
         base_model=hub_id_or_none(name_or_path),
         augmentation=described.get("views", "as the collator makes them"),
+        augmentation_description=described.get("views_description", ""),
         training_data=described.get("data", "not recorded (pass dataset=... to create_model_card)"),
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
@@ -200,9 +205,10 @@ def _describe_model(model) -> dict:
             projection = (
                 f"MLP, {config.projection_layers} layers, {config.projection_activation}, output {size} ({usage})"
             )
-    objective = f"L_CL ({config.contrastive_loss})"
+    loss = f"{config.contrastive_loss}: {get_loss(config.contrastive_loss).description}"
+    objective = f"L_CL ({loss})"
     if config.mlm_weight > 0:
-        objective = f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({config.contrastive_loss})"
+        objective = f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({loss})"
     return {
         "encoder_description": encoder_text,
         "projection_description": projection,
@@ -285,7 +291,9 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
         if info.base_model
         else "none (trained from scratch or from a local checkpoint)",
         pooler_type=config.pooler_type,
-        views_description=f"`{info.augmentation}`",
+        pooler_description=get_pooler(config.pooler_type).description,
+        views_description=f"`{info.augmentation}`"
+        + (f": {info.augmentation_description}" if info.augmentation_description else ""),
         objective_description=info.objective or described["objective_description"],
         temperature=config.temperature,
         negatives_description=_describe_negatives(info),
@@ -316,9 +324,12 @@ def render_model_card(model, info: ModelCardInfo) -> ModelCard:
 
 
 # What Text Embeddings Inference computes from sentence-transformers modules (read from its source): Pooling with
-# cls or mean, Dense layers with tanh or no activation; it reads neither include_prompt nor truncate_dim.
-TEI_POOLERS = ("cls", "cls_before_pooler", "mean")
+# cls or mean (the poolers registered as served_by_text_embeddings_inference, `models/poolers.py`), Dense layers with
+# tanh or no activation; it reads neither include_prompt nor truncate_dim.
 TEI_ACTIVATIONS = (None, "tanh")
+
+
+TEI_POOLERS = POOLERS.names_view(lambda pooler: pooler.served_by_text_embeddings_inference)
 
 
 def text_embeddings_inference_caveats(model) -> list[str]:
@@ -329,7 +340,7 @@ def text_embeddings_inference_caveats(model) -> list[str]:
         return ["it serves one encoder, and this checkpoint routes queries and documents to two"]
     reasons = []
     for stack in stacks.values():
-        if stack.pooler_type not in TEI_POOLERS:
+        if not get_pooler(stack.pooler_type).served_by_text_embeddings_inference:
             reasons.append(f"it pools with cls or mean only, not {stack.pooler_type}")
         activations = sorted({str(activation) for _, activation in stack.dense if activation not in TEI_ACTIVATIONS})
         if activations:

@@ -1,7 +1,9 @@
-"""Everything a checkpoint carries: configurations, models, losses and what they need.
+"""Everything a checkpoint carries: configurations, models, losses, poolers and what they need.
 
-A saved checkpoint ships ``modeling_*.py`` and the sibling files they import (``trust_remote_code`` copies a modeling
-file and its relative imports only), so the modules of this folder import torch, transformers and each other only.
+The modules of this folder import torch, transformers and each other only. A 0.2 checkpoint ships no code (it names
+its model type, registered with the Auto classes below, and its pooler and loss, registered in `poolers.py` and
+`objectives.py`); a 0.1 checkpoint carries its own copy of the modeling files of its release, which
+``trust_remote_code`` loads, so those copies never import this folder.
 
 Importing this folder registers its model types with transformers' Auto classes: "contrastive" with AutoConfig,
 AutoModel, AutoModelForPreTraining and AutoModelForSequenceClassification, "dual_encoder" (DPR) with AutoConfig and

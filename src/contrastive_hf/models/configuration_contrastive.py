@@ -6,13 +6,14 @@ import copy
 
 from transformers import AutoConfig, PreTrainedConfig
 
+from .objectives import LOSSES, get_loss
+from .poolers import POOLERS, get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
 
-# cls: the encoder's own pooler (dense + tanh over [CLS], as BERT's NSP head); cls_before_pooler: the raw [CLS]
-# hidden state; avg_first_last / avg_top2: SimCSE's averages of two layers' token means.
-POOLER_TYPES = ("cls", "cls_before_pooler", "mean", "max", "avg_first_last", "avg_top2")
+# The registered poolers and losses (`poolers.py`, `objectives.py`), read at each use
+POOLER_TYPES = POOLERS.names_view()
+CONTRASTIVE_LOSSES = LOSSES.names_view()
 PROJECTION_TYPES = ("none", "linear", "mlp")
-CONTRASTIVE_LOSSES = ("nt_xent", "info_nce")
 # The named ways of encoding a batch's views (`ContrastiveConfig.sub_batch_size`; an integer is the fourth).
 ENCODING_PATHS = ("auto", "packed", "sorted")
 
@@ -59,8 +60,9 @@ class ContrastiveConfig(PreTrainedConfig):
             Configuration of the encoder (BERT, RoBERTa, DistilBERT, ...). A dict must carry `model_type`;
             `None` gives a default BERT configuration.
         pooler_type (`str`, defaults to `"cls"`):
-            One of `cls` (the encoder's pooler layer over [CLS]), `cls_before_pooler` (the [CLS] hidden state),
-            `mean`, `max`, `avg_first_last` (mean of the first and last layers' token means), `avg_top2`.
+            A registered pooler (`poolers.py`, `register_pooler`): `cls` (the encoder's pooler layer over [CLS]),
+            `cls_before_pooler` (the [CLS] hidden state), `mean`, `max`, `avg_first_last` (mean of the first and last
+            layers' token means), `avg_top2`.
         projection_type (`str`, defaults to `"mlp"`):
             `none`, `linear` (one linear layer) or `mlp` (SimCLR's non-linear head g(.)).
         projection_dim (`int`, *optional*):
@@ -78,8 +80,9 @@ class ContrastiveConfig(PreTrainedConfig):
         temperature (`float`, defaults to 0.05):
             Temperature tau dividing the cosine similarities of the contrastive loss.
         contrastive_loss (`str`, defaults to `"nt_xent"`):
-            `nt_xent` (CLEAR/SimCLR: 2N views, each one's negatives are the other 2N-2 views) or `info_nce`
-            (SimCSE: first views against second views and hard negatives).
+            A registered in-batch loss (`objectives.py`, `register_loss`): `nt_xent` (CLEAR/SimCLR: 2N views, each
+            one's negatives are the other 2N-2 views) or `info_nce` (SimCSE: first views against second views and
+            hard negatives).
         mlm_weight (`float`, defaults to 1.0), cl_weight (`float`, defaults to 1.0):
             Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
         hard_negative_weight (`float`, defaults to 0.0):
@@ -170,16 +173,12 @@ class ContrastiveConfig(PreTrainedConfig):
         self._validate_contrastive_fields()
 
     def _validate_contrastive_fields(self) -> None:
-        if self.pooler_type not in POOLER_TYPES:
-            raise ValueError(f"Unknown pooler_type {self.pooler_type!r}: choose one of {', '.join(POOLER_TYPES)}.")
+        get_pooler(self.pooler_type)  # a ValueError naming the registered poolers
         if self.projection_type not in PROJECTION_TYPES:
             raise ValueError(
                 f"Unknown projection_type {self.projection_type!r}: choose one of {', '.join(PROJECTION_TYPES)}."
             )
-        if self.contrastive_loss not in CONTRASTIVE_LOSSES:
-            raise ValueError(
-                f"Unknown contrastive_loss {self.contrastive_loss!r}: choose one of {', '.join(CONTRASTIVE_LOSSES)}."
-            )
+        get_loss(self.contrastive_loss)  # a ValueError naming the registered losses
         if not self.temperature > 0:
             raise ValueError(
                 f"temperature must be > 0, got {self.temperature}; SimCSE and CLEAR use values around 0.05."

@@ -7,12 +7,12 @@ import copy
 from transformers import AutoConfig, PreTrainedConfig
 
 from .configuration_contrastive import (
-    POOLER_TYPES,
     parse_encoding_fields,
     validate_embedding_dims,
     validate_max_seq_length,
     without_sub_config_paths,
 )
+from .poolers import get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
 
 SIMILARITIES = ("dot", "cosine")
@@ -37,7 +37,7 @@ class DualEncoderConfig(PreTrainedConfig):
             One encoder (one set of weights) for queries and passages. DPR trains two; sharing halves the parameters
             and suits symmetric tasks.
         pooler_type (`str`, defaults to `"cls_before_pooler"`):
-            How a text's token states become its vector (see `configuration_contrastive.POOLER_TYPES`); DPR takes
+            How a text's token states become its vector (a registered pooler, `poolers.py`); DPR takes
             the [CLS] hidden state.
         projection_dim (`int`, *optional*):
             Size of a linear layer on each encoder's pooled vector (DPR's optional `encode_proj`); none when unset.
@@ -106,8 +106,7 @@ class DualEncoderConfig(PreTrainedConfig):
         self._validate_dual_encoder_fields()
 
     def _validate_dual_encoder_fields(self) -> None:
-        if self.pooler_type not in POOLER_TYPES:
-            raise ValueError(f"Unknown pooler_type {self.pooler_type!r}: choose one of {', '.join(POOLER_TYPES)}.")
+        get_pooler(self.pooler_type)  # a ValueError naming the registered poolers
         if self.similarity not in SIMILARITIES:
             raise ValueError(f"Unknown similarity {self.similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
         if not self.temperature > 0:

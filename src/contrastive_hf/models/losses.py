@@ -1,7 +1,7 @@
 """Contrastive objectives and representation-quality measures, as pure functions.
 
-This module imports nothing but torch: it travels inside saved checkpoints with the modeling code, so that
-``AutoModel.from_pretrained(path, trust_remote_code=True)`` works where contrastive_hf is not installed.
+This module imports nothing but torch. The in-batch losses a model trains with are these functions registered with a
+name in `objectives.py` (`register_loss`).
 
 Every similarity and logit is computed in float32 at least (`loss_dtype`), also under fp16/bf16 autocast: with
 tau = 0.05 a cosine of 1 becomes a logit of 20, and half precision loses the small differences between negatives that

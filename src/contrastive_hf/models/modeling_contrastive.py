@@ -36,6 +36,7 @@ from .encoding import SentenceEmbeddingMixin, attention_mask_for, encode_with, e
 from .host_data import host_array, to_device
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import PackedSequences
+from .poolers import PoolingInputs, get_pooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ class ContrastivePreTrainingOutput(ModelOutput):
 
 
 class SentencePooler(nn.Module):
-    """Turns an encoder's token representations into one vector per sentence (SimCSE's pooler types).
+    """Turns an encoder's token representations into one vector per sentence, as the registered pooler named
+    ``pooler_type`` computes it (`poolers.py`: SimCSE's pooler types and any registered since).
 
     The attention mask it is given says which tokens are pooled: ``mean`` and ``max`` reduce over them, and ``cls`` /
     ``cls_before_pooler`` read the first of them, as sentence-transformers' ``Pooling`` does: the [CLS] token (after
@@ -102,11 +104,8 @@ class SentencePooler(nn.Module):
 
     def __init__(self, pooler_type: str):
         super().__init__()
-        self.pooler_type = pooler_type
-
-    @property
-    def needs_hidden_states(self) -> bool:
-        return self.pooler_type in ("avg_first_last", "avg_top2")
+        self.pooler_type = pooler_type  # its spec (a ValueError naming the registered ones) is looked up when pooling
+        self.needs_hidden_states = get_pooler(pooler_type).needs_hidden_states  # read by the encoding paths
 
     @torch.compiler.disable  # a packed batch's pooling reads its host data: run as written under torch.compile
     def forward(
@@ -122,32 +121,24 @@ class SentencePooler(nn.Module):
         ``pooler_output``."""
         if isinstance(attention_mask, PackedSequences):
             packed = attention_mask
-            tokens = lambda states: states[0]  # (1, T, h) -> (T, h)
-            first, mean, maximum = packed.first_tokens, packed.segment_mean, packed.segment_max
+            inputs = PoolingInputs(
+                encoder_outputs,
+                tokens=lambda states: states[0],  # (1, T, h) -> (T, h)
+                first=packed.first_tokens,
+                mean=packed.segment_mean,
+                maximum=packed.segment_max,
+                encoder_pooler=encoder_pooler,
+            )
         else:
-            tokens = lambda states: states  # (B, L, h)
-            first = lambda states: first_pooled_tokens(states, attention_mask)
-            mean = lambda states: masked_mean(states, attention_mask)
-            maximum = lambda states: masked_max(states, attention_mask)
-        last_hidden = tokens(encoder_outputs.last_hidden_state)
-        if self.pooler_type == "cls":
-            if encoder_pooler is None:
-                return encoder_outputs.pooler_output
-            return encoder_pooler(first(last_hidden).unsqueeze(1))  # BertPooler reads position 0 of its input
-        if self.pooler_type == "cls_before_pooler":
-            return first(last_hidden)
-        if self.pooler_type == "max":
-            return maximum(last_hidden)
-        if self.pooler_type == "mean":
-            return mean(last_hidden)
-        hidden_states = encoder_outputs.hidden_states  # embeddings output, then one per layer
-        # SimCSE averages the first transformer layer (index 1, after the embeddings) with the last one.
-        first_layer, second_layer = (
-            (hidden_states[1], hidden_states[-1])
-            if self.pooler_type == "avg_first_last"
-            else (hidden_states[-1], hidden_states[-2])
-        )
-        return mean((tokens(first_layer) + tokens(second_layer)) / 2)
+            inputs = PoolingInputs(
+                encoder_outputs,
+                tokens=lambda states: states,  # (B, L, h)
+                first=lambda states: first_pooled_tokens(states, attention_mask),
+                mean=lambda states: masked_mean(states, attention_mask),
+                maximum=lambda states: masked_max(states, attention_mask),
+                encoder_pooler=encoder_pooler,
+            )
+        return get_pooler(self.pooler_type).pool(inputs)
 
 
 def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -272,7 +263,7 @@ def dense_stages(model: ContrastiveModel, prefix: str = "") -> list[DenseLayer]:
     model that holds ``model`` under ``prefix`` (``"contrastive."`` for a `ContrastiveForPreTraining`)."""
     config = model.config
     stages = []
-    if config.pooler_type == "cls":
+    if get_pooler(config.pooler_type).uses_encoder_pooler_layer:
         stages.append(DenseLayer(f"{prefix}encoder.pooler.dense", "tanh"))
     if config.projection_at_inference and config.projection_type != "none":
         count = len(model.projection.layers)
@@ -358,7 +349,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
 
     def load_pretrained_encoder(self, name: str, source: str | os.PathLike, **loading) -> PreTrainedModel:
         config = self.config.encoder
-        return build_encoder(config, self.config.pooler_type == "cls", pretrained=source, **loading)
+        return build_encoder(config, uses_encoder_pooler_layer(self.config), pretrained=source, **loading)
 
     def install_encoders(self, encoders: dict[str, PreTrainedModel]) -> None:
         self.sentence_model().set_encoder(encoders["encoder"])
@@ -463,7 +454,7 @@ class ContrastiveModel(ContrastivePreTrainedModel):
 
     def __init__(self, config: ContrastiveConfig):
         super().__init__(config)
-        self.encoder = build_encoder(config.encoder, config.pooler_type == "cls")
+        self.encoder = build_encoder(config.encoder, uses_encoder_pooler_layer(config))
         self.config.encoder = self.encoder.config  # one config object, so that resizing updates the saved one
         self.pooler = SentencePooler(config.pooler_type)
         self.projection = ProjectionHead(config)

@@ -43,6 +43,7 @@ from .encoding import SentenceEmbeddingMixin, encode_with
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
+from .poolers import uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 # Where a two-tower checkpoint keeps each encoder: sentence-transformers' Router folder names.
@@ -126,7 +127,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
 
     def __init__(self, config: DualEncoderConfig):
         super().__init__(config)
-        with_pooler = config.pooler_type == "cls"
+        with_pooler = uses_encoder_pooler_layer(config)
         self.query_encoder = build_encoder(config.query_encoder, with_pooler)
         self.passage_encoder = None if config.share_encoders else build_encoder(config.passage_encoder, with_pooler)
         self._sync_encoder_configs()
@@ -467,7 +468,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
 
     def load_pretrained_encoder(self, name: str, source: str | os.PathLike, **loading) -> PreTrainedModel:
         config = self.config.query_encoder if name == "query_encoder" else self.config.passage_encoder
-        return build_encoder(config, self.config.pooler_type == "cls", pretrained=source, **loading)
+        return build_encoder(config, uses_encoder_pooler_layer(self.config), pretrained=source, **loading)
 
     def install_encoders(self, encoders: dict[str, PreTrainedModel]) -> None:
         self.set_encoders(encoders["query_encoder"], encoders.get("passage_encoder"))
@@ -478,7 +479,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     def sentence_transformers_stacks(self) -> dict[str, SentenceTransformersStack]:
         def stack(encoder_name: str, projection_name: str) -> SentenceTransformersStack:
             encoder = getattr(self, encoder_name)
-            dense = [DenseLayer(f"{encoder_name}.pooler.dense", "tanh")] if self.config.pooler_type == "cls" else []
+            dense = (
+                [DenseLayer(f"{encoder_name}.pooler.dense", "tanh")] if uses_encoder_pooler_layer(self.config) else []
+            )
             if getattr(self, projection_name) is not None:
                 dense.append(DenseLayer(projection_name))
             return SentenceTransformersStack(

@@ -7,32 +7,128 @@ function itself:
 1. with several processes, gather the views of every process (with gradient) and their sentence ids (without),
    accepting a different batch size on each process (a ragged last batch, uneven streamed shards), and find where
    this process's rows sit in the global batch (its offset);
-2. leave copies of a sentence out of its own softmax (`losses.duplicate_mask` on the collators' ``sentence_ids``);
-3. score this process's queries against the global batch with `losses.info_nce` (SimCSE, DPR) or `losses.nt_xent`
+2. hand the batch (`InBatchViews`) to the registered loss named ``contrastive_loss`` (`register_loss`), which leaves
+   copies of a sentence out of its own softmax (`losses.duplicate_mask` on the collators' ``sentence_ids``) and
+   scores this process's queries against the global batch: `losses.info_nce` (SimCSE, DPR) or `losses.nt_xent`
    (SimCLR, CLEAR), under cosine or dot-product similarity;
-4. with Matryoshka dimensions (Kusupati et al., 2022), do 3. on the first m dimensions of every vector for each m and
-   return the weighted sum (`matryoshka_loss`), gathering and masking once.
+3. with Matryoshka dimensions (Kusupati et al., 2022), the loss does 2. on the first m dimensions of every vector for
+   each m and returns the weighted sum (`matryoshka_loss`), gathering and masking once.
 
 The mean over processes of the returned loss is the global batch's loss (each process's mean weighted by its share
 of the rows when the sizes differ, `distributed.share_of_global_mean`), and DDP's (or DeepSpeed's) gradient
 averaging makes its gradient exact (`distributed.py`). Like the rest of ``models/``, this file imports torch and its
-siblings only: it travels inside saved checkpoints.
+siblings only.
+
+A loss of one's own is one function of an `InBatchViews` and one `register_loss` call: `ContrastiveConfig` accepts
+its name as ``contrastive_loss``, the scripts' ``--contrastive_loss`` help lists it, and the model card names it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from .distributed import gather_global_batch, gather_no_grad, share_of_global_mean
 from .losses import SIMILARITIES, duplicate_mask, info_nce, loss_dtype, nt_xent
+from .registry import Registry
 
-__all__ = ["IN_BATCH_LOSSES", "UNKNOWN_SENTENCE_ID", "in_batch_loss", "matryoshka_loss", "cached_gradient_surrogate"]
+__all__ = [
+    "IN_BATCH_LOSSES",
+    "UNKNOWN_SENTENCE_ID",
+    "InBatchViews",
+    "LossSpec",
+    "LOSSES",
+    "register_loss",
+    "unregister_loss",
+    "get_loss",
+    "loss_names",
+    "in_batch_loss",
+    "matryoshka_loss",
+    "cached_gradient_surrogate",
+]
 
-IN_BATCH_LOSSES = ("info_nce", "nt_xent")
 # The id of a queued key whose sentence is unknown (a queue filled without sentence ids): never left out.
 UNKNOWN_SENTENCE_ID = -1
+
+
+@dataclass
+class InBatchViews:
+    """A batch as a registered loss receives it from `in_batch_loss` (gathered, not yet scored).
+
+    Attributes:
+        embeddings: ``(B, S, d)`` this process's views: query, positive, then ``S - 2`` hard negatives.
+        everyone: ``(M, S, d)`` the views of every process in rank order (``embeddings`` itself without gathering).
+        offset: where this process's rows start in ``everyone``.
+        sentence_ids: ``(B, S)`` this process's sentence ids, or None; ``everyone_ids``: ``(M, S)`` every process's.
+        extra_negatives: ``(K, d)`` negatives of every query (a pre-batch queue), or None; ``extra_negative_ids``
+            their ``(K,)`` sentence ids (`UNKNOWN_SENTENCE_ID` for unknown ones), or None.
+        temperature, similarity, hard_negative_weight: as `in_batch_loss` takes them.
+        matryoshka_dims, matryoshka_weights: as `in_batch_loss` takes them (apply with `matryoshka_loss`).
+    """
+
+    embeddings: torch.Tensor
+    everyone: torch.Tensor
+    offset: int
+    sentence_ids: torch.Tensor | None
+    everyone_ids: torch.Tensor | None
+    extra_negatives: torch.Tensor | None
+    extra_negative_ids: torch.Tensor | None
+    temperature: float
+    similarity: str
+    hard_negative_weight: float
+    matryoshka_dims: Sequence[int] | None
+    matryoshka_weights: Sequence[float] | None
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Everything about one in-batch loss.
+
+    Attributes:
+        name: its ``contrastive_loss``.
+        compute: ``InBatchViews -> (loss, negatives per query)``: this process's mean loss (before its share of the
+            global batch is taken) and the number of negatives in each query's softmax (a tensor, or a host number).
+        description: what it contrasts, in words (the model card's and ``--help``'s text).
+        takes_extra_negatives: it scores views 2.. (hard negatives) and queued extra negatives (``--prebatch_size``).
+    """
+
+    name: str
+    compute: Callable[[InBatchViews], tuple[torch.Tensor, torch.Tensor | float]]
+    description: str
+    takes_extra_negatives: bool = False
+
+
+LOSSES: Registry[LossSpec] = Registry("contrastive_loss", "contrastive_hf.models.objectives.register_loss")
+
+
+def register_loss(
+    name: str,
+    compute: Callable[[InBatchViews], tuple[torch.Tensor, torch.Tensor | float]],
+    description: str,
+    *,
+    takes_extra_negatives: bool = False,
+    replace: bool = False,
+) -> LossSpec:
+    """Offer an in-batch loss to every part of the library (see `LossSpec` for the arguments); returns its spec."""
+    return LOSSES.add(name, LossSpec(name, compute, description, takes_extra_negatives), replace=replace)
+
+
+def unregister_loss(name: str) -> LossSpec:
+    return LOSSES.remove(name)
+
+
+def get_loss(name: str) -> LossSpec:
+    """The spec of ``contrastive_loss`` ``name``; a `ValueError` naming the registered losses where there is none."""
+    return LOSSES.get(name)
+
+
+def loss_names() -> tuple[str, ...]:
+    return LOSSES.names()
+
+
+IN_BATCH_LOSSES = LOSSES.names_view()  # the registered losses, read at each use
 
 
 def in_batch_loss(
@@ -85,51 +181,78 @@ def in_batch_loss(
     """
     if embeddings.dim() != 3:
         raise ValueError(f"in_batch_loss takes (batch, views, dim) embeddings, got shape {tuple(embeddings.shape)}.")
-    if loss not in IN_BATCH_LOSSES:
-        raise ValueError(f"Unknown contrastive loss {loss!r}: choose one of {', '.join(IN_BATCH_LOSSES)}.")
+    spec = get_loss(loss)
     if similarity not in SIMILARITIES:
         raise ValueError(f"Unknown similarity {similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
-    batch_size, num_views = embeddings.shape[:2]
     everyone, everyone_ids, offset, sizes = embeddings, sentence_ids, 0, None
     if gather_across_devices:
         everyone, offset, sizes = gather_global_batch(embeddings)  # (M, S, d), in rank order; sizes may differ
         if sizes is not None and sentence_ids is not None:
             everyone_ids = gather_no_grad(sentence_ids, sizes)
-    local = torch.arange(batch_size, device=embeddings.device)
+    views = InBatchViews(
+        embeddings,
+        everyone,
+        offset,
+        sentence_ids,
+        everyone_ids,
+        extra_negatives,
+        extra_negative_ids,
+        temperature,
+        similarity,
+        hard_negative_weight,
+        matryoshka_dims,
+        matryoshka_weights,
+    )
+    value, negatives = spec.compute(views)
+    return share_of_global_mean(value, sizes), _mean_count(negatives, embeddings.device)
+
+
+def nt_xent_in_batch(views: InBatchViews) -> tuple[torch.Tensor, torch.Tensor | float]:
+    """NT-Xent (SimCLR, CLEAR) over a batch of pairs: each of the 2B local views against the 2M - 2 views of the other
+    sentences of the global batch."""
+    embeddings, everyone, offset, sentence_ids = views.embeddings, views.everyone, views.offset, views.sentence_ids
+    batch_size, num_views = embeddings.shape[:2]
     total = everyone.shape[0]
+    if num_views != 2 or views.extra_negatives is not None:
+        raise ValueError(
+            f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} views); "
+            "use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
+        )
+    mask = None
+    if sentence_ids is not None:
+        local = torch.arange(batch_size, device=embeddings.device)
+        rows = torch.cat([sentence_ids[:, 0], sentence_ids[:, 1]])  # (2B,) the local views
+        columns = torch.cat([views.everyone_ids[:, 0], views.everyone_ids[:, 1]])  # (2M,) every view
+        mask = duplicate_mask(rows, columns, torch.cat([local + total, local]) + offset)
+        own = torch.cat([local, local + total]) + offset
+        view_rows = torch.arange(2 * batch_size, device=mask.device)
+        mask = mask.index_put((view_rows, own), mask.new_zeros(()))  # nt_xent leaves a view's own out
 
-    if loss == "nt_xent":
-        if num_views != 2 or extra_negatives is not None:
-            raise ValueError(
-                f"contrastive_loss='nt_xent' takes exactly two views and no extra negatives (got {num_views} views); "
-                "use contrastive_loss='info_nce' for hard negatives or a pre-batch queue."
-            )
-        mask = None
-        if sentence_ids is not None:
-            rows = torch.cat([sentence_ids[:, 0], sentence_ids[:, 1]])  # (2B,) the local views
-            columns = torch.cat([everyone_ids[:, 0], everyone_ids[:, 1]])  # (2M,) every view
-            mask = duplicate_mask(rows, columns, torch.cat([local + total, local]) + offset)
-            own = torch.cat([local, local + total]) + offset
-            views = torch.arange(2 * batch_size, device=mask.device)
-            mask = mask.index_put((views, own), mask.new_zeros(()))  # nt_xent leaves a view's own out
+    def loss_at(width: int | None) -> torch.Tensor:
+        mine, all_views = embeddings[..., :width], everyone[..., :width]
+        return nt_xent(
+            mine[:, 0],
+            mine[:, 1],
+            views.temperature,
+            all_views[:, 0],
+            all_views[:, 1],
+            offset,
+            negatives_mask=mask,
+            similarity=views.similarity,
+        )
 
-        def loss_at(width: int | None) -> torch.Tensor:
-            mine, all_views = embeddings[..., :width], everyone[..., :width]
-            return nt_xent(
-                mine[:, 0],
-                mine[:, 1],
-                temperature,
-                all_views[:, 0],
-                all_views[:, 1],
-                offset,
-                negatives_mask=mask,
-                similarity=similarity,
-            )
+    left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (2B,)
+    value = matryoshka_loss(loss_at, views.matryoshka_dims, views.matryoshka_weights)
+    return value, 2 * total - 2 - left_out
 
-        left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (2B,)
-        value = matryoshka_loss(loss_at, matryoshka_dims, matryoshka_weights)
-        return share_of_global_mean(value, sizes), _mean_count(2 * total - 2 - left_out, embeddings.device)
 
+def info_nce_in_batch(views: InBatchViews) -> tuple[torch.Tensor, torch.Tensor | float]:
+    """InfoNCE (SimCSE, DPR): each local query against every positive of the global batch, the hard negatives
+    (views 2..) and the extra negatives."""
+    embeddings, everyone, offset, sentence_ids = views.embeddings, views.everyone, views.offset, views.sentence_ids
+    extra_negatives, extra_negative_ids = views.extra_negatives, views.extra_negative_ids
+    batch_size, num_views = embeddings.shape[:2]
+    total = everyone.shape[0]
     if num_views < 2:
         raise ValueError(f"info_nce takes a query and a positive (and hard negatives), got {num_views} view(s).")
     num_hard = num_views - 2
@@ -137,6 +260,8 @@ def in_batch_loss(
     columns = total * (1 + num_hard) + num_extra  # positives, hard negatives, extra negatives
     mask = None
     if sentence_ids is not None:
+        everyone_ids = views.everyone_ids
+        local = torch.arange(batch_size, device=embeddings.device)
         column_ids = [everyone_ids[:, 1]] + ([everyone_ids[:, 2:].reshape(-1)] if num_hard else [])
         if num_extra:
             if extra_negative_ids is None:
@@ -151,18 +276,31 @@ def in_batch_loss(
         return info_nce(
             embeddings[:, 0, :width],
             everyone[:, 1, :width],
-            temperature,
+            views.temperature,
             hard_negatives=everyone[:, 2:, :width] if num_hard else None,
-            hard_negative_weight=hard_negative_weight,
+            hard_negative_weight=views.hard_negative_weight,
             extra_negatives=extra_negatives[:, :width] if num_extra else None,
             negatives_mask=mask,
             positive_offset=offset,
-            similarity=similarity,
+            similarity=views.similarity,
         )
 
     left_out = 0.0 if mask is None else mask.sum(dim=1).float()  # (B,)
-    value = matryoshka_loss(loss_at, matryoshka_dims, matryoshka_weights)
-    return share_of_global_mean(value, sizes), _mean_count(columns - 1 - left_out, embeddings.device)
+    value = matryoshka_loss(loss_at, views.matryoshka_dims, views.matryoshka_weights)
+    return value, columns - 1 - left_out
+
+
+register_loss(
+    "nt_xent",
+    nt_xent_in_batch,
+    "NT-Xent (SimCLR, CLEAR), each of the 2N views of N pairs against the other 2N - 2 views",
+)
+register_loss(
+    "info_nce",
+    info_nce_in_batch,
+    "InfoNCE (SimCSE, DPR), each query against every positive of the batch, the hard negatives and queued negatives",
+    takes_extra_negatives=True,
+)
 
 
 def matryoshka_loss(

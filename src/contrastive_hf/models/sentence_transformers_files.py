@@ -3,10 +3,12 @@ same embeddings, and that Text Embeddings Inference reads to serve it.
 
 sentence-transformers reads ``modules.json`` (a pipeline of modules): module 0 is the encoder (a ``Transformer``
 module at ``path: ""``, the checkpoint's root, which holds the encoder in its own architecture), then a ``Pooling``
-module and optional ``Dense`` modules. Our poolers map onto it as:
+module and optional ``Dense`` modules. Our poolers map onto it as their registrations say (`poolers.py`,
+``sentence_transformers_mode``):
 
 - ``cls_before_pooler``, ``mean``, ``max``: Pooling in that mode;
-- ``cls``: Pooling on the [CLS] token, then a Dense layer holding BERT's pooler weights with tanh;
+- ``cls``: Pooling on the [CLS] token, then a Dense layer holding BERT's pooler weights with tanh (a pooler that
+  ``uses_encoder_pooler_layer``);
 - a projection kept at inference (``projection_at_inference=True``): one Dense layer per projection layer.
 
 ``config_sentence_transformers.json`` records the similarity function (``cosine``, or ``dot`` for DPR's inner
@@ -20,13 +22,14 @@ sentence-transformers 6 loads them without a warning (it maps them to its new mo
 them, and Text Embeddings Inference finds Dense layers by them. The Pooling configuration keeps its boolean keys for
 the same reason.
 
-``avg_first_last`` and ``avg_top2`` pool two layers' hidden states, which no sentence-transformers module does. For
-them (and for projection activations it has no class for) no ``modules.json`` is written: sentence-transformers then
-falls back to mean pooling of the last layer and says so in a warning. Use ``ContrastiveModel.from_pretrained`` for
-those checkpoints.
+``avg_first_last`` and ``avg_top2`` pool two layers' hidden states, which no sentence-transformers module does (no
+mode is registered for them). For them, for any pooler registered without a mode, and for projection activations it
+has no class for, the modules are written all the same, naming what is missing (the Pooling config's ``pooling_mode``
+is the pooler's name), so that sentence-transformers refuses the folder with that name instead of loading it as a
+mean-pooling model. Use ``ContrastiveModel.from_pretrained`` for those checkpoints.
 
-This module imports only the standard library, torch and safetensors (and transformers for a version number): it
-travels with the modeling code.
+This module imports only the standard library, torch and safetensors (and transformers for a version number), and its
+siblings.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from typing import NamedTuple
 
 import torch
 from safetensors.torch import save_file
+
+from .poolers import get_pooler
 
 __all__ = [
     "MODULE_FILES",
@@ -61,7 +66,6 @@ _TORCH_ACTIVATIONS = {
 _IDENTITY = "torch.nn.modules.linear.Identity"
 # Where an activation without a torch class is named, so that sentence-transformers fails to import it, naming it.
 _UNAVAILABLE = "torch.nn.modules.activation"
-_POOLING_MODES = {"cls": "cls_token", "cls_before_pooler": "cls_token", "mean": "mean_tokens", "max": "max_tokens"}
 MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "router_config.json")
 _ROUTES = ("query", "document")
 
@@ -80,7 +84,7 @@ class SentenceTransformersStack:
     """One encoder's path to an embedding, as sentence-transformers modules.
 
     Attributes:
-        pooler_type: the model's pooler (`configuration_contrastive.POOLER_TYPES`).
+        pooler_type: the model's pooler (a registered one, `poolers.py`).
         hidden_size: the encoder's hidden size (the Pooling module's input).
         max_seq_length: the longest input the encoder takes.
         dense: each Dense module after pooling (`DenseLayer`), in order; the encoder's own pooler layer (BERT's dense +
@@ -95,8 +99,12 @@ class SentenceTransformersStack:
     include_prompt: bool = True
 
     def unsupported_reason(self) -> str | None:
-        if self.pooler_type not in _POOLING_MODES:
-            return f"pooler_type={self.pooler_type!r} averages two layers, which no sentence-transformers module does"
+        pooler = get_pooler(self.pooler_type)
+        if pooler.sentence_transformers_mode is None:
+            return (
+                f"pooler_type={self.pooler_type!r} ({pooler.description}) is computed by no sentence-transformers "
+                "Pooling mode"
+            )
         for _, activation in self.dense:
             if activation is not None and activation not in _TORCH_ACTIVATIONS:
                 return f"the activation {activation!r} has no torch.nn class"
@@ -190,8 +198,9 @@ def _write_stack(
         "pooling_mode_mean_sqrt_len_tokens": False,
         "include_prompt": stack.include_prompt,
     }
-    if stack.pooler_type in _POOLING_MODES:
-        pooling[f"pooling_mode_{_POOLING_MODES[stack.pooler_type]}"] = True
+    mode = get_pooler(stack.pooler_type).sentence_transformers_mode
+    if mode is not None:
+        pooling[f"pooling_mode_{mode}"] = True
     else:  # sentence-transformers refuses the folder naming it (write_sentence_transformers_files)
         pooling["pooling_mode"] = stack.pooler_type
     folder = f"{prefix}{start}_Pooling"

@@ -24,6 +24,7 @@ from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_c
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
+from ..models.objectives import get_loss, loss_names
 from ..models.precision import Precision, log_precision_once
 from .checkpoints import (
     CheckpointLayout,
@@ -109,10 +110,13 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         config = getattr(unwrapped, "config", None)
         self.prebatch_queue = None
         if self._option("prebatch_size"):
-            if getattr(config, "contrastive_loss", "info_nce") != "info_nce":
+            loss = getattr(config, "contrastive_loss", "info_nce")
+            if not get_loss(loss).takes_extra_negatives:
+                takers = [name for name in loss_names() if get_loss(name).takes_extra_negatives]
                 raise ValueError(
-                    "--prebatch_size needs contrastive_loss='info_nce' (queued keys are negatives of the anchors), "
-                    f"the model uses {config.contrastive_loss!r}: set it in the model config (--contrastive_loss)."
+                    f"--prebatch_size needs a contrastive_loss that takes extra negatives ({', '.join(takers)}: "
+                    f"queued keys are negatives of the anchors), the model uses {loss!r}: set it in the model config "
+                    "(--contrastive_loss)."
                 )
             self.prebatch_queue = PrebatchQueue(self._option("prebatch_size"), self._option("prebatch_warmup_steps"))
             if self._option("prebatch_reset_each_epoch"):
