@@ -11,8 +11,6 @@ import torch
 from transformers import AutoConfig
 
 from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
-from ..models.checkpoint_files import checkpoint_model_type
-from ..models.configuration_contrastive import ContrastiveConfig
 from ..models.modeling_contrastive import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
 from .logs import announce
@@ -60,9 +58,11 @@ def load_pretraining_model(
             # float32 master weights, whatever dtype the checkpoint was saved in (transformers 5 loads the saved
             # one): a bf16 run computes under autocast, and the optimiser steps in float32
             loading = {"dtype": torch.float32, **config_overrides}
-            if checkpoint_model_type(model_name_or_path, cache_dir=cache_dir) == ContrastiveConfig.model_type:
-                return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **loading)
-            return ContrastiveForPreTraining.from_encoder_pretrained(model_name_or_path, **loading)
+            if cache_dir is not None:
+                loading["cache_dir"] = cache_dir
+            # from_pretrained decides what the path holds (`checkpoint_files.what_the_path_holds`): our checkpoint
+            # continues, a plain encoder is wrapped (from_encoder_pretrained)
+            return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **loading)
     if not config_name:
         raise UsageError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)

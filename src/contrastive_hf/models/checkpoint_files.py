@@ -21,6 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -72,6 +75,9 @@ __all__ = [
     "download_kwargs",
     "naming_damaged_files",
     "read_json",
+    "encoders_to_be_loaded",
+    "encoder_building_device",
+    "what_the_path_holds",
     "read_heads",
     "loaded_dtype",
     "refuse_non_finite",
@@ -159,10 +165,31 @@ def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **down
     return (config or {}).get("max_seq_length")
 
 
-def _is_plain_encoder(name_or_path: str | os.PathLike, **download) -> bool:
-    """Whether a checkpoint is a pretrained model of an architecture contrastive_hf did not register: an encoder to
-    wrap, not one of our own model families (in any layout)."""
-    model_type = checkpoint_model_type(name_or_path, **download)
+def what_the_path_holds(
+    name_or_path: str | os.PathLike, config_name: str = CONTRASTIVE_CONFIG_NAME, **download
+) -> tuple[str, dict | None]:
+    """What a model path (a folder or a Hub id) holds for a model family whose configuration file is ``config_name``,
+    and so how the family loads it: the one place that decides it (every family's `from_pretrained`, and through it
+    the scripts' `commands.loading.load_pretraining_model`).
+
+    - ``("saved", configuration)``: a checkpoint of that family in this layout (its configuration file, read);
+    - ``("encoder", None)``: a pretrained encoder to wrap with new heads: the root ``config.json`` is of an
+      architecture contrastive_hf did not register (``bert``, ``roberta``, remote code), as a plain checkpoint's is,
+      and the root of another family's checkpoint in this layout (the encoder a dual encoder's towers share);
+    - ``("transformers", None)``: anything else, for transformers' own loader: contrastive_hf 0.1's layout (a
+      ``config.json`` of our own model type), or no ``config.json`` at all (its error says what is missing).
+    """
+    saved = read_json(name_or_path, config_name, **download)
+    if saved is not None:
+        return "saved", saved
+    root = read_json(name_or_path, CONFIG_NAME, **download)
+    if root is not None and _is_plain_architecture(root.get("model_type")):
+        return "encoder", None
+    return "transformers", None
+
+
+def _is_plain_architecture(model_type: str | None) -> bool:
+    """Whether ``model_type`` is an architecture contrastive_hf did not register (an encoder to wrap)."""
     if model_type is None:
         return False
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -256,6 +283,31 @@ def split_state_dict(
         else:
             rest[key[len(strip) :] if strip and key.startswith(strip) else key] = tensor
     return encoders, rest
+
+
+_ENCODERS_TO_BE_LOADED: ContextVar[bool] = ContextVar("contrastive_hf_encoders_to_be_loaded", default=False)
+
+
+@contextmanager
+def encoders_to_be_loaded() -> Iterator[None]:
+    """While a model is built whose encoders are loaded next (`EmbeddingCheckpointMixin.assemble`): the encoders it
+    builds from their configs are empty, on the meta device (`encoder_building_device`)."""
+    token = _ENCODERS_TO_BE_LOADED.set(True)
+    try:
+        yield
+    finally:
+        _ENCODERS_TO_BE_LOADED.reset(token)
+
+
+def encoder_building_device():
+    """The context a model builds an encoder from its config in: the meta device inside `encoders_to_be_loaded` (the
+    encoder is replaced by a loaded one; nothing is allocated or drawn for it), else none. Under DeepSpeed ZeRO-3,
+    none either: transformers builds the encoder inside ``deepspeed.zero.Init`` there, which shards real tensors."""
+    if not _ENCODERS_TO_BE_LOADED.get():
+        return nullcontext()
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return nullcontext() if is_deepspeed_zero3_enabled() else torch.device("meta")
 
 
 class EmbeddingCheckpointMixin:
@@ -387,13 +439,13 @@ class EmbeddingCheckpointMixin:
 
     @classmethod
     def _load_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *model_args, **kwargs):
-        download = download_kwargs(kwargs)
-        saved = read_json(pretrained_model_name_or_path, cls.checkpoint_config_name, **download)
-        if saved is None and _is_plain_encoder(pretrained_model_name_or_path, **download):
-            wrap = getattr(cls, "from_encoder_pretrained", None)
-            if wrap is not None:
-                return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
-        if saved is None:  # the layout of contrastive_hf 0.1: a config.json of our model type
+        holds, saved = what_the_path_holds(
+            pretrained_model_name_or_path, cls.checkpoint_config_name, **download_kwargs(kwargs)
+        )
+        wrap = getattr(cls, "from_encoder_pretrained", None)
+        if holds == "encoder" and wrap is not None:
+            return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
+        if holds != "saved":  # the layout of contrastive_hf 0.1: a config.json of our model type
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         if model_args:
             raise TypeError("from_pretrained takes no positional model arguments besides the path.")
@@ -429,10 +481,13 @@ class EmbeddingCheckpointMixin:
     @classmethod
     def assemble(cls, config, sources: dict[str, tuple[str, str]], loading: dict):
         """A model of ``config`` whose encoders are loaded from ``sources`` (``{name: (path or Hub id, folder)}``)
-        with transformers' ``loading`` arguments; its other weights are fresh (the caller loads them)."""
+        with transformers' ``loading`` arguments; its other weights are fresh (the caller loads them). The model is
+        built with empty encoders on the meta device (`encoders_to_be_loaded`), as transformers' ``from_pretrained``
+        builds a model before loading its weights: no encoder's worth of random weights drawn only to be replaced."""
         loading = dict(loading)
         dtype = loading.pop("dtype", None) or loading.pop("torch_dtype", None)
-        model = cls(config)
+        with encoders_to_be_loaded():
+            model = cls(config)
         encoders = {}
         for name, (source, folder) in sources.items():
             kwargs = dict(loading)
@@ -444,6 +499,9 @@ class EmbeddingCheckpointMixin:
             with naming_damaged_files(source):  # a pretrained encoder (from_encoder_pretrained) too
                 encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
         model.install_encoders(encoders)
+        empty = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+        if empty:  # a family whose install_encoders left an encoder out
+            raise RuntimeError(f"{cls.__name__}: weights left empty after loading the encoders: {', '.join(empty)}.")
         return model.to(loaded_dtype(dtype, encoders.values()))
 
     @classmethod

@@ -29,6 +29,7 @@ from .checkpoint_files import (
     LOADING_KWARGS,
     EmbeddingCheckpointMixin,
     download_kwargs,
+    encoder_building_device,
     save_tokenizer,
     sentence_transformers_max_seq_length,
 )
@@ -232,7 +233,8 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
     if pretrained is not None:
         encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **load_kwargs)
     else:
-        encoder = AutoModel.from_config(encoder_config)
+        with encoder_building_device():  # the meta device when a pretrained encoder replaces it (`assemble`)
+            encoder = AutoModel.from_config(encoder_config)
     pooler = getattr(encoder, "pooler", None)
     if with_pooler and not isinstance(getattr(pooler, "dense", None), nn.Linear):
         # `SentencePooler` applies the layer to the first pooled token (after a left-out prompt), and the saved
