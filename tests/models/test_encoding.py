@@ -265,6 +265,8 @@ def test_the_side_door_argument_is_deprecated_and_still_encodes_as_asked():
     torch.testing.assert_close(sentence_model.sentence_embeddings(input_ids, mask), padded, atol=1e-5, rtol=0)
     model.config.sub_batch_size = 0  # the way to ask for one padded pass
     assert sentence_model.encoding_path(torch.device("cpu")) == "padded"
+    with pytest.warns(FutureWarning, match=r"encoding_policy\(sub_batch_size\) is deprecated"):
+        assert model.encoding_policy("sorted").sub_batch_size == "sorted"
 
 
 def test_the_dual_encoder_saves_its_encoding_and_old_checkpoints_get_the_default(tmp_path):

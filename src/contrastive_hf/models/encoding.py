@@ -16,6 +16,7 @@ are `prompts.py`. Their names are re-exported here, where they lived before.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -123,10 +124,20 @@ class SentenceEmbeddingMixin:
     # dtype and dropout (`packing.choose_attention_kernel`). Tests and benchmarks set one; it is not saved.
     packed_attention_kernel: str | None = None
 
-    def encoding_policy(self) -> EncodingPolicy:
+    def encoding_policy(self, sub_batch_size: int | str | None = None) -> EncodingPolicy:
         """How this model encodes training batches: its config's ``sub_batch_size`` and ``sub_batch_tokens`` and its
-        `packed_attention_kernel`, built once (`EncodingPolicy.of`)."""
-        return EncodingPolicy.of(self)
+        `packed_attention_kernel`, built once (`EncodingPolicy.of`). ``sub_batch_size`` is deprecated (a policy
+        other than the config's): set ``model.config.sub_batch_size``."""
+        policy = EncodingPolicy.of(self)
+        if sub_batch_size is None:
+            return policy
+        warnings.warn(
+            "encoding_policy(sub_batch_size) is deprecated and goes in 0.3: set model.config.sub_batch_size, or "
+            "use dataclasses.replace(model.encoding_policy(), sub_batch_size=...) for a policy of another value.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return dataclasses.replace(policy, sub_batch_size=sub_batch_size)
 
     def embed_tokens(
         self,
