@@ -60,7 +60,7 @@ def load_pretraining_model(
             loading = {"dtype": torch.float32, **config_overrides}
             if cache_dir is not None:
                 loading["cache_dir"] = cache_dir
-            # from_pretrained decides what the path holds (`checkpoint_files.what_the_path_holds`): our checkpoint
+            # from_pretrained decides what the path holds (`checkpoint_contents.what_the_path_holds`): our checkpoint
             # continues, a plain encoder is wrapped (from_encoder_pretrained)
             return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **loading)
     if not config_name:
