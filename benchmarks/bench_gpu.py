@@ -125,7 +125,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -230,7 +230,7 @@ class Encoding:
     @classmethod
     def of(cls, model, sub_batch_size, device: torch.device, dtype: torch.dtype, attention_dropout: float):
         """The encoding of `model`'s views in training, as the library resolves it on ``device`` in ``dtype``."""
-        path = model.contrastive.encoding_path(sub_batch_size, device)
+        path = replace(model.encoding_policy(), sub_batch_size=sub_batch_size).path(model.get_encoder_model(), device)
         if path == "sorted":
             if isinstance(sub_batch_size, int):
                 return cls(path, group_size=sub_batch_size)

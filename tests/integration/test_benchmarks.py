@@ -35,6 +35,7 @@ SMOKE_RUNS = {
         ["--smoke", "--sub-batch-sizes", "0", "auto", "4"],
         ["parity (dropout off), two towers: sub_batch_size   auto (packed)", "shared encoder sub_batch_size=4"],
     ),
+    "bench_loading.py": (["--smoke"], ["| current |", "identical (float32)", "loaded: all-MiniLM-L6-v2"]),
     "bench_evaluation.py": (["--smoke"], ["ratio st-distinct / contrastive_hf", "STS-B:"]),
     "bench_distributed.py": (["--smoke"], ["gather of negatives, per step", "2 processes (gather off) vs 1"]),
     "bench_grad_cache.py": (["--smoke"], ["| 8 | 4 |", "| 8 | none |", "plot:"]),

@@ -1,4 +1,4 @@
-"""One encoding policy for every model family (models/encoding.py::EncodingPolicy).
+"""One encoding policy for every model family (models/encoding_policy.py::EncodingPolicy), built once per model.
 
 The dual encoder (shared encoder and two towers, with hard negatives, with prompts left out of the pooling) and
 `ContrastiveForPreTraining`'s views with prompts are encoded packed, in length-sorted groups or in one padded pass
@@ -237,6 +237,36 @@ def test_the_policy_parses_the_config_fields_once_with_the_configs_messages():
     model.config.sub_batch_size = "fastest"  # set after the config was checked: refused where the policy is built
     with pytest.raises(ValueError, match="got 'fastest'"):
         model(**dpr_batch())
+
+
+def test_a_model_builds_its_policy_once_and_again_only_when_its_config_changes(monkeypatch):
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(), sub_batch_size="auto"))
+    built = []
+    original = EncodingPolicy.__post_init__
+    monkeypatch.setattr(EncodingPolicy, "__post_init__", lambda policy: built.append(policy) or original(policy))
+    first = model.encoding_policy()
+    assert model.encoding_policy() is first and model.contrastive.encoding_policy() is not None
+    model.config.sub_batch_size = "4"  # edited after loading: parsed when the policy is rebuilt
+    assert model.encoding_policy().sub_batch_size == 4 and model.encoding_policy() is model.encoding_policy()
+    model.packed_attention_kernel = "reference"
+    assert model.encoding_policy().packed_attention_kernel == "reference"
+    assert len(built) == 4  # the three policies of the model, and the one of its ContrastiveModel
+
+
+def test_the_side_door_argument_is_deprecated_and_still_encodes_as_asked():
+    model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(), sub_batch_size="auto")).eval()
+    input_ids, mask, _ = right_padded((4,), 9, 3, torch.Generator().manual_seed(0))
+    sentence_model = model.contrastive
+    with pytest.warns(FutureWarning, match=r"sentence_embeddings\(sub_batch_size=...\) is deprecated"):
+        padded = sentence_model.sentence_embeddings(input_ids, mask, sub_batch_size=0)
+    with pytest.warns(FutureWarning, match=r"encoding_path\(sub_batch_size=...\)"):
+        assert sentence_model.encoding_path(0, torch.device("cpu")) == "padded"
+    assert sentence_model.encoding_path(torch.device("cpu")) == "packed"  # the config's "auto"
+    torch.testing.assert_close(sentence_model.sentence_embeddings(input_ids, mask), padded, atol=1e-5, rtol=0)
+    model.config.sub_batch_size = 0  # the way to ask for one padded pass
+    assert sentence_model.encoding_path(torch.device("cpu")) == "padded"
+    with pytest.warns(FutureWarning, match=r"encoding_policy\(sub_batch_size\) is deprecated"):
+        assert model.encoding_policy("sorted").sub_batch_size == "sorted"
 
 
 def test_the_dual_encoder_saves_its_encoding_and_old_checkpoints_get_the_default(tmp_path):

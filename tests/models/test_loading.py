@@ -28,8 +28,14 @@ from contrastive_hf import (
     DualEncoderModel,
 )
 from contrastive_hf.commands.loading import load_pretraining_model
+from contrastive_hf.models.checkpoint_files import (
+    DUAL_ENCODER_CONFIG_NAME,
+    encoder_building_device,
+    encoders_to_be_loaded,
+    what_the_path_holds,
+)
 
-from conftest import TEST_DATA, tiny_bert_config
+from conftest import CHECKPOINTS_0_1, TEST_DATA, tiny_bert_config
 
 SENTENCES = ["a man is playing a guitar .", "the cat sat on the mat", "hello", "the river flows into the sea"]
 
@@ -67,6 +73,54 @@ def test_sentence_transformers_gives_the_same_embeddings(tokenizer, tmp_path, ov
     ours = model.contrastive.encode(SENTENCES, tokenizer=tokenizer)
     theirs = SentenceTransformer(str(tmp_path), device="cpu").encode(SENTENCES)  # no remote code
     np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=1e-5)
+
+
+def test_one_function_says_what_a_model_path_holds(tokenizer, tmp_path):
+    """`what_the_path_holds` decides for every family's from_pretrained, and through it for the scripts' loader."""
+    saved_checkpoint(tokenizer, tmp_path / "ours")
+    BertModel(tiny_bert_config()).save_pretrained(tmp_path / "bert")
+    (tmp_path / "empty").mkdir()
+    holds, saved = what_the_path_holds(tmp_path / "ours")
+    assert holds == "saved" and saved["architectures"] == ["ContrastiveForPreTraining"]
+    # for a dual encoder, our checkpoint's root is a plain encoder to wrap, as a BERT checkpoint is
+    assert what_the_path_holds(tmp_path / "ours", DUAL_ENCODER_CONFIG_NAME) == ("encoder", None)
+    assert what_the_path_holds(tmp_path / "bert") == ("encoder", None)
+    assert what_the_path_holds(CHECKPOINTS_0_1 / "contrastive_cls") == ("transformers", None)  # 0.1's layout
+    assert what_the_path_holds(tmp_path / "empty") == ("transformers", None)
+
+
+def test_loading_a_pretrained_encoder_builds_no_random_one(tmp_path, monkeypatch):
+    """The model is built around an empty encoder on the meta device, which the loaded one replaces whole."""
+    BertModel(tiny_bert_config()).eval().save_pretrained(tmp_path)
+    built_on = []
+    from_config = AutoModel.from_config
+
+    def recording(config, **kwargs):
+        encoder = from_config(config, **kwargs)
+        built_on.append({parameter.device.type for parameter in encoder.parameters()})
+        return encoder
+
+    monkeypatch.setattr(AutoModel, "from_config", recording)
+    reference = BertModel.from_pretrained(tmp_path).state_dict()
+    for model_class in (ContrastiveModel, ContrastiveForPreTraining, ContrastiveForSequenceClassification):
+        model = model_class.from_pretrained(tmp_path)
+        assert not any(tensor.is_meta for tensor in [*model.parameters(), *model.buffers()])
+        loaded = model.get_encoder_model().state_dict()
+        assert all(torch.equal(loaded[name], tensor) for name, tensor in reference.items())
+    assert built_on == [{"meta"}] * 3
+    model = ContrastiveModel(ContrastiveConfig(encoder=tiny_bert_config()))  # built from a config: real weights
+    assert built_on[-1] == {"cpu"} and not any(parameter.is_meta for parameter in model.parameters())
+
+
+def test_under_deepspeed_zero3_the_encoder_is_built_as_transformers_builds_it(monkeypatch):
+    import transformers.integrations
+
+    with encoders_to_be_loaded():
+        assert encoder_building_device() == torch.device("meta")
+        monkeypatch.setattr(transformers.integrations, "is_deepspeed_zero3_enabled", lambda: True)
+        assert not isinstance(encoder_building_device(), torch.device)  # zero.Init shards real tensors there
+    monkeypatch.undo()
+    assert not isinstance(encoder_building_device(), torch.device)  # outside a load
 
 
 def test_a_truncated_weights_file_is_named_when_loading_to_train(tokenizer, tmp_path):

@@ -376,7 +376,7 @@ def test_the_kernel_follows_device_dtype_and_dropout():
 def test_auto_packs_supported_encoders_and_logs_the_choice_once(caplog):
     model = make("bert")
     input_ids, mask, _ = mixed_views(model.config.encoder)
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding_policy"):
         for _ in range(2):
             model.sentence_embeddings(input_ids, mask, sub_batch_size="auto")
     messages = [record.getMessage() for record in caplog.records if "encodes" in record.getMessage()]
@@ -390,7 +390,7 @@ def test_unsupported_encoders_fall_back_and_say_why(caplog):
     )
     model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="mean"))
     input_ids, mask, _ = mixed_views(encoder)
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding_policy"):
         assert model.encoding_path("auto", torch.device("cpu")) == "sorted"
         assert model.encoding_path("auto", torch.device("cuda")) == "padded"
     text = caplog.text

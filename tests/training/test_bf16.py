@@ -64,7 +64,7 @@ def _loss_and_gradients(sub_batch_size, bf16: bool, mlm_weight: float = 1.0):
 @pytest.mark.parametrize("sub_batch_size", ["packed", "sorted", 0])
 def test_every_encoding_path_under_bf16_matches_float32(sub_batch_size, caplog):
     """Query, positive and a hard negative, with CLEAR's MLM copy, on each encoding path."""
-    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding"):
+    with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding_policy"):
         fp32, fp32_gradients = _loss_and_gradients(sub_batch_size, bf16=False)
         bf16, bf16_gradients = _loss_and_gradients(sub_batch_size, bf16=True)
     path = {"packed": "packed batches", "sorted": "length-sorted", 0: "one pass padded"}[sub_batch_size]

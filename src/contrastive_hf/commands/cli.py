@@ -56,28 +56,10 @@ def _write_json(path: str, payload: dict) -> None:
     write_atomically(path, lambda handle: json.dump(payload, handle, indent=2))
 
 
-def _glue_arguments(args: argparse.Namespace):
-    """`GlueArguments` from the options given (the others keep the dataclass's defaults, RoBERTa's recipe)."""
-    from ..evaluation.glue import GlueArguments
-
-    given = {
-        option.name: getattr(args, option.name)
-        for option in GlueArguments.command_line_options()
-        if getattr(args, option.name) is not None
-    }
-    device = args.device or ""
-    return GlueArguments(
-        **given,
-        pooler_type=args.pooler_type,
-        max_length=args.max_length,
-        eval_batch_size=args.batch_size,
-        use_cpu=device.startswith("cpu"),
-    )
-
-
 def evaluate_command(args: argparse.Namespace) -> int:
     from ..evaluation import format_results, load_encoder, run_evaluation
     from ..evaluation.suite import GLUE_PREFIX, parse_tasks
+    from .glue_options import glue_arguments
 
     if args.data_dir is None and args.stsb_file is None and not args.tasks:
         raise ValueError(
@@ -86,7 +68,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         )
     _check_output_file(args.output)
     tasks = parse_tasks(args.tasks or ("sts" if args.data_dir else "STS-B,align"))  # fails before the model loads
-    glue = _glue_arguments(args)
+    glue = glue_arguments(args)
     embedding_tasks = [task for task in tasks if not task.startswith(GLUE_PREFIX)]
     if embedding_tasks and args.data_dir is None and args.stsb_file is None:
         raise ValueError(f"{', '.join(embedding_tasks)} need --data-dir (SentEval's data/downstream) or --stsb-file.")
@@ -247,37 +229,6 @@ def mine_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_glue_options(parser: argparse.ArgumentParser) -> None:
-    """The options of `GlueArguments` fields (their defaults, RoBERTa's recipe, stay in the dataclass)."""
-    from ..evaluation.glue import GlueArguments
-
-    group = parser.add_argument_group(
-        "GLUE fine-tuning (--tasks glue)",
-        "Each GLUE task fine-tunes the model with the transformers Trainer for each learning rate x batch size x seed "
-        "and reports the median over seeds of the best configuration (RoBERTa's protocol). --max-length, "
-        "--batch-size (dev scoring), --pooler-type and --device (cpu: no GPU) apply too.",
-    )
-    defaults = GlueArguments()
-    for option in GlueArguments.command_line_options():
-        default = getattr(defaults, option.name)
-        shown = (
-            " ".join(f"{value:g}" if isinstance(value, float) else str(value) for value in default)
-            if isinstance(default, tuple)
-            else default
-        )
-        settings = {"default": None, "help": f"{option.metadata['help']} Default: {shown}."}
-        if isinstance(default, tuple):
-            settings.update(nargs="+", type=type(default[0]), metavar=option.name.upper()[:-1])
-        elif "choices" in option.metadata:
-            settings["choices"] = option.metadata["choices"]
-        else:
-            settings["type"] = option.metadata.get("type") or type(default)
-        flags = [option.metadata["flag"]]
-        if option.name == "max_train_samples":
-            flags.append("--max_train_samples")  # run_glue.py's spelling
-        group.add_argument(*flags, dest=option.name, **settings)
-
-
 # argparse prints the usage with each error: one line, not the thirty options of evaluate
 _SHORT_USAGE = "%(prog)s {arguments} [--option value ...]  (--help lists the options)"
 
@@ -367,7 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("--output", default="eval_results.json", help="Where the JSON results go.")
     evaluate.add_argument("--no-progress", action="store_true", help="No progress bars.")
-    _add_glue_options(evaluate)
+    from .glue_options import add_glue_options  # GlueArguments' fields, their defaults and help
+
+    add_glue_options(evaluate)
     evaluate.set_defaults(handler=evaluate_command)
 
     plot = commands.add_parser(

@@ -134,7 +134,7 @@ def save_merged_model(trainer, tokenizer) -> str:
     Runs on every process: under DeepSpeed ZeRO-3 the merge gathers every process's parameter shards first.
     """
     from ..hub.adapters import adapted_model, merge_and_save, merged_folder
-    from .loading import whole_parameters
+    from .zero3 import whole_parameters
 
     peft_model = adapted_model(trainer.model)
     if peft_model is None:
@@ -170,7 +170,7 @@ def finish_sentence_encoder_run(
     files are written and the lines printed by the main process only.
     """
     from ..evaluation import sts_eval_metrics
-    from .loading import loading_instructions, trained_embeddings, verify_reload
+    from .reload_check import loading_instructions, trained_embeddings, verify_reload
 
     save_trained_model(trainer, train_result, **sample_counts)
     model = trainer.model

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase, TrainerCallback
 
-from ..models.encoding import prompt_token_count, refuse_prompt_filling, role_prompt
 from ..models.host_data import host
+from ..models.prompts import prompt_token_count, refuse_prompt_filling, role_prompt
 from .augmentations import (
     DEL_TOKEN,
     DEL_WORD_PROBABILITY,
@@ -102,7 +102,7 @@ class RolePrompts:
     """Training-time prompts, as `encode` applies them at inference: the model config's ``prompts`` (e.g. E5's
     ``{"query": "query: ", "document": "passage: "}``) by role, the query (anchor) column taking the ``query`` prompt
     and every other column (positives, negatives, passages) the ``document`` one (or ``passage``, ``corpus``:
-    `encoding.role_prompt`). With ``include_prompt=False`` a batch also carries ``prompt_lengths`` ``(B, S)``, how
+    `prompts.role_prompt`). With ``include_prompt=False`` a batch also carries ``prompt_lengths`` ``(B, S)``, how
     many leading tokens of each view are its prompt ([CLS] included, as sentence-transformers counts them), which
     the models leave out of the pooling exactly as `encode` does."""
 
@@ -115,7 +115,7 @@ class RolePrompts:
         return any(self.texts.values())
 
     def refuse_filling(self, tokenizer, max_lengths: dict[str, tuple[int | None, str, str | None]]) -> None:
-        """A `ValueError` for a prompt that leaves no room for text (`encoding.refuse_prompt_filling`):
+        """A `ValueError` for a prompt that leaves no room for text (`prompts.refuse_prompt_filling`):
         ``max_lengths`` gives each role's truncation as ``(length, setting, script flag or None)``, e.g.
         ``{"query": (32, "max_length", "--max_seq_length"), ...}``."""
         for role, (max_length, length_name, flag) in max_lengths.items():

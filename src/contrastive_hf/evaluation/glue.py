@@ -1,11 +1,7 @@
 """GLUE (Wang et al., 2019) as CLEAR reports it: the checkpoint fine-tuned on each task with the transformers
-`Trainer`, a fresh classification head (a regression head for STS-B) per task, scored on the task's dev set.
-
-**Metrics** (CLEAR's, x 100): accuracy (SST-2, QNLI, RTE, WNLI); the mean of accuracy and F1 of the positive class
-(MRPC, QQP); the mean of Pearson's and Spearman's correlation (STS-B); Matthews' correlation (CoLA); the mean of the
-matched and mismatched accuracies (MNLI); and the unweighted average of the tasks run. A task's score is the mean of
-its figures, which is each of these rules. The group ``glue`` is the eight tasks of CLEAR's, RoBERTa's and BERT's
-tables (MNLI, QNLI, QQP, RTE, SST-2, MRPC, CoLA, STS-B); WNLI, which they leave out, runs when named.
+`Trainer`, a fresh classification head (a regression head for STS-B) per task, scored on the task's dev set. The
+tasks and their metrics are `glue_tasks.py`; reading GLUE's files or the Hub's copy, `glue_data.py`; this module
+fine-tunes, selects over seeds and summarises (its names are re-exported here).
 
 **Protocol**: RoBERTa's single-task dev setting (Liu et al., 2019, arXiv 1907.11692, §5.1, Appendix C, Tables 9
 and 10; the same values in fairseq's ``examples/roberta/README.glue.md``):
@@ -20,10 +16,11 @@ and 10; the same values in fairseq's ``examples/roberta/README.glue.md``):
   with its spread over the seeds (min, max, standard deviation) and every run's figures.
 
 Every value is a field of `GlueArguments`, so any can be overridden (``contrastive-hf evaluate --learning-rates 2e-5
---train-batch-sizes 32 --seeds 0 1``). The whole grid is 30 runs per task: on a CPU, run one configuration, few seeds
-and ``max_train_samples`` (a fixed random subset of the training set, drawn with ``subset_seed``, the same for every
-run; run_glue.py's first rows would be one genre of STS-B, whose files are sorted by genre). Dev figures from a
-subset of the training data, or from fewer epochs, seeds or configurations, are not comparable with the papers'.
+--train-batch-sizes 32 --seeds 0 1``: `commands/glue_options.py`). The whole grid is 30 runs per task: on a CPU, run
+one configuration, few seeds and ``max_train_samples`` (a fixed random subset of the training set, drawn with
+``subset_seed``, the same for every run; run_glue.py's first rows would be one genre of STS-B, whose files are sorted
+by genre). Dev figures from a subset of the training data, or from fewer epochs, seeds or configurations, are not
+comparable with the papers'.
 
 **Heads** (``head``):
 
@@ -38,11 +35,8 @@ subset of the training data, or from fewer epochs, seeds or configurations, are 
 
 In both, the two sentences of a pair are one input (``[CLS] a [SEP] b [SEP]``), as in the papers.
 
-**Data**: under ``data_dir``, GLUE's own files (the layout its download script writes: ``SST-2/train.tsv``,
-``dev.tsv``, MNLI's ``dev_matched.tsv`` and ``dev_mismatched.tsv``, directly in ``data_dir`` or in its ``glue_data/``
-or ``glue/`` folder); a task whose folder is not there is loaded from the Hub (``datasets.load_dataset("nyu-mll/glue",
-config)``, or ``hub_dataset``). Both give the same columns, label ids and split names (the Hub's). Every task's data
-is read and checked before the first run starts.
+**Data** (`glue_data.py`): GLUE's own files under ``data_dir``, else the Hub's copy. Every task's data is read and
+checked before the first run starts.
 """
 
 from __future__ import annotations
@@ -51,19 +45,36 @@ import contextlib
 import gc
 import json
 import logging
-import math
 import os
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import NamedTuple
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .._files import naming_undecodable_line
-from .layout import find_case_insensitive
+from .glue_data import (  # noqa: F401  (re-exported: GLUE's data, from its former home)
+    GLUE_HUB_DATASET,
+    GlueData,
+    find_glue_folder,
+    load_glue_task,
+    load_glue_tasks,
+    read_glue_file,
+)
+from .glue_tasks import (  # noqa: F401  (re-exported: GLUE's tasks and metrics, from their former home)
+    GLUE_GROUP,
+    GLUE_TASKS,
+    METRICS,
+    GlueTask,
+    accuracy,
+    binary_f1,
+    figure_name,
+    glue_task,
+    matthews_correlation,
+    split_metrics,
+    task_score,
+)
 
 __all__ = [
     "GLUE_HUB_DATASET",
@@ -89,343 +100,14 @@ __all__ = [
     "glue_card_results",
 ]
 
-GLUE_HUB_DATASET = "nyu-mll/glue"
 HEADS = ("encoder", "embedding")
-# Folders under ``data_dir`` in which GLUE's task folders may sit (its download script writes glue_data/).
-GLUE_ROOTS = ("", "glue_data", "glue")
-GLUE_DATA_HINT = (
-    "GLUE's download script (download_glue_data.py of the GLUE baselines, github.com/nyu-mll/GLUE-baselines) writes "
-    "this layout; a task with no folder holding train.tsv under --data-dir is loaded from the Hub (nyu-mll/glue)."
-)
 
 
-@dataclass(frozen=True)
-class GlueTask:
-    """One GLUE task: its files, its Hub configuration, its labels and its metric.
-
-    ``file_columns`` are the files' text columns then their label column: header names, or positions for files
-    without a header (CoLA). ``labels`` are the class names in the Hub's order (the label ids); empty for a regression
-    (STS-B). ``dev_splits`` are ``(Hub split, file, key)``: the key names the split's figures (``accuracy_matched``).
-    """
-
-    name: str
-    config: str
-    text_columns: tuple[str, ...]
-    file_columns: tuple[str | int, ...]
-    labels: tuple[str, ...] = ()
-    metric: str = "accuracy"  # one of METRICS
-    labels_written_as_names: bool = False  # MNLI, QNLI, RTE write "entailment", not ids
-    dev_splits: tuple[tuple[str, str, str], ...] = (("validation", "dev.tsv", "dev"),)
-    # rows with a field missing are dropped (QQP), as transformers' GLUE reader and the Hub's GLUE builder drop them
-    skip_short_rows: bool = False
-
-    @property
-    def is_regression(self) -> bool:
-        return not self.labels
-
-
-_NLI = ("entailment", "not_entailment")
-GLUE_TASKS: dict[str, GlueTask] = {
-    task.name: task
-    for task in (
-        GlueTask(
-            "MNLI", "mnli", ("premise", "hypothesis"), ("sentence1", "sentence2", "gold_label"),
-            ("entailment", "neutral", "contradiction"), labels_written_as_names=True,
-            dev_splits=(
-                ("validation_matched", "dev_matched.tsv", "matched"),
-                ("validation_mismatched", "dev_mismatched.tsv", "mismatched"),
-            ),
-        ),
-        GlueTask("QNLI", "qnli", ("question", "sentence"), ("question", "sentence", "label"), _NLI,
-                 labels_written_as_names=True),
-        GlueTask("QQP", "qqp", ("question1", "question2"), ("question1", "question2", "is_duplicate"),
-                 ("not_duplicate", "duplicate"), metric="accuracy_f1", skip_short_rows=True),
-        GlueTask("RTE", "rte", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"), _NLI,
-                 labels_written_as_names=True),
-        GlueTask("SST-2", "sst2", ("sentence",), ("sentence", "label"), ("negative", "positive")),
-        GlueTask("MRPC", "mrpc", ("sentence1", "sentence2"), ("#1 String", "#2 String", "Quality"),
-                 ("not_equivalent", "equivalent"), metric="accuracy_f1"),
-        # CoLA's files have no header: source, label, the original annotation, sentence
-        GlueTask("CoLA", "cola", ("sentence",), (3, 1), ("unacceptable", "acceptable"),
-                 metric="matthews_correlation"),
-        GlueTask("STS-B", "stsb", ("sentence1", "sentence2"), ("sentence1", "sentence2", "score"),
-                 metric="pearson_spearman"),
-        GlueTask("WNLI", "wnli", ("sentence1", "sentence2"), ("sentence1", "sentence2", "label"),
-                 ("not_entailment", "entailment")),
-    )
-}  # fmt: skip
-GLUE_GROUP = ("MNLI", "QNLI", "QQP", "RTE", "SST-2", "MRPC", "CoLA", "STS-B")  # CLEAR's and RoBERTa's order
-
-
-def _task(task: str | GlueTask) -> GlueTask:
-    if isinstance(task, GlueTask):
-        return task
-    if task not in GLUE_TASKS:
-        raise ValueError(f"Unknown GLUE task {task!r}; the tasks are {', '.join(GLUE_TASKS)}.")
-    return GLUE_TASKS[task]
-
-
-# Metrics ------------------------------------------------------------------------------------------------------------
-
-
-def accuracy(predictions, references) -> float:
-    """Accuracy x 100."""
-    predictions, references = np.asarray(predictions), np.asarray(references)
-    return 100.0 * float(np.mean(predictions == references))
-
-
-def binary_f1(predictions, references, positive: int = 1) -> float:
-    """F1 x 100 of the class ``positive`` (MRPC's paraphrases, QQP's duplicates); 0 when neither the predictions nor
-    the references hold it."""
-    predictions, references = np.asarray(predictions) == positive, np.asarray(references) == positive
-    true_positives = int(np.sum(predictions & references))
-    wrong = int(np.sum(predictions != references))  # false positives + false negatives
-    denominator = 2 * true_positives + wrong
-    return 100.0 * 2 * true_positives / denominator if denominator else 0.0
-
-
-def matthews_correlation(predictions, references) -> float:
-    """Matthews' correlation coefficient x 100 (its multi-class form, Gorodkin 2004), from the confusion matrix; 0
-    when predictions or references hold a single class (the coefficient is undefined there)."""
-    predictions, references = np.asarray(predictions), np.asarray(references)
-    classes = np.union1d(predictions, references)
-    confusion = np.zeros((classes.size, classes.size), dtype=np.float64)  # (true, predicted)
-    np.add.at(confusion, (np.searchsorted(classes, references), np.searchsorted(classes, predictions)), 1)
-    true_counts, predicted_counts = confusion.sum(axis=1), confusion.sum(axis=0)
-    total, correct = confusion.sum(), np.trace(confusion)
-    covariance = correct * total - predicted_counts @ true_counts
-    denominator = math.sqrt((total**2 - predicted_counts @ predicted_counts) * (total**2 - true_counts @ true_counts))
-    return 100.0 * covariance / denominator if denominator else 0.0
-
-
-def _pearson_spearman(predictions, references) -> dict[str, float]:
-    from .sts import sts_correlations  # the STS tasks' correlations: scipy's, x 100, 0 for a constant prediction
-
-    correlations = sts_correlations(predictions, references)
-    return {"pearson": correlations["pearson"], "spearman": correlations["spearman"]}
-
-
-class Metric(NamedTuple):
-    """A task's metric: the names of its figures, how they are computed from predictions and references, and how
-    its score is described."""
-
-    figures: tuple[str, ...]
-    compute: Callable[[np.ndarray, np.ndarray], dict[str, float]]
-    description: str
-
-
-METRICS: dict[str, Metric] = {
-    "accuracy": Metric(("accuracy",), lambda p, r: {"accuracy": accuracy(p, r)}, "accuracy"),
-    "accuracy_f1": Metric(
-        ("accuracy", "f1"), lambda p, r: {"accuracy": accuracy(p, r), "f1": binary_f1(p, r)}, "mean of accuracy and F1"
-    ),
-    "matthews_correlation": Metric(
-        ("matthews_correlation",),
-        lambda p, r: {"matthews_correlation": matthews_correlation(p, r)},
-        "Matthews correlation",
-    ),
-    "pearson_spearman": Metric(("pearson", "spearman"), _pearson_spearman, "mean of Pearson and Spearman"),
-}
-
-
-def split_metrics(task: str | GlueTask, outputs, references) -> dict[str, float]:
-    """The figures of ``task`` on one dev split from the model's ``outputs`` (logits ``(n, classes)``, or ``(n, 1)``
-    predictions of a regression)."""
-    task = _task(task)
-    outputs = np.asarray(outputs)
-    predictions = outputs.reshape(-1) if task.is_regression else outputs.argmax(axis=-1)
-    return METRICS[task.metric].compute(predictions, np.asarray(references).reshape(-1))
-
-
-def task_score(figures: dict[str, float]) -> float:
-    """A task's score: the mean of its figures (accuracy and F1; Pearson and Spearman; matched and mismatched
-    accuracy), or its one figure."""
-    return float(np.mean(list(figures.values())))
-
-
-def _figure_name(metric: str, key: str) -> str:
-    return metric if key == "dev" else f"{metric}_{key}"
-
-
-# Data ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class GlueData:
-    """A task's training set and dev split(s) (`datasets.Dataset`, the Hub's columns and label ids), and where they
-    came from."""
-
-    task: GlueTask
-    train: object
-    dev: dict[str, object]  # key ("dev"; MNLI: "matched", "mismatched") -> Dataset
-    source: str  # the folder, or "<Hub dataset> (<config>)"
-    hub_dataset: str | None = None  # the Hub dataset it was loaded from; None for local files
-
-    def describe(self) -> dict:
-        """Where the data came from and its sizes, for the results."""
-        sizes = {_figure_name("dev", key): len(split) for key, split in self.dev.items()}
-        return {"source": self.source, "hub_dataset": self.hub_dataset, "train": len(self.train), **sizes}
-
-
-def find_glue_folder(data_dir: str | os.PathLike, task: str | GlueTask) -> str | None:
-    """The folder of ``task`` in GLUE's layout under ``data_dir`` (or its ``glue_data/``, ``glue/``), letter case
-    ignored: the first such folder that holds a ``train.tsv``. None when there is none."""
-    task = _task(task)
-    for root in GLUE_ROOTS:
-        found = find_case_insensitive(data_dir, f"{root}/{task.name}" if root else task.name)
-        if found is not None and find_case_insensitive(found, "train.tsv") is not None:
-            return found
-    return None
-
-
-def _features(task: GlueTask):
-    from datasets import ClassLabel, Features, Value
-
-    label = Value("float32") if task.is_regression else ClassLabel(names=list(task.labels))
-    return Features({**{column: Value("string") for column in task.text_columns}, "label": label})
-
-
-def _parse_label(task: GlueTask, raw: str, where: str) -> int | float:
-    raw = raw.strip()
-    if task.is_regression:
-        try:
-            return float(raw)
-        except ValueError:
-            raise ValueError(f"{where}: {task.name} score {raw!r} is not a number.") from None
-    if task.labels_written_as_names:
-        if raw in task.labels:
-            return task.labels.index(raw)
-        raise ValueError(f"{where}: {task.name} label {raw!r} is not one of {', '.join(task.labels)}.")
-    allowed = [str(index) for index in range(len(task.labels))]
-    if raw in allowed:
-        return int(raw)
-    raise ValueError(f"{where}: {task.name} label {raw!r} is not one of {', '.join(allowed)}.")
-
-
-def read_glue_file(task: str | GlueTask, path: str | os.PathLike):
-    """One GLUE file (``train.tsv``, ``dev.tsv``, ...) as a `datasets.Dataset` with the Hub's columns and label ids.
-
-    Fields are split on tabs without quoting (GLUE's quotes are text), as GLUE's own readers did. Errors name the file
-    and the line: a missing column of the header, a row with too few fields (QQP's such rows are skipped, as
-    transformers' reader skipped them), a label that is not one of the task's.
-    """
-    from datasets import Dataset
-
-    task, path = _task(task), os.fspath(path)
-    with open(path, encoding="utf-8-sig") as handle, naming_undecodable_line(path):
-        lines = [line.rstrip("\r\n") for line in handle]
-    numbered = [(number, line.split("\t")) for number, line in enumerate(lines, start=1) if line.strip()]
-    positions = list(task.file_columns)
-    if isinstance(positions[0], str):
-        if not numbered:
-            raise ValueError(f"{path} is empty; a GLUE {task.name} file starts with its header.")
-        (_, header), numbered = numbered[0], numbered[1:]
-        missing = [name for name in positions if name not in header]
-        if missing:
-            raise ValueError(
-                f"{path}:1: the header has no column {', '.join(map(repr, missing))} (it has {', '.join(header)}); "
-                f"GLUE's {task.name} files have the columns {', '.join(map(str, task.file_columns))}. "
-                f"{GLUE_DATA_HINT}"
-            )
-        positions = [header.index(name) for name in positions]
-    needed = max(positions) + 1
-    columns: dict[str, list] = {column: [] for column in (*task.text_columns, "label")}
-    for number, row in numbered:
-        if len(row) < needed:
-            if task.skip_short_rows:
-                continue
-            raise ValueError(
-                f"{path}:{number}: {len(row)} tab-separated field(s), expected at least {needed} (GLUE {task.name})."
-            )
-        *texts, label = (row[position] for position in positions)
-        for column, text in zip(task.text_columns, texts, strict=True):
-            columns[column].append(text)
-        columns["label"].append(_parse_label(task, label, f"{path}:{number}"))
-    if not columns["label"]:
-        raise ValueError(f"{path} holds no {task.name} example.")
-    return Dataset.from_dict(columns, features=_features(task))
-
-
-def _from_folder(task: GlueTask, folder: str) -> GlueData:
-    from .layout import require_files
-
-    names = ["train.tsv", *(file for _, file, _ in task.dev_splits)]
-    paths = require_files(f"GLUE {task.name}", folder, names, hint=GLUE_DATA_HINT)
-    train, *dev = (read_glue_file(task, path) for path in paths)
-    keys = [key for _, _, key in task.dev_splits]
-    return GlueData(task, train, dict(zip(keys, dev, strict=True)), source=folder)
-
-
-def _from_hub(task: GlueTask, hub_dataset: str, looked_in: str) -> GlueData:
-    from datasets import load_dataset
-
-    try:
-        loaded = load_dataset(hub_dataset, task.config)
-    except Exception as error:  # offline, not in the cache, a wrong id: say what was tried and what else works
-        raise FileNotFoundError(
-            f"GLUE {task.name}: {looked_in}, and loading it from the Hub failed "
-            f"(datasets.load_dataset({hub_dataset!r}, {task.config!r}): {type(error).__name__}: {error}). Go online "
-            f"(unset HF_HUB_OFFLINE / HF_DATASETS_OFFLINE) or give --data-dir a folder in GLUE's layout "
-            f"({task.name}/train.tsv, {', '.join(file for _, file, _ in task.dev_splits)}). {GLUE_DATA_HINT}"
-        ) from error
-    wanted = ["train", *(split for split, _, _ in task.dev_splits)]
-    missing = [split for split in wanted if split not in loaded]
-    if missing:
-        raise ValueError(
-            f"{hub_dataset} ({task.config}) has no split {', '.join(missing)} (it has {', '.join(loaded)}); GLUE "
-            f"{task.name} needs {', '.join(wanted)}."
-        )
-    columns = [*task.text_columns, "label"]
-    for split in wanted:
-        absent = [column for column in columns if column not in loaded[split].column_names]
-        if absent:
-            raise ValueError(
-                f"{hub_dataset} ({task.config}, {split}) lacks the column(s) {', '.join(absent)} "
-                f"(it has {', '.join(loaded[split].column_names)}); GLUE {task.name} needs {', '.join(columns)}."
-            )
-    dev = {key: loaded[split].select_columns(columns) for split, _, key in task.dev_splits}
-    return GlueData(
-        task,
-        loaded["train"].select_columns(columns),
-        dev,
-        source=f"{hub_dataset} ({task.config})",
-        hub_dataset=hub_dataset,
-    )
-
-
-def load_glue_task(
-    task: str | GlueTask, data_dir: str | os.PathLike | None = None, hub_dataset: str = GLUE_HUB_DATASET
-) -> GlueData:
-    """``task``'s data: from its folder in GLUE's layout under ``data_dir`` when there is one, else from the Hub
-    (``datasets.load_dataset(hub_dataset, config)``; a local copy of the Hub dataset's folder works too)."""
-    task = _task(task)
-    if data_dir is not None and not os.path.isdir(data_dir):
-        looked_in = f"the --data-dir {os.fspath(data_dir)} does not exist"
-    elif data_dir is not None:
-        folder = find_glue_folder(data_dir, task)
-        if folder is not None:
-            return _from_folder(task, folder)
-        tried = [os.path.join(os.fspath(data_dir), root, task.name) for root in GLUE_ROOTS]
-        looked_in = f"no folder holding train.tsv at {', '.join(os.path.normpath(path) for path in tried)}"
-    else:
-        looked_in = "no --data-dir was given"
-    return _from_hub(task, hub_dataset, looked_in)
-
-
-def load_glue_tasks(
-    tasks: Sequence[str], data_dir: str | os.PathLike | None = None, hub_dataset: str = GLUE_HUB_DATASET
-) -> dict[str, GlueData]:
-    """`load_glue_task` for each of ``tasks``, all read before anything runs."""
-    return {task: load_glue_task(task, data_dir, hub_dataset) for task in tasks}
-
-
-# Fine-tuning --------------------------------------------------------------------------------------------------------
-
-
-def _option(default, help: str, flag: str | None = None, **metadata):
-    """A field of `GlueArguments`; ``flag`` is its ``contrastive-hf evaluate`` option (None: not an option)."""
+def _option(default, help: str, **metadata):
+    """A field of `GlueArguments` with its help text (``contrastive-hf evaluate`` names the fields it takes as
+    options: `commands.glue_options.GLUE_FLAGS`)."""
     factory = (lambda: default) if isinstance(default, tuple) else None
-    metadata = {"help": help, "flag": flag, **metadata}
+    metadata = {"help": help, **metadata}
     return field(default_factory=factory, metadata=metadata) if factory else field(default=default, metadata=metadata)
 
 
@@ -437,38 +119,31 @@ class GlueArguments:
         "encoder",
         "encoder: the architecture's own head (CLEAR's, run_glue.py's); embedding: a linear layer on the checkpoint's "
         "sentence embedding.",
-        "--glue-head",
         choices=HEADS,
     )
-    learning_rates: tuple[float, ...] = _option((1e-5, 2e-5, 3e-5), "Learning rates of the grid.", "--learning-rates")
-    train_batch_sizes: tuple[int, ...] = _option((16, 32), "Training batch sizes of the grid.", "--train-batch-sizes")
-    seeds: tuple[int, ...] = _option(
-        (0, 1, 2, 3, 4), "Seeds of each configuration (head init, data order).", "--seeds"
-    )
-    num_train_epochs: float = _option(10.0, "Epochs; dev is scored after each, the best kept.", "--num-train-epochs")
-    warmup_ratio: float = _option(0.06, "Linear warm-up over this share of the steps.", "--warmup-ratio")
-    weight_decay: float = _option(0.1, "Decoupled weight decay (AdamW).", "--weight-decay")
-    adam_beta1: float = _option(0.9, "Adam beta1.", "--adam-beta1")
-    adam_beta2: float = _option(0.98, "Adam beta2.", "--adam-beta2")
-    adam_epsilon: float = _option(1e-6, "Adam epsilon.", "--adam-epsilon")
-    max_grad_norm: float = _option(0.0, "Gradient clipping norm (0: none, as RoBERTa).", "--max-grad-norm")
+    learning_rates: tuple[float, ...] = _option((1e-5, 2e-5, 3e-5), "Learning rates of the grid.")
+    train_batch_sizes: tuple[int, ...] = _option((16, 32), "Training batch sizes of the grid.")
+    seeds: tuple[int, ...] = _option((0, 1, 2, 3, 4), "Seeds of each configuration (head init, data order).")
+    num_train_epochs: float = _option(10.0, "Epochs; dev is scored after each, the best kept.")
+    warmup_ratio: float = _option(0.06, "Linear warm-up over this share of the steps.")
+    weight_decay: float = _option(0.1, "Decoupled weight decay (AdamW).")
+    adam_beta1: float = _option(0.9, "Adam beta1.")
+    adam_beta2: float = _option(0.98, "Adam beta2.")
+    adam_epsilon: float = _option(1e-6, "Adam epsilon.")
+    max_grad_norm: float = _option(0.0, "Gradient clipping norm (0: none, as RoBERTa).")
     max_train_samples: int | None = _option(
         None,
         "Fine-tune on a fixed random subset of this many training examples per task (CPU budgets; not comparable "
         "with the papers).",
-        "--max-train-samples",
         type=int,
     )
     max_eval_samples: int | None = _option(
         None,
         "Score a fixed random subset of this many dev examples per split (not comparable with the papers).",
-        "--max-eval-samples",
         type=int,
     )
     subset_seed: int = _option(0, "Seed of the subsets drawn by max_train_samples and max_eval_samples.")
-    hub_dataset: str = _option(
-        GLUE_HUB_DATASET, "Hub dataset (or a local copy of it) for tasks not under --data-dir.", "--glue-dataset"
-    )
+    hub_dataset: str = _option(GLUE_HUB_DATASET, "Hub dataset (or a local copy of it) for tasks not under --data-dir.")
     pooler_type: str = _option("mean", "Pooling of the embedding head for checkpoints that name none.")
     max_length: int | None = _option(None, "Truncation of each input in tokens (default: the model's, at most 512).")
     eval_batch_size: int = _option(64, "Batch size of the dev scoring.")
@@ -492,11 +167,6 @@ class GlueArguments:
                 raise ValueError(f"GLUE {name} must be at least 1 (or unset), got {value}.")
         if not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"GLUE warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
-
-    @classmethod
-    def command_line_options(cls) -> list:
-        """The fields that are options of ``contrastive-hf evaluate`` (``metadata["flag"]``)."""
-        return [option for option in fields(cls) if option.metadata.get("flag")]
 
     def configurations(self) -> list[tuple[float, int]]:
         """The grid's ``(learning rate, batch size)`` pairs, in order."""
@@ -539,7 +209,7 @@ def build_classifier(name_or_path: str | os.PathLike, task: str | GlueTask, head
     docstring for the two heads. Its new head is drawn from torch's current random state."""
     from .encoders import detect_backend
 
-    task, name_or_path = _task(task), os.fspath(name_or_path)
+    task, name_or_path = glue_task(task), os.fspath(name_or_path)
     labels: dict = {"num_labels": len(task.labels) or 1}
     if task.labels:
         labels.update(id2label=dict(enumerate(task.labels)), label2id={name: i for i, name in enumerate(task.labels)})
@@ -618,7 +288,7 @@ def _epoch_figures(log_history: list[dict], task: GlueTask) -> list[dict]:
             }
             if found:
                 figures = by_epoch.setdefault(round(entry["epoch"], 4), {})
-                figures.update({_figure_name(metric, key): value for metric, value in found.items()})
+                figures.update({figure_name(metric, key): value for metric, value in found.items()})
     expected = len(METRICS[task.metric].figures) * len(task.dev_splits)
     return [
         {"epoch": epoch, "score": task_score(figures), "figures": figures}
@@ -648,7 +318,7 @@ def fine_tune(
     import torch
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
 
-    task = _task(task)
+    task = glue_task(task)
     set_seed(seed)  # before the head is drawn: the seed is the run's initialisation, as in RoBERTa's five
     with contextlib.nullcontext() if load_report else _errors_only():
         model = build_classifier(name_or_path, task, arguments.head, arguments.pooler_type)
@@ -833,7 +503,7 @@ def evaluate_glue(
             "data": {
                 **data.describe(),
                 "train_used": len(train),
-                **{f"{_figure_name('dev', key)}_used": len(split) for key, split in dev.items()},
+                **{f"{figure_name('dev', key)}_used": len(split) for key, split in dev.items()},
             },
         }
     average = float(np.mean([result["score"] for result in results.values()])) if results else None
@@ -863,7 +533,7 @@ def glue_card_results(glue: dict) -> dict[str, dict]:
             hub = None  # the card names data sets by Hub id only when they came from the Hub
         for _, _, key in task.dev_splits:
             suffix = "" if key == "dev" else f"_{key}"
-            figures = {metric: result["figures"][_figure_name(metric, key)] for metric in METRICS[task.metric].figures}
+            figures = {metric: result["figures"][figure_name(metric, key)] for metric in METRICS[task.metric].figures}
             entries[f"glue_{task.config}{suffix}"] = {**figures, **({"dataset": hub} if hub else {})}
     if glue.get("avg", {}).get("score") is not None:
         entries["avg_glue"] = {"score": glue["avg"]["score"]}

@@ -18,18 +18,47 @@ code.
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
-import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from transformers.utils import CONFIG_NAME
+
+# What a model path holds, read from its files.
+from .checkpoint_contents import (  # noqa: F401
+    checkpoint_model_type,
+    read_heads,
+    read_json,
+    sentence_transformers_max_seq_length,
+    what_the_path_holds,
+)
+
+# The checks of a checkpoint's weights and files, and the names of its files, re-exported from their former home.
+from .checkpoint_diagnostics import (  # noqa: F401
+    DamagedCheckpointError,
+    PartialWeightsError,
+    check_whole_weights,
+    damaged_files,
+    naming_damaged_files,
+    refuse_non_finite,
+)
+from .checkpoint_names import (  # noqa: F401
+    CONTRASTIVE_CONFIG_NAME,
+    DOWNLOAD_KWARGS,
+    DUAL_ENCODER_CONFIG_NAME,
+    HEADS_WEIGHTS_NAME,
+    LOADING_KWARGS,
+    MERGED_SUFFIX,
+    MODEL_JSON_FILES,
+    TOKENIZER_CONFIG_NAME,
+    download_kwargs,
+    merged_folder,
+)
 
 # write_json: the one JSON format of every file we write, defined beside its main user (re-exported here).
 from .sentence_transformers_files import write_json, write_sentence_transformers_files
@@ -55,6 +84,9 @@ __all__ = [
     "download_kwargs",
     "naming_damaged_files",
     "read_json",
+    "encoders_to_be_loaded",
+    "encoder_building_device",
+    "what_the_path_holds",
     "read_heads",
     "loaded_dtype",
     "refuse_non_finite",
@@ -63,68 +95,8 @@ __all__ = [
     "split_state_dict",
 ]
 
-CONTRASTIVE_CONFIG_NAME = "contrastive_config.json"
-DUAL_ENCODER_CONFIG_NAME = "dual_encoder_config.json"
-HEADS_WEIGHTS_NAME = "contrastive_heads.safetensors"
-# Where a run that trained an adapter (in output_dir) saves the merged model: beside it, as <output_dir>-merged.
-MERGED_SUFFIX = "-merged"
-# The JSON files loading a model reads (weight indexes, ``*.index.json``, besides): `damaged_files` checks they parse.
-MODEL_JSON_FILES = (CONFIG_NAME, CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME)
-
-# transformers' arguments that say where and how files are fetched (its `utils.hub.DownloadKwargs`)...
-DOWNLOAD_KWARGS = ("cache_dir", "force_download", "proxies", "local_files_only", "token", "revision", "subfolder")
-# ... and every argument of `from_pretrained` that is about loading rather than a model option.
-LOADING_KWARGS = (
-    *DOWNLOAD_KWARGS,
-    "dtype",
-    "torch_dtype",
-    "attn_implementation",
-    "trust_remote_code",
-    "device_map",
-    "low_cpu_mem_usage",
-    "use_safetensors",
-)
-
-
 # Arguments the Auto classes pass to `from_pretrained` besides the user's, which the saved layout does not use.
 _AUTO_CLASS_KWARGS = ("adapter_kwargs", "code_revision")
-
-
-def download_kwargs(kwargs: dict) -> dict:
-    """The download arguments among ``kwargs``, as a new dict (``kwargs`` keeps them)."""
-    return {name: kwargs[name] for name in DOWNLOAD_KWARGS if kwargs.get(name) is not None}
-
-
-def checkpoint_model_type(name_or_path: str | os.PathLike, **download) -> str | None:
-    """What a checkpoint holds, as a model type: ``contrastive`` or ``dual_encoder`` for contrastive_hf's own (this
-    layout, or 0.1's config.json of that type), else its config.json's ``model_type`` (``bert``,
-    ``contrastive_multitask``...); None without a config.json. Reads files only: no Auto class is needed."""
-    if read_json(name_or_path, CONTRASTIVE_CONFIG_NAME, **download) is not None:
-        return "contrastive"
-    if read_json(name_or_path, DUAL_ENCODER_CONFIG_NAME, **download) is not None:
-        return "dual_encoder"
-    config = read_json(name_or_path, "config.json", **download)
-    return None if config is None else config.get("model_type")
-
-
-def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str | None:
-    """The local path of ``filename`` in a folder or a Hub repository (downloaded and cached), None when absent."""
-    subfolder = download.get("subfolder") or ""
-    if os.path.isdir(name_or_path):
-        path = os.path.join(name_or_path, subfolder, filename)
-        return path if os.path.isfile(path) else None
-    from transformers.utils import cached_file
-
-    return cached_file(
-        str(name_or_path),
-        filename,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-        **download,
-    )
-
-
-TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 
 
 def save_tokenizer(tokenizer, save_directory: str | os.PathLike) -> None:
@@ -152,54 +124,6 @@ def make_tokenizer_config_portable(save_directory: str | os.PathLike) -> None:
     config["additional_special_tokens"] = list(dict.fromkeys([*additional, *extra]))
     del config["extra_special_tokens"]
     write_json(path, config)
-
-
-def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dict | None:
-    """The JSON content of ``filename`` in a checkpoint (folder or Hub id), or None when the file is absent."""
-    path = _locate(name_or_path, filename, **download)
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as error:
-        raise OSError(f"{path} is not readable JSON ({error}); the checkpoint is damaged: save it again.") from error
-
-
-def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **download) -> int | None:
-    """The ``max_seq_length`` a sentence-transformers checkpoint reads its inputs at (``sentence_bert_config.json``),
-    or None for a checkpoint that is not one: a model continued from it keeps it."""
-    config = read_json(name_or_path, "sentence_bert_config.json", **download)
-    return (config or {}).get("max_seq_length")
-
-
-def _is_plain_encoder(name_or_path: str | os.PathLike, **download) -> bool:
-    """Whether a checkpoint is a pretrained model of an architecture contrastive_hf did not register: an encoder to
-    wrap, not one of our own model families (in any layout)."""
-    model_type = checkpoint_model_type(name_or_path, **download)
-    if model_type is None:
-        return False
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    try:
-        config_class = CONFIG_MAPPING[model_type]
-    except KeyError:  # an architecture with remote code
-        return True
-    return not config_class.__module__.startswith(__name__.split(".")[0] + ".")
-
-
-def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
-    """The weights outside the encoder (`HEADS_WEIGHTS_NAME`), or {} when the checkpoint has none."""
-    path = _locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
-    if path is None:
-        return {}
-    try:
-        return load_file(path, device="cpu")
-    except Exception as error:  # safetensors raises its own error types for truncated or corrupt files
-        raise OSError(
-            f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
-            "checkpoint again, or copy it again from where it was saved."
-        ) from error
 
 
 def loaded_dtype(dtype: str | torch.dtype | None, encoders) -> torch.dtype:
@@ -234,22 +158,6 @@ def record_saved_dtype(folder: str, dtype: torch.dtype | None) -> None:
     if config.get("dtype", saved) != saved:
         config["dtype"] = saved
         write_json(path, config)
-
-
-def refuse_non_finite(tensors: dict[str, torch.Tensor], source: str, fix: str = "load an earlier checkpoint") -> None:
-    """A `ValueError` naming the tensors that hold NaN or infinite values and their ``source`` (the weights file):
-    such a model gives NaN embeddings and a NaN loss from the first step, which training cannot recover from."""
-    bad = [
-        name
-        for name, tensor in tensors.items()
-        if tensor.is_floating_point() and tensor.numel() and not bool(torch.isfinite(tensor).all())
-    ]
-    if bad:
-        named = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise ValueError(
-            f"{source} holds NaN or infinite values in {len(bad)} tensor(s): {named}. It was saved from a run whose "
-            f"loss diverged, or it is damaged: {fix}."
-        )
 
 
 def write_heads(save_directory: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
@@ -288,124 +196,29 @@ def split_state_dict(
     return encoders, rest
 
 
-class PartialWeightsError(RuntimeError):
-    """A save would write weights that are not whole: DeepSpeed ZeRO-3 shards (empty in each process) or a state dict
-    that lacks some of the model's weights. Not a ValueError: transformers' ``Trainer.save_model`` takes a ValueError
-    from a DeepSpeed save for "ZeRO-3 cannot gather" and saves again without weights, which would hide this one."""
-
-
-def check_whole_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], save_directory: str) -> None:
-    """Raise `PartialWeightsError`, naming the weights, unless ``state_dict`` holds every weight ``model`` saves, each
-    at its full shape. Under DeepSpeed ZeRO-3 a parameter's full shape is its ``ds_shape``: the tensor itself is an
-    empty shard outside ``deepspeed.zero.GatheredParameters``, and so is its copy in ``model.state_dict()``."""
-    full_shapes = {
-        name: tuple(getattr(tensor, "ds_shape", tensor.shape))
-        for named in (model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False))
-        for name, tensor in named
-    }
-    saved_names = list(model.state_dict())  # the names a save writes (persistent buffers included); no collective
-    missing = [name for name in saved_names if name not in state_dict]
-    partial = []
-    for name, tensor in state_dict.items():
-        shape, expected = tuple(tensor.shape), full_shapes.get(name)
-        if expected is not None and shape != expected:
-            partial.append(f"{name} of shape {shape} instead of {expected}")
-        elif expected is None and tensor.numel() == 0:  # not the model's: no full shape to compare, but never empty
-            partial.append(f"{name} of shape {shape}")
-    if not missing and not partial:
-        return
-    problems = []
-    if partial:
-        problems.append(f"{len(partial)} partitioned or empty ({_first_few(partial)})")
-    if missing and len(missing) == len(saved_names):
-        problems.append(
-            f"none of the model's {len(saved_names)} weights given (an empty state dict: what transformers' Trainer "
-            'saves under DeepSpeed ZeRO-3 when "stage3_gather_16bit_weights_on_model_save" is false)'
-        )
-    elif missing:
-        problems.append(f"{len(missing)} missing from the state dict ({_first_few(missing)})")
-    raise PartialWeightsError(
-        f"Not saving {save_directory}: the weights to write are not whole: {'; '.join(problems)}. A checkpoint "
-        "written from them would not load, so nothing was written (a checkpoint already there is unchanged). Under "
-        "DeepSpeed ZeRO-3 each process holds only a shard of every parameter: save with Trainer.save_model and "
-        '"stage3_gather_16bit_weights_on_model_save": true in the DeepSpeed config (it gathers the weights and '
-        "passes them as state_dict), give save_pretrained the consolidated weights (state_dict="
-        "accelerator.get_state_dict(model), or DeepSpeed's zero_to_fp32 from a checkpoint), or save inside "
-        "deepspeed.zero.GatheredParameters(model.parameters())."
-    )
-
-
-def merged_folder(adapter_folder: str | os.PathLike) -> str:
-    """The folder of the merged model of the adapter saved in ``adapter_folder``: ``<adapter_folder>-merged``."""
-    return os.fspath(adapter_folder).rstrip("/" + os.sep) + MERGED_SUFFIX
-
-
-def _first_few(names: list[str], count: int = 5) -> str:
-    shown = ", ".join(names[:count])
-    return shown if len(names) <= count else f"{shown} and {len(names) - count} more"
-
-
-def damaged_files(folder: str, json_files: Sequence[str] = MODEL_JSON_FILES) -> list[str]:
-    """The files of a checkpoint folder that are cut short or unreadable, one line each naming the file: safetensors
-    files whose header does not cover the file, torch zip archives without their central directory, the JSON files
-    named in ``json_files`` and weight indexes that do not parse, and empty files of these kinds."""
-    damaged = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(folder), "**", "*"), recursive=True)):
-        name = os.path.relpath(path, folder)
-        reason = _damage(path, json_files) if os.path.isfile(path) else None
-        if reason is not None:
-            damaged.append(f"{name} is truncated or corrupt ({reason})")
-    return damaged
-
-
-def _damage(path: str, json_files: Sequence[str]) -> str | None:
-    suffix = os.path.splitext(path)[1]
-    checked_json = os.path.basename(path) in json_files or path.endswith(".index.json")
-    if suffix not in (".safetensors", ".pt", ".pth", ".bin") and not checked_json:
-        return None
-    if os.path.getsize(path) == 0:
-        return "0 bytes"
-    try:
-        if suffix == ".safetensors":
-            with safe_open(path, framework="pt"):
-                pass
-        elif suffix == ".json":
-            with open(path, encoding="utf-8") as handle:
-                json.load(handle)
-        else:
-            with open(path, "rb") as handle:
-                is_zip = handle.read(4) == b"PK\x03\x04"
-            if is_zip:  # torch.save's format; older pickles are not zip archives and are not checked
-                with zipfile.ZipFile(path):
-                    pass
-    except (SafetensorError, ValueError, zipfile.BadZipFile) as error:
-        return f"{type(error).__name__}: {error}"
-    return None
-
-
-class DamagedCheckpointError(ValueError):
-    """Loading a model failed on a file cut short or unreadable, which the message names (`naming_damaged_files`)."""
+_ENCODERS_TO_BE_LOADED: ContextVar[bool] = ContextVar("contrastive_hf_encoders_to_be_loaded", default=False)
 
 
 @contextmanager
-def naming_damaged_files(name_or_path: str | os.PathLike) -> Iterator[None]:
-    """Around loading a model from ``name_or_path``: when loading fails and a file of that folder is cut short or
-    unreadable (a half-written ``model.safetensors``), raise a `DamagedCheckpointError` naming the file instead of
-    the loader's error, which names none. Every `from_pretrained` of this layout loads within it."""
-    name_or_path = os.fspath(name_or_path)
+def encoders_to_be_loaded() -> Iterator[None]:
+    """While a model is built whose encoders are loaded next (`EmbeddingCheckpointMixin.assemble`): the encoders it
+    builds from their configs are empty, on the meta device (`encoder_building_device`)."""
+    token = _ENCODERS_TO_BE_LOADED.set(True)
     try:
         yield
-    except DamagedCheckpointError:  # named already, by a loader within the loader
-        raise
-    except Exception as error:
-        damaged = damaged_files(name_or_path) if os.path.isdir(name_or_path) else []
-        if not damaged:
-            raise
-        raise DamagedCheckpointError(
-            f"Cannot load the model in {name_or_path}: {'; '.join(damaged)}. The file was not written completely "
-            "(a save that was killed, or ran out of disk space): save or copy the model again, or load an earlier "
-            "checkpoint."
-        ) from error
+    finally:
+        _ENCODERS_TO_BE_LOADED.reset(token)
+
+
+def encoder_building_device():
+    """The context a model builds an encoder from its config in: the meta device inside `encoders_to_be_loaded` (the
+    encoder is replaced by a loaded one; nothing is allocated or drawn for it), else none. Under DeepSpeed ZeRO-3,
+    none either: transformers builds the encoder inside ``deepspeed.zero.Init`` there, which shards real tensors."""
+    if not _ENCODERS_TO_BE_LOADED.get():
+        return nullcontext()
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return nullcontext() if is_deepspeed_zero3_enabled() else torch.device("meta")
 
 
 class EmbeddingCheckpointMixin:
@@ -537,13 +350,13 @@ class EmbeddingCheckpointMixin:
 
     @classmethod
     def _load_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *model_args, **kwargs):
-        download = download_kwargs(kwargs)
-        saved = read_json(pretrained_model_name_or_path, cls.checkpoint_config_name, **download)
-        if saved is None and _is_plain_encoder(pretrained_model_name_or_path, **download):
-            wrap = getattr(cls, "from_encoder_pretrained", None)
-            if wrap is not None:
-                return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
-        if saved is None:  # the layout of contrastive_hf 0.1: a config.json of our model type
+        holds, saved = what_the_path_holds(
+            pretrained_model_name_or_path, cls.checkpoint_config_name, **download_kwargs(kwargs)
+        )
+        wrap = getattr(cls, "from_encoder_pretrained", None)
+        if holds == "encoder" and wrap is not None:
+            return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
+        if holds != "saved":  # the layout of contrastive_hf 0.1: a config.json of our model type
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         if model_args:
             raise TypeError("from_pretrained takes no positional model arguments besides the path.")
@@ -579,10 +392,13 @@ class EmbeddingCheckpointMixin:
     @classmethod
     def assemble(cls, config, sources: dict[str, tuple[str, str]], loading: dict):
         """A model of ``config`` whose encoders are loaded from ``sources`` (``{name: (path or Hub id, folder)}``)
-        with transformers' ``loading`` arguments; its other weights are fresh (the caller loads them)."""
+        with transformers' ``loading`` arguments; its other weights are fresh (the caller loads them). The model is
+        built with empty encoders on the meta device (`encoders_to_be_loaded`), as transformers' ``from_pretrained``
+        builds a model before loading its weights: no encoder's worth of random weights drawn only to be replaced."""
         loading = dict(loading)
         dtype = loading.pop("dtype", None) or loading.pop("torch_dtype", None)
-        model = cls(config)
+        with encoders_to_be_loaded():
+            model = cls(config)
         encoders = {}
         for name, (source, folder) in sources.items():
             kwargs = dict(loading)
@@ -594,6 +410,9 @@ class EmbeddingCheckpointMixin:
             with naming_damaged_files(source):  # a pretrained encoder (from_encoder_pretrained) too
                 encoders[name] = model.load_pretrained_encoder(name, source, **kwargs)
         model.install_encoders(encoders)
+        empty = [name for name, tensor in [*model.named_parameters(), *model.named_buffers()] if tensor.is_meta]
+        if empty:  # a family whose install_encoders left an encoder out
+            raise RuntimeError(f"{cls.__name__}: weights left empty after loading the encoders: {', '.join(empty)}.")
         return model.to(loaded_dtype(dtype, encoders.values()))
 
     @classmethod

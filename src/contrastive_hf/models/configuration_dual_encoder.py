@@ -47,7 +47,7 @@ class DualEncoderConfig(PreTrainedConfig):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
         sub_batch_size (`int` or `str`, defaults to `"auto"`), sub_batch_tokens (`int`, defaults to 1024):
             How training batches are encoded, as [`ContrastiveConfig`]'s (the same values, meanings and policy,
-            `encoding.EncodingPolicy`), each side on its own: the queries in one call, the passages (positives and
+            `EncodingPolicy`), each side on its own: the queries in one call, the passages (positives and
             hard negatives) in another, each packed, in length-sorted groups or in one padded pass (0).
         prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
             As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;

@@ -10,11 +10,8 @@ is computed), in eval mode under ``no_grad`` in the model's dtype, and restores 
 
 A model provides `embed_tokens(input_ids, attention_mask, token_type_ids, task, prompt_length)` (vectors of a
 padded batch) and, optionally, prompts in its config (``prompts``, ``default_prompt_name``) and ``include_prompt``.
-
-Training batches are encoded by `EncodingPolicy`, the one policy of every model family (`ContrastiveModel`'s views,
-each tower of `DualEncoderModel`): built from the config's ``sub_batch_size`` and ``sub_batch_tokens``, it encodes
-a batch packed (`packing.py`), in length-sorted groups or in one padded pass (`encode_with`), prompts left out of the
-pooling included, with the embeddings of the padded pass.
+The training batches' encoding, `EncodingPolicy` (packed, length-sorted or padded), is `encoding_policy.py`; prompts
+are `prompts.py`. Their names are re-exported here, where they lived before.
 """
 
 from __future__ import annotations
@@ -29,16 +26,25 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .configuration_contrastive import parse_encoding_fields
-from .host_data import host_array, row_lengths, to_device
-from .packing import (
-    PACKED_ATTENTION,
-    can_pack,
-    length_sorted_groups,
-    packed_encoder_forward,
-    packing_unsupported_reason,
+from .encoding_policy import (  # noqa: F401  (re-exported from their former home)
+    ENCODING_PATH_WORDS,
+    READY_MASK_MODEL_TYPES,
+    EncodingPolicy,
+    attention_mask_for,
+    encode_with,
+    encoder_inputs,
+    keeps_a_token,
 )
 from .precision import encoding_precision, log_precision_once
+from .prompts import (  # noqa: F401  (re-exported from their former home)
+    DEFAULT_PROMPT_NAMES,
+    DOCUMENT_PROMPT_NAMES,
+    QUERY_PROMPT_NAMES,
+    mask_prompt_tokens,
+    prompt_token_count,
+    refuse_prompt_filling,
+    role_prompt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -59,13 +65,6 @@ __all__ = [
     "quantize",
 ]
 
-# The prompt names of each role, tried in order: a query (an anchor), and a document (a positive, a negative, a
-# passage), as sentence-transformers' encode_query / encode_document look them up.
-QUERY_PROMPT_NAMES = ("query",)
-DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
-# The prompts every sentence-transformers model has, empty unless it sets them: encode(prompt_name="query") works on
-# a model without prompts.
-DEFAULT_PROMPT_NAMES = ("query", "document")
 # `encode`'s choices, as sentence-transformers names them.
 OUTPUT_VALUES = ("sentence_embedding", "token_embeddings", None)
 PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
@@ -88,333 +87,32 @@ def quantize(embeddings: torch.Tensor, precision: str) -> np.ndarray:
     return quantize_embeddings(embeddings.cpu().numpy(), precision=precision)
 
 
-def role_prompt(prompts: dict[str, str] | None, role: str) -> str | None:
-    """The name of the prompt of ``role`` (``"query"`` or ``"document"``) among ``prompts``, or None."""
-    names = QUERY_PROMPT_NAMES if role == "query" else DOCUMENT_PROMPT_NAMES
-    return next((name for name in names if name in (prompts or {})), None)
+def _normalize_argument(normalize_embeddings: bool, deprecated: dict) -> bool:
+    """``normalize_embeddings``, or the value of the deprecated ``normalize`` (with a FutureWarning); a TypeError for
+    any other unexpected argument of `encode`."""
+    if "normalize" in deprecated:
+        warnings.warn(
+            "encode(normalize=...) is deprecated; use normalize_embeddings=..., as sentence-transformers does.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        normalize_embeddings = deprecated.pop("normalize")
+    if deprecated:
+        raise TypeError(f"encode() got unexpected argument(s) {sorted(deprecated)}.")
+    return normalize_embeddings
 
 
-def prompt_token_count(tokenizer, prompt: str) -> int:
-    """How many leading tokens a prompt takes, as sentence-transformers counts them for ``include_prompt=False`` (what
-    `mask_prompt_tokens` leaves out): the prompt tokenized alone, its leading special token included, less a trailing
-    special token ([SEP], </s>) where the tokenizer adds one."""
-    input_ids = tokenizer(prompt, add_special_tokens=True)["input_ids"]
-    trailing_special = bool(input_ids) and input_ids[-1] in tokenizer.all_special_ids
-    return len(input_ids) - int(trailing_special)
-
-
-def refuse_prompt_filling(
-    tokenizer,
-    prompt: str | None,
-    max_length: int | None,
-    texts: str = "sentences",
-    length_name: str = "max_length",
-    flag: str | None = None,
-) -> None:
-    """A `ValueError` when ``prompt`` with the special tokens takes ``max_length`` tokens or more: the texts it is
-    prepended to, truncated at ``max_length``, would all be the prompt alone (cut short), one vector for every text.
-    ``texts``, ``length_name`` and the script's ``flag`` for it name what is cut where, in the message."""
-    if not prompt or max_length is None:
-        return
-    taken = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
-    if taken >= max_length:
-        setting = f"{length_name} ({flag})" if flag else length_name
+def _check_encode_arguments(batch_size: int, output_value: str | None, precision: str) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    if output_value not in OUTPUT_VALUES:
+        raise ValueError(f"output_value must be one of {OUTPUT_VALUES}, got {output_value!r}.")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if precision != "float32" and output_value != "sentence_embedding":
         raise ValueError(
-            f"The prompt {prompt!r} takes {taken} tokens with the special ones, and {texts} are cut at "
-            f"{length_name}={max_length}: every one would be the prompt alone, the same for all, with nothing of its "
-            f"text. Shorten the prompt or set {setting} to at least {taken + 1}."
+            f"precision={precision!r} quantizes sentence embeddings: use it with output_value='sentence_embedding'."
         )
-
-
-def mask_prompt_tokens(attention_mask: torch.Tensor, prompt_length: int | torch.Tensor | None) -> torch.Tensor:
-    """The attention mask with each row's first ``prompt_length`` real tokens (the leading special token and the
-    prompt; after the padding of a left-padded row) left out, for pooling only, as sentence-transformers'
-    ``include_prompt=False`` leaves them out. Unchanged when there is no prompt."""
-    if prompt_length is None or (not torch.is_tensor(prompt_length) and prompt_length <= 0):
-        return attention_mask
-    positions = torch.arange(attention_mask.shape[-1], device=attention_mask.device)
-    first_real = attention_mask.to(torch.int).argmax(dim=-1, keepdim=True)  # (..., 1): 0 unless left-padded
-    prompt_length = torch.as_tensor(prompt_length, device=attention_mask.device).reshape(-1, 1)  # (B or 1, 1)
-    keep = positions >= first_real.reshape(-1, 1) + prompt_length  # (B, L)
-    return attention_mask * keep.reshape(attention_mask.shape).to(attention_mask.dtype)
-
-
-def encoder_inputs(
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    output_hidden_states: bool = False,
-) -> dict:
-    """The keyword arguments of an encoder's forward for ``(..., L)`` inputs, flattened to ``(N, L)``: an all-ones
-    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked."""
-    flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
-    input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
-    kwargs = {
-        "input_ids": input_ids,
-        "attention_mask": torch.ones_like(input_ids) if attention_mask is None else attention_mask,
-        "return_dict": True,
-    }
-    if token_type_ids is not None:
-        kwargs["token_type_ids"] = token_type_ids
-    if output_hidden_states:
-        kwargs["output_hidden_states"] = True
-    return kwargs
-
-
-# Encoders whose 2D attention mask transformers turns into the attention's mask in one call
-# (`create_bidirectional_mask`), which takes a ready 4D mask as it is, without reading the 2D one back to see
-# whether it can be dropped. ModernBERT builds a second, sliding-window mask from the 2D one: not here.
-READY_MASK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
-
-
-def attention_mask_for(encoder, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor | None:
-    """The mask to give ``encoder`` for a right-padded ``(N, L)`` batch whose rows' real tokens are known on the host
-    (``lengths``, `host_data`): none when no row is padded, a ready ``(N, 1, 1, L)`` boolean mask for the encoders
-    of `READY_MASK_MODEL_TYPES` under sdpa attention, else the 2D mask. transformers reads a 2D mask back from the
-    device to decide whether the batch is padded at all (the host then waits for the GPU at every forward pass); the
-    lengths say it on the host. Without ``lengths``, the 2D mask."""
-    if lengths is None:
-        return attention_mask
-    if bool((lengths == attention_mask.shape[-1]).all()):
-        return None  # no padding: what transformers decides after reading the mask back
-    config = encoder.config
-    if config.model_type in READY_MASK_MODEL_TYPES and config._attn_implementation in ("sdpa", PACKED_ATTENTION):
-        return attention_mask[:, None, None, :].bool()
-    return attention_mask
-
-
-def encode_with(
-    encoder,
-    pooler,
-    projection,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    prompt_length: int | torch.Tensor | None = None,
-    return_token_states: bool = False,
-    lengths: np.ndarray | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and an
-    optional ``projection``; the first ``prompt_length`` tokens are left out of the pooling when given. With
-    ``return_token_states``, also the encoder's last hidden states ``(..., L, h)`` (sentence-transformers'
-    ``token_embeddings``). ``lengths`` ``(N,)``: each row's real tokens on the host (`attention_mask_for`)."""
-    leading = input_ids.shape[:-1]
-    encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
-    pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
-    encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
-    outputs = encoder(**encoder_kwargs)
-    pooled = pooler(outputs, pooling_mask, getattr(encoder, "pooler", None))  # (N, h)
-    if projection is not None:
-        pooled = projection(pooled)
-    vectors = pooled.reshape(*leading, pooled.shape[-1])
-    if not return_token_states:
-        return vectors
-    states = outputs.last_hidden_state
-    return vectors, states.reshape(*leading, *states.shape[-2:])
-
-
-# How `EncodingPolicy.path`'s choices are logged.
-ENCODING_PATH_WORDS = {
-    "packed": "packed batches (one sequence of real tokens, attention inside each sentence)",
-    "sorted": "length-sorted groups, each padded to its own longest",
-    "padded": "one pass padded to the batch's longest",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class EncodingPolicy:
-    """How a model encodes the texts of a training batch: packed, in length-sorted groups, or in one padded pass.
-
-    Built from a config (`from_config`), whose ``sub_batch_size`` and ``sub_batch_tokens`` it parses once
-    (`configuration_contrastive.parse_encoding_fields`; their meaning is `ContrastiveConfig`'s docstring), and used by
-    every model family through `embed` (`ContrastiveModel`'s views, each tower of `DualEncoderModel`) and
-    `token_states` (CLEAR's MLM copy). Every path gives the embeddings of one padded pass (`encode_with`): absolute
-    positions and attention masks make right-padding invisible, and a prompt left out of the pooling
-    (``include_prompt=False``) is left out on every path. Inputs a path cannot take (not right-padded, a row without
-    tokens; for packing, a row that is all prompt) take the padded pass.
-
-    Args:
-        sub_batch_size: ``"auto"``, ``"packed"``, ``"sorted"``, or an integer (0: one padded pass; N: length-sorted
-            groups of N texts).
-        sub_batch_tokens: the token slots (texts x the group's longest) of a ``"sorted"`` group.
-        packed_attention_kernel: the attention kernel of packed batches (`packing.ATTENTION_KERNELS`); None: chosen
-            at each call by device, dtype and dropout.
-    """
-
-    sub_batch_size: int | str = 0
-    sub_batch_tokens: int = 1024
-    packed_attention_kernel: str | None = None
-
-    def __post_init__(self):
-        sub_batch_size, sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
-        object.__setattr__(self, "sub_batch_size", sub_batch_size)
-        object.__setattr__(self, "sub_batch_tokens", sub_batch_tokens)
-
-    @classmethod
-    def from_config(cls, config, packed_attention_kernel: str | None = None) -> EncodingPolicy:
-        """The policy of a model config (`ContrastiveConfig`, `DualEncoderConfig`)."""
-        return cls(config.sub_batch_size, config.sub_batch_tokens, packed_attention_kernel)
-
-    def path(self, encoder, device: torch.device) -> str:
-        """How `embed` encodes ``encoder``'s batches on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``.
-
-        ``"auto"`` packs where the encoder supports it (`packing.packing_unsupported_reason`), else sorts on CPU and
-        pads elsewhere; ``"packed"`` raises where packing cannot run. Each encoder logs each choice once, with its
-        reason.
-        """
-        path, reason = self._path_and_reason(encoder, device)
-        logged = vars(encoder).setdefault("_contrastive_hf_logged_encoding_paths", set())
-        if (path, reason) not in logged:
-            logged.add((path, reason))
-            logger.info("%s encodes %s: %s.", type(encoder).__name__, ENCODING_PATH_WORDS[path], reason)
-        return path
-
-    def _path_and_reason(self, encoder, device: torch.device) -> tuple[str, str]:
-        size = self.sub_batch_size
-        if size == 0:
-            return "padded", "sub_batch_size=0"
-        if isinstance(size, int):
-            return "sorted", f"sub_batch_size={size}: length-sorted groups of that many texts"
-        if size == "sorted":
-            return "sorted", f"sub_batch_size='sorted' ({self.sub_batch_tokens} token slots a group)"
-        unsupported = packing_unsupported_reason(encoder)
-        if unsupported is None:
-            return "packed", f"sub_batch_size={size!r} and the encoder supports packing"
-        if size == "packed":
-            raise ValueError(
-                f"sub_batch_size='packed' cannot run: {unsupported}. Use sub_batch_size='auto' (packs where it "
-                "can), 'sorted' (length-sorted groups, any encoder) or 0 (one padded pass)."
-            )
-        if device.type == "cpu":
-            return "sorted", f"sub_batch_size='auto' cannot pack ({unsupported}); on CPU length-sorted groups"
-        return "padded", (
-            f"sub_batch_size='auto' cannot pack ({unsupported}); on {device.type} one padded pass (small "
-            "length-sorted groups would leave the device idle)"
-        )
-
-    def embed(
-        self,
-        encoder,
-        pooler,
-        projection,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        prompt_lengths=None,
-        lengths=None,
-    ) -> torch.Tensor:
-        """``(..., L)`` token ids -> ``(..., d)`` vectors through ``encoder``, ``pooler`` (a `SentencePooler`) and
-        an optional ``projection``, on the path `path` chooses, with the vectors of one padded pass.
-
-        ``prompt_lengths`` (an int, or ``(...)`` host values or a tensor): how many leading tokens of each text are
-        its prompt, left out of the pooling (``include_prompt=False``, as `encode` leaves them out). ``lengths``
-        ``(...)``: each text's real tokens, on the host (`host_data`: the collators give them); with them the packed
-        and sorted paths read nothing back from the device, without them the lengths are read from the mask.
-        """
-        leading, width = input_ids.shape[:-1], input_ids.shape[-1]
-        flat = lambda tensor: None if tensor is None else tensor.reshape(-1, width)  # noqa: E731
-        input_ids, token_type_ids = flat(input_ids), flat(token_type_ids)
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else flat(attention_mask)
-        if prompt_lengths is not None:  # (N,), on the host
-            prompt_lengths = np.broadcast_to(host_array(prompt_lengths), tuple(leading)).reshape(-1)
-        path = self.path(encoder, input_ids.device)
-        lengths = None if lengths is None else host_array(lengths).reshape(-1)  # (N,) host
-        if path in ("packed", "sorted") and (lengths is not None or can_pack(attention_mask)):
-            lengths = row_lengths(attention_mask, lengths)
-            if path == "packed" and not keeps_a_token(lengths, prompt_lengths):
-                path = "padded"  # a text that is all prompt: the padded pass pools it in its own way
-        else:
-            path = "padded"
-        if path == "packed":
-            pooled = self._pool_packed(
-                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths
-            )
-        elif path == "sorted":
-            pooled = self._pool_sorted_groups(
-                encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths
-            )
-        else:
-            prompts = None if prompt_lengths is None else to_device(prompt_lengths, input_ids.device)
-            pooled = encode_with(
-                encoder, pooler, None, input_ids, attention_mask, token_type_ids, prompts, lengths=lengths
-            )
-        if projection is not None:
-            pooled = projection(pooled)
-        return pooled.reshape(*leading, pooled.shape[-1])
-
-    def _pool_packed(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths):
-        """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in one pass over their real tokens."""
-        outputs, packed = packed_encoder_forward(
-            encoder,
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            output_hidden_states=pooler.needs_hidden_states,
-            kernel=self.packed_attention_kernel,
-            lengths=lengths,
-        )
-        if prompt_lengths is not None:
-            packed = packed.without_leading_tokens(prompt_lengths)
-        return pooler(outputs, packed, getattr(encoder, "pooler", None))
-
-    def _pool_sorted_groups(self, encoder, pooler, input_ids, attention_mask, token_type_ids, prompt_lengths, lengths):
-        """``(N, L)`` right-padded inputs -> ``(N, h)`` pooled vectors, in length-sorted groups of ``sub_batch_size``
-        rows (or, for ``"sorted"`` and ``"auto"``, of ``sub_batch_tokens`` token slots), each cut to its own longest
-        row; back in input order. ``lengths`` ``(N,)`` on the host: the groups are cut there."""
-        order = np.argsort(-lengths, kind="stable")
-        sorted_lengths = lengths[order].tolist()
-        if isinstance(self.sub_batch_size, int):
-            bounds = length_sorted_groups(sorted_lengths, group_size=self.sub_batch_size)
-        else:
-            bounds = length_sorted_groups(sorted_lengths, group_tokens=self.sub_batch_tokens)
-        device = input_ids.device
-        take = lambda tensor, rows, cut: None if tensor is None else tensor.index_select(0, rows)[:, :cut]  # noqa: E731
-        parts = []
-        for start, stop in bounds:
-            rows, cut = to_device(order[start:stop], device), max(sorted_lengths[start], 1)
-            prompts = None if prompt_lengths is None else to_device(prompt_lengths[order[start:stop]], device)
-            parts.append(
-                encode_with(
-                    encoder,
-                    pooler,
-                    None,
-                    take(input_ids, rows, cut),
-                    take(attention_mask, rows, cut),
-                    take(token_type_ids, rows, cut),
-                    prompts,
-                    lengths=lengths[order[start:stop]],
-                )
-            )
-        return torch.cat(parts).index_select(0, to_device(np.argsort(order), device))  # back to batch order, (N, h)
-
-    def token_states(
-        self, encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, lengths=None
-    ) -> tuple[torch.Tensor, object]:
-        """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (CLEAR's MLM head).
-
-        Returns ``(states, packed)``: packed (`path` says ``"packed"``), the ``(T, h)`` states of the real tokens and
-        the `PackedSequences` (``flat_index``: each token's row in the inputs flattened to ``(B * L)``); otherwise
-        one padded pass, the ``(B * L, h)`` states of every position and ``None``. ``lengths`` ``(B,)`` on the host,
-        as `embed` takes them.
-        """
-        attention_mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        packable = lengths is not None or can_pack(attention_mask)
-        if self.path(encoder, input_ids.device) == "packed" and packable:
-            outputs, packed = packed_encoder_forward(
-                encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel, lengths=lengths
-            )
-            return outputs.last_hidden_state[0], packed
-        encoder_kwargs = encoder_inputs(input_ids, attention_mask)
-        lengths = None if lengths is None else host_array(lengths).reshape(-1)
-        encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
-        states = encoder(**encoder_kwargs).last_hidden_state
-        return states.reshape(-1, states.shape[-1]), None
-
-
-def keeps_a_token(lengths: np.ndarray, prompt_lengths: np.ndarray | None) -> bool:
-    """Whether every text of ``(N,)`` host ``lengths`` pools at least one token after its ``(N,)`` prompt (a packed
-    batch pools real tokens only; the padded pass pools a row that is all prompt in its own way)."""
-    return prompt_lengths is None or bool((prompt_lengths < lengths).all())
 
 
 class SentenceEmbeddingMixin:
@@ -427,10 +125,19 @@ class SentenceEmbeddingMixin:
     packed_attention_kernel: str | None = None
 
     def encoding_policy(self, sub_batch_size: int | str | None = None) -> EncodingPolicy:
-        """How this model encodes training batches: its config's ``sub_batch_size`` (or the one given) and
-        ``sub_batch_tokens``, and its `packed_attention_kernel`."""
-        policy = EncodingPolicy.from_config(self.config, self.packed_attention_kernel)
-        return policy if sub_batch_size is None else dataclasses.replace(policy, sub_batch_size=sub_batch_size)
+        """How this model encodes training batches: its config's ``sub_batch_size`` and ``sub_batch_tokens`` and its
+        `packed_attention_kernel`, built once (`EncodingPolicy.of`). ``sub_batch_size`` is deprecated (a policy
+        other than the config's): set ``model.config.sub_batch_size``."""
+        policy = EncodingPolicy.of(self)
+        if sub_batch_size is None:
+            return policy
+        warnings.warn(
+            "encoding_policy(sub_batch_size) is deprecated and goes in 0.3: set model.config.sub_batch_size, or "
+            "use dataclasses.replace(model.encoding_policy(), sub_batch_size=...) for a policy of another value.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return dataclasses.replace(policy, sub_batch_size=sub_batch_size)
 
     def embed_tokens(
         self,
@@ -502,26 +209,8 @@ class SentenceEmbeddingMixin:
                 (`models.precision.encoding_precision`: embeddings within cosine 0.999 of float32,
                 docs/benchmarks.md). The embeddings returned are float32 either way.
         """
-        if "normalize" in deprecated:
-            warnings.warn(
-                "encode(normalize=...) is deprecated; use normalize_embeddings=..., as sentence-transformers does.",
-                FutureWarning,
-                stacklevel=2,
-            )
-            normalize_embeddings = deprecated.pop("normalize")
-        if deprecated:
-            raise TypeError(f"encode() got unexpected argument(s) {sorted(deprecated)}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if output_value not in OUTPUT_VALUES:
-            raise ValueError(f"output_value must be one of {OUTPUT_VALUES}, got {output_value!r}.")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
-        if precision != "float32" and output_value != "sentence_embedding":
-            raise ValueError(
-                f"precision={precision!r} quantizes sentence embeddings: use it with output_value="
-                "'sentence_embedding'."
-            )
+        normalize_embeddings = _normalize_argument(normalize_embeddings, deprecated)
+        _check_encode_arguments(batch_size, output_value, precision)
         single = isinstance(sentences, str)
         sentences = [sentences] if single else list(sentences)
         tokenizer = tokenizer or self.tokenizer or self._load_saved_tokenizer()
@@ -534,7 +223,44 @@ class SentenceEmbeddingMixin:
         max_length = max_length or self._max_length(tokenizer)
         refuse_prompt_filling(tokenizer, prompt, max_length)
         encoded = tokenizer(sentences, truncation=True, max_length=max_length)
-        order = sorted(range(len(sentences)), key=lambda index: -len(encoded["input_ids"][index]))
+        with_tokens = output_value != "sentence_embedding"
+        embeddings, token_rows = self._embed_in_batches(
+            tokenizer, encoded, batch_size, show_progress_bar, device, bf16, task, prompt_length, with_tokens
+        )
+        truncate_dim = truncate_dim or getattr(self.config, "truncate_dim", None)
+        if truncate_dim is not None:
+            embeddings = embeddings[:, :truncate_dim]
+        if normalize_embeddings:
+            embeddings = F.normalize(embeddings, dim=-1)
+        if with_tokens:  # as sentence-transformers: a list, whatever convert_to_* say
+            if output_value == "token_embeddings":  # the real tokens only (right-padded: they come first)
+                outputs = [
+                    token_rows[row]["token_embeddings"][: int(token_rows[row]["attention_mask"].sum())]
+                    for row in range(len(sentences))
+                ]
+            else:
+                outputs = [{**token_rows[row], "sentence_embedding": embeddings[row]} for row in range(len(sentences))]
+            return outputs[0] if single else outputs
+        if precision != "float32":
+            quantized = quantize(embeddings, precision)
+            if convert_to_tensor:
+                quantized = torch.from_numpy(quantized)
+            return quantized[0] if single else quantized
+        if convert_to_tensor:
+            return embeddings[0] if single else embeddings
+        if convert_to_numpy:
+            array = embeddings.cpu().numpy()
+            return array[0] if single else array
+        rows = list(embeddings)
+        return rows[0] if single else rows
+
+    def _embed_in_batches(
+        self, tokenizer, encoded, batch_size, show_progress_bar, device, bf16, task, prompt_length, with_tokens
+    ) -> tuple[torch.Tensor, dict[int, dict]]:
+        """The float32 ``(n, d)`` embeddings of the tokenized sentences ``encoded``, in their order, computed in
+        batches of similar length in eval mode (the model's mode is restored); with ``with_tokens``, each sentence's
+        row of its padded batch and its token states (``{sentence: {name: tensor}}``), else ``{}``."""
+        order = sorted(range(len(encoded["input_ids"])), key=lambda index: -len(encoded["input_ids"][index]))
         if show_progress_bar is None:
             show_progress_bar = logger.getEffectiveLevel() <= logging.INFO and len(order) > batch_size
         batches = range(0, len(order), batch_size)
@@ -544,7 +270,6 @@ class SentenceEmbeddingMixin:
             batches = tqdm(batches, desc="Batches", unit="batch")
         parts: list[torch.Tensor] = []
         token_rows: dict[int, dict] = {}  # sentence -> its token outputs, for output_value other than the embedding
-        with_tokens = output_value != "sentence_embedding"
         compute = encoding_precision(bf16, device, next(self.parameters()).dtype)
         if bf16 is None:  # the device's choice is said once; a caller that forces one knows it
             log_precision_once(self, "encode", compute)
@@ -574,35 +299,9 @@ class SentenceEmbeddingMixin:
                     parts.append(vectors.float())
         finally:
             self.train(was_training)
-        width = getattr(self.config, "embedding_size", 0)
-        embeddings = torch.cat(parts) if parts else torch.empty(0, width, device=device)
-        embeddings = embeddings[torch.argsort(torch.tensor(order, device=device))] if parts else embeddings
-        truncate_dim = truncate_dim or getattr(self.config, "truncate_dim", None)
-        if truncate_dim is not None:
-            embeddings = embeddings[:, :truncate_dim]
-        if normalize_embeddings:
-            embeddings = F.normalize(embeddings, dim=-1)
-        if with_tokens:  # as sentence-transformers: a list, whatever convert_to_* say
-            if output_value == "token_embeddings":  # the real tokens only (right-padded: they come first)
-                outputs = [
-                    token_rows[row]["token_embeddings"][: int(token_rows[row]["attention_mask"].sum())]
-                    for row in range(len(sentences))
-                ]
-            else:
-                outputs = [{**token_rows[row], "sentence_embedding": embeddings[row]} for row in range(len(sentences))]
-            return outputs[0] if single else outputs
-        if precision != "float32":
-            quantized = quantize(embeddings, precision)
-            if convert_to_tensor:
-                quantized = torch.from_numpy(quantized)
-            return quantized[0] if single else quantized
-        if convert_to_tensor:
-            return embeddings[0] if single else embeddings
-        if convert_to_numpy:
-            array = embeddings.cpu().numpy()
-            return array[0] if single else array
-        rows = list(embeddings)
-        return rows[0] if single else rows
+        if not parts:
+            return torch.empty(0, getattr(self.config, "embedding_size", 0), device=device), token_rows
+        return torch.cat(parts)[torch.argsort(torch.tensor(order, device=device))], token_rows
 
     def encode_query(self, sentences: str | Sequence[str], **kwargs):
         """`encode` for queries, as `SentenceTransformer.encode_query`: the ``query`` prompt of ``config.prompts``

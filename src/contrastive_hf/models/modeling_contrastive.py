@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -28,11 +29,13 @@ from .checkpoint_files import (
     LOADING_KWARGS,
     EmbeddingCheckpointMixin,
     download_kwargs,
+    encoder_building_device,
     save_tokenizer,
     sentence_transformers_max_seq_length,
 )
 from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, inference_max_length
-from .encoding import SentenceEmbeddingMixin, attention_mask_for, encode_with, encoder_inputs
+from .encoding import SentenceEmbeddingMixin
+from .encoding_policy import EncodingPolicy, attention_mask_for, encode_with, encoder_inputs
 from .host_data import host_array, to_device
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .packing import PackedSequences
@@ -221,7 +224,8 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
     if pretrained is not None:
         encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **load_kwargs)
     else:
-        encoder = AutoModel.from_config(encoder_config)
+        with encoder_building_device():  # the meta device when a pretrained encoder replaces it (`assemble`)
+            encoder = AutoModel.from_config(encoder_config)
     pooler = getattr(encoder, "pooler", None)
     if with_pooler and not isinstance(getattr(pooler, "dense", None), nn.Linear):
         # `SentencePooler` applies the layer to the first pooled token (after a left-out prompt), and the saved
@@ -484,7 +488,7 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         lengths=None,
     ) -> ContrastiveModelOutput:
         """Encode ``(B, L)`` or ``(B, S, L)`` inputs into ``(B, d)`` or ``(B, S, d)`` sentence vectors; ``lengths``
-        ``(B,)`` or ``(B, S)``: each text's real tokens on the host (`host_data`; `encoding.attention_mask_for`)."""
+        ``(B,)`` or ``(B, S)``: each text's real tokens on the host (`host_data`; `attention_mask_for`)."""
         views_shape = input_ids.shape[:-1]  # (B,) or (B, S)
         wants_hidden = bool(output_hidden_states) or self.pooler.needs_hidden_states
         encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, wants_hidden)
@@ -511,32 +515,50 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         project: bool = True,
-        sub_batch_size: int | str = 0,
+        sub_batch_size: int | str | None = None,
         lengths=None,
     ) -> torch.Tensor:
-        """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as ``sub_batch_size`` says (the values of
-        `ContrastiveConfig.sub_batch_size`; the config's ``sub_batch_tokens``): `encoding.EncodingPolicy.embed`;
-        ``lengths`` ``(...)``: each text's real tokens, on the host (`host_data`)."""
+        """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as the config's ``sub_batch_size`` and
+        ``sub_batch_tokens`` say (`encoding_policy.EncodingPolicy.embed`); ``lengths`` ``(...)``: each text's real
+        tokens, on the host (`host_data`). ``sub_batch_size`` is deprecated: set ``model.config.sub_batch_size``."""
         projection = self.projection if project else None
-        return self.encoding_policy(sub_batch_size).embed(
+        return self._policy(sub_batch_size, "sentence_embeddings").embed(
             self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, lengths=lengths
         )
 
-    def encoding_path(self, sub_batch_size: int | str, device: torch.device) -> str:
+    def encoding_path(self, device: torch.device, legacy_device: torch.device | None = None) -> str:
         """How `sentence_embeddings` encodes a batch on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``
-        (`encoding.EncodingPolicy.path`)."""
-        return self.encoding_policy(sub_batch_size).path(self.encoder, device)
+        (`encoding_policy.EncodingPolicy.path`). The former spelling, ``encoding_path(sub_batch_size, device)``, is
+        deprecated: set ``model.config.sub_batch_size``."""
+        if legacy_device is not None:
+            return self._policy(device, "encoding_path").path(self.encoder, legacy_device)
+        return self.encoding_policy().path(self.encoder, device)
 
     def token_states(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        sub_batch_size: int | str = 0,
+        sub_batch_size: int | str | None = None,
         lengths=None,
     ) -> tuple[torch.Tensor, object]:
         """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head), packed or in one
-        padded pass as ``sub_batch_size`` says: `encoding.EncodingPolicy.token_states`."""
-        return self.encoding_policy(sub_batch_size).token_states(self.encoder, input_ids, attention_mask, lengths)
+        padded pass as the config's ``sub_batch_size`` says: `encoding_policy.EncodingPolicy.token_states`.
+        ``sub_batch_size`` is deprecated: set ``model.config.sub_batch_size``."""
+        policy = self._policy(sub_batch_size, "token_states")
+        return policy.token_states(self.encoder, input_ids, attention_mask, lengths)
+
+    def _policy(self, sub_batch_size: int | str | None, method: str) -> EncodingPolicy:
+        """The model's `EncodingPolicy`; for a caller of the deprecated ``sub_batch_size`` argument, a policy of that
+        value for this call, with a FutureWarning (it bypassed the config's ``"auto"``)."""
+        if sub_batch_size is None:
+            return self.encoding_policy()
+        warnings.warn(
+            f"{method}(sub_batch_size=...) is deprecated and goes in 0.3: the model encodes as its config says; set "
+            f"model.config.sub_batch_size = {sub_batch_size!r} instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return replace(self.encoding_policy(), sub_batch_size=sub_batch_size)
 
     def forward(
         self,
@@ -669,7 +691,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         input_lengths=None,
     ) -> torch.Tensor:
         """The projected embeddings of the views, ``(B, S, L) -> (B, S, d)``, encoded as the config's
-        ``sub_batch_size`` says (`encoding.EncodingPolicy`).
+        ``sub_batch_size`` says (`encoding_policy.EncodingPolicy`).
 
         ``prompt_lengths`` ``(B, S)``: how many leading tokens of each view are its prompt, left out of the pooling
         (``include_prompt=False``, as `encode` leaves them out). ``input_lengths`` ``(B, S)``: each view's real

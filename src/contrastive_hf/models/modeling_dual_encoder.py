@@ -39,7 +39,8 @@ from .checkpoint_files import (
 )
 from .configuration_contrastive import inference_max_length
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
-from .encoding import SentenceEmbeddingMixin, encode_with
+from .encoding import SentenceEmbeddingMixin
+from .encoding_policy import encode_with
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
@@ -183,7 +184,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         lengths=None,
     ) -> torch.Tensor:
         """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients, encoded as the config's
-        ``sub_batch_size`` says (`encoding.EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of each
+        ``sub_batch_size`` says (`EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of each
         are left out of the pooling when given; ``lengths`` ``(...)``: each text's real tokens, on the host
         (`host_data`)."""
         return self.encoding_policy().embed(

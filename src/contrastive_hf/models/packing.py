@@ -118,7 +118,7 @@ class PackedSequences:
     def without_leading_tokens(self, counts) -> PackedSequences:
         """The same packed batch, pooled without each sentence's first ``counts[n]`` tokens (``(N,)``, host values or
         a tensor; the [CLS] token and a prompt that ``include_prompt=False`` leaves out, as
-        `encoding.mask_prompt_tokens` leaves them out of a padded batch): `first_tokens`, `segment_mean` and
+        `prompts.mask_prompt_tokens` leaves them out of a padded batch): `first_tokens`, `segment_mean` and
         `segment_max` then read the remaining tokens. Every sentence must keep at least one (`can_pack` with the
         counts says beforehand)."""
         counts = host_array(counts).reshape(-1)

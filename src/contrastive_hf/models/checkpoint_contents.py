@@ -1,0 +1,124 @@
+"""What a model path (a folder or a Hub repository) holds, read from its files without building a model: its model
+type (`checkpoint_model_type`), how a model family loads it (`what_the_path_holds`, the one place that decides
+it), and the files of this layout it carries (`read_json`, `read_heads`).
+
+This module imports only the standard library, torch, safetensors and transformers: it travels with the modeling
+code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from safetensors.torch import load_file
+from transformers.utils import CONFIG_NAME
+
+from .checkpoint_names import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, HEADS_WEIGHTS_NAME
+
+__all__ = [
+    "checkpoint_model_type",
+    "what_the_path_holds",
+    "read_json",
+    "read_heads",
+    "sentence_transformers_max_seq_length",
+]
+
+
+def checkpoint_model_type(name_or_path: str | os.PathLike, **download) -> str | None:
+    """What a checkpoint holds, as a model type: ``contrastive`` or ``dual_encoder`` for contrastive_hf's own (this
+    layout, or 0.1's config.json of that type), else its config.json's ``model_type`` (``bert``,
+    ``contrastive_multitask``...); None without a config.json. Reads files only: no Auto class is needed."""
+    if read_json(name_or_path, CONTRASTIVE_CONFIG_NAME, **download) is not None:
+        return "contrastive"
+    if read_json(name_or_path, DUAL_ENCODER_CONFIG_NAME, **download) is not None:
+        return "dual_encoder"
+    config = read_json(name_or_path, "config.json", **download)
+    return None if config is None else config.get("model_type")
+
+
+def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str | None:
+    """The local path of ``filename`` in a folder or a Hub repository (downloaded and cached), None when absent."""
+    subfolder = download.get("subfolder") or ""
+    if os.path.isdir(name_or_path):
+        path = os.path.join(name_or_path, subfolder, filename)
+        return path if os.path.isfile(path) else None
+    from transformers.utils import cached_file
+
+    return cached_file(
+        str(name_or_path),
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **download,
+    )
+
+
+def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dict | None:
+    """The JSON content of ``filename`` in a checkpoint (folder or Hub id), or None when the file is absent."""
+    path = _locate(name_or_path, filename, **download)
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as error:
+        raise OSError(f"{path} is not readable JSON ({error}); the checkpoint is damaged: save it again.") from error
+
+
+def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **download) -> int | None:
+    """The ``max_seq_length`` a sentence-transformers checkpoint reads its inputs at (``sentence_bert_config.json``),
+    or None for a checkpoint that is not one: a model continued from it keeps it."""
+    config = read_json(name_or_path, "sentence_bert_config.json", **download)
+    return (config or {}).get("max_seq_length")
+
+
+def what_the_path_holds(
+    name_or_path: str | os.PathLike, config_name: str = CONTRASTIVE_CONFIG_NAME, **download
+) -> tuple[str, dict | None]:
+    """What a model path (a folder or a Hub id) holds for a model family whose configuration file is ``config_name``,
+    and so how the family loads it: the one place that decides it (every family's `from_pretrained`, and through it
+    the scripts' `commands.loading.load_pretraining_model`).
+
+    - ``("saved", configuration)``: a checkpoint of that family in this layout (its configuration file, read);
+    - ``("encoder", None)``: a pretrained encoder to wrap with new heads: the root ``config.json`` is of an
+      architecture contrastive_hf did not register (``bert``, ``roberta``, remote code), as a plain checkpoint's is,
+      and the root of another family's checkpoint in this layout (the encoder a dual encoder's towers share);
+    - ``("transformers", None)``: anything else, for transformers' own loader: contrastive_hf 0.1's layout (a
+      ``config.json`` of our own model type), or no ``config.json`` at all (its error says what is missing).
+    """
+    saved = read_json(name_or_path, config_name, **download)
+    if saved is not None:
+        return "saved", saved
+    root = read_json(name_or_path, CONFIG_NAME, **download)
+    if root is not None and _is_plain_architecture(root.get("model_type")):
+        return "encoder", None
+    return "transformers", None
+
+
+def _is_plain_architecture(model_type: str | None) -> bool:
+    """Whether ``model_type`` is an architecture contrastive_hf did not register (an encoder to wrap)."""
+    if model_type is None:
+        return False
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    try:
+        config_class = CONFIG_MAPPING[model_type]
+    except KeyError:  # an architecture with remote code
+        return True
+    return not config_class.__module__.startswith(__name__.split(".")[0] + ".")
+
+
+def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
+    """The weights outside the encoder (`HEADS_WEIGHTS_NAME`), or {} when the checkpoint has none."""
+    path = _locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
+    if path is None:
+        return {}
+    try:
+        return load_file(path, device="cpu")
+    except Exception as error:  # safetensors raises its own error types for truncated or corrupt files
+        raise OSError(
+            f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
+            "checkpoint again, or copy it again from where it was saved."
+        ) from error
