@@ -175,6 +175,8 @@ class GlueArguments:
 
 def _sentence_transformers_pooler(name_or_path: str) -> str | None:
     """The pooler_type of a sentence-transformers folder's Pooling module; None when it is not such a folder."""
+    from ..models.poolers import pooler_for_sentence_transformers_mode
+
     modules_path = os.path.join(name_or_path, "modules.json")
     if not os.path.isfile(modules_path):
         return None
@@ -191,17 +193,16 @@ def _sentence_transformers_pooler(name_or_path: str) -> str | None:
         return None
     with open(os.path.join(name_or_path, pooling["path"], "config.json"), encoding="utf-8") as handle:
         config = json.load(handle)
-    modes = {"cls_token": "cls_before_pooler", "mean_tokens": "mean", "max_tokens": "max"}
-    chosen = [mode for key, mode in modes.items() if config.get(f"pooling_mode_{key}")]
-    others = [
-        key for key, value in config.items() if key.startswith("pooling_mode_") and value and key[13:] not in modes
-    ]
-    if others or len(chosen) != 1:
+    modes = [key.removeprefix("pooling_mode_") for key, value in config.items() if key.startswith("pooling_mode_")
+             and value is True]  # fmt: skip
+    pooler_type = pooler_for_sentence_transformers_mode(modes[0]) if len(modes) == 1 else None
+    if pooler_type is None:
         raise ValueError(
-            f"{name_or_path}'s Pooling module ({', '.join(key for key, value in config.items() if value is True)}) is "
-            "not one of CLS, mean or max pooling alone, which the embedding head reproduces: use --glue-head encoder."
+            f"{name_or_path}'s Pooling module ({', '.join(modes) or 'no mode'}) is not one pooling mode alone that a "
+            "registered pooler computes (CLS, mean or max), which the embedding head reproduces: use --glue-head "
+            "encoder."
         )
-    return chosen[0]
+    return pooler_type
 
 
 def build_classifier(name_or_path: str | os.PathLike, task: str | GlueTask, head: str = "encoder", pooler_type="mean"):

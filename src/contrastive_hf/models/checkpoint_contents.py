@@ -2,8 +2,8 @@
 type (`checkpoint_model_type`), how a model family loads it (`what_the_path_holds`, the one place that decides
 it), and the files of this layout it carries (`read_json`, `read_heads`).
 
-This module imports only the standard library, torch, safetensors and transformers: it travels with the modeling
-code.
+This module imports only the standard library, torch, safetensors, transformers and this folder, as every module of
+`models/` does (see its `__init__`).
 """
 
 from __future__ import annotations

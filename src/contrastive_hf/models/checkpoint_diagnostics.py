@@ -3,8 +3,8 @@
 loading fail (`damaged_files`, `naming_damaged_files`), and weights that hold NaN or infinite values
 (`refuse_non_finite`). `checkpoint_files.EmbeddingCheckpointMixin` saves and loads through these checks.
 
-This module imports only the standard library, torch, safetensors and transformers: it travels with the modeling
-code.
+This module imports only the standard library, torch, safetensors, transformers and this folder, as every module of
+`models/` does (see its `__init__`).
 """
 
 from __future__ import annotations

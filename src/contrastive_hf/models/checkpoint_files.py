@@ -12,8 +12,8 @@ exporters, the Hub's widget) serve it. What only contrastive_hf needs lies besid
 * ``contrastive_heads.safetensors``: the weights outside the encoder (the projection head, the MLM head, a
   classifier), under the names the saving model gives them, less a leading ``contrastive.``.
 
-This module imports only the standard library, torch, safetensors and transformers: it travels with the modeling
-code.
+This module imports only the standard library, torch, safetensors, transformers and this folder, as every module of
+`models/` does (see its `__init__`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The names of a checkpoint's files (the layout `checkpoint_files` writes) and of transformers' loading arguments:
 one place that states each, for the modules that save, load and check checkpoints.
 
-This module imports only transformers: it travels with the modeling code.
+This module imports only transformers.
 """
 
 from __future__ import annotations
