@@ -9,7 +9,7 @@ evaluation helpers are exported here too, imported on first use. Nothing inside 
 module: it is the top of the layers docs/architecture.md states.
 
 The folders say what each part is: ``models/`` (what a checkpoint carries), ``data/`` (text in, batches out),
-``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one module per paper), ``evaluation/``,
+``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one package per paper), ``evaluation/``,
 ``metrics/``, ``hub/`` (model cards, adapters) and ``commands/`` (the CLI and the example scripts' shared steps).
 """
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -103,8 +104,6 @@ def register_recipe(module_name: str, *, model_types: Sequence[str] = ()) -> Non
     """Offer the recipe ``module_name`` (its package, already imported: call this at the end of its ``__init__``):
     its card texts to every model card naming its methods, and the checkpoint ``model_types`` it registered with the
     Auto classes to `recipe_for_model_type`. Registering a name again replaces it (a module reloaded)."""
-    import sys
-
     module = sys.modules[module_name]
     if not isinstance(module, Recipe):
         raise ValueError(f"The recipe {module_name} needs MODEL_CARDS and DEFAULTS (see contrastive_hf.recipes).")

@@ -38,6 +38,8 @@ __all__ = [
     "MultitaskRun",
     "build",
     "dev_figures",
+    "dev_figures_before",
+    "check_and_describe_saved_models",
     "check_saved_models",
     "trained_outputs",
 ]
