@@ -25,232 +25,38 @@ and supervised, on SimCSE's NLI triples (nli_for_simcse.csv from its repository,
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field, fields
-
-from transformers import HfArgumentParser
-
-from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands import scripts
-from contrastive_hf.commands.loading import built_whole, load_pretraining_model, with_lora_adapter
 from contrastive_hf.commands.scripts import (
-    AdapterArguments,
-    ContrastiveModelArguments,
-    CorpusArguments,
-    EncoderArguments,
-    PromptArguments,
-    UsageError,
-    as_usage_error,
     exit_on_usage_error,
     finish_sentence_encoder_run,
-    load_sentences,
-    load_sts_dev,
-    load_tokenizer,
     run_training,
     setup_logging,
-    training_data_name,
 )
-from contrastive_hf.data.collators import PairCollator
-from contrastive_hf.data.corpus import first_examples, load_corpus
-from contrastive_hf.data.mixture import parse_named_files
 from contrastive_hf.hub.model_card import card_info_from_trainer
-from contrastive_hf.recipes import simcse
+from contrastive_hf.recipes.simcse.run import build, describe_hyperparameters, logger, parse_arguments
 from contrastive_hf.training.trainer import ContrastiveTrainer
-from contrastive_hf.training.training_args import ContrastiveTrainingArguments
-
-logger = logging.getLogger(__name__)
-
-# The settings the log lists, each beside its SimCSE default.
-LOGGED_SETTINGS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "learning_rate",
-    "num_train_epochs",
-    "max_steps",
-    "max_seq_length",
-    "temperature",
-    "pooler_type",
-    "projection_type",
-    "projection_at_inference",
-    "hard_negative_weight",
-    "do_mlm",
-    "mlm_weight",
-    "prebatch_size",
-)
-
-
-@dataclass
-class ModelArguments(EncoderArguments, ContrastiveModelArguments, PromptArguments):
-    do_mlm: bool = field(default=False, metadata={"help": "Add SimCSE's auxiliary MLM objective (--mlm_weight)."})
-
-
-@dataclass
-class DataArguments(CorpusArguments):
-    mode: str | None = field(
-        default=None,
-        metadata={
-            "help": "unsup: dropout views of each sentence of a text corpus (SimCSE defaults: batch 64, lr 3e-5, "
-            "1 epoch); sup: NLI pairs with contradiction hard negatives (batch 512, lr 5e-5, 3 epochs).",
-            "choices": list(simcse.MODES),
-            "required": True,
-        },
-    )
-    pair_columns: str | None = field(
-        default=None,
-        metadata={
-            "help": "sup: anchor,positive[,hard_negative_1,...,hard_negative_k] column names, k >= 0 hard negatives "
-            "per anchor (default: sent0,sent1,hard_neg, anchor,positive,hard_negative or query,positive, "
-            "whichever the data has, with negative_1..negative_k as `contrastive-hf mine` writes them)."
-        },
-    )
-    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked with --do_mlm."})
-    train_files: str | None = field(
-        default=None,
-        metadata={
-            "help": "Several named datasets in one run instead of --train_file, e.g. nli=nli.csv,wiki=wiki.txt: "
-            "each batch is drawn from one of them (in-batch negatives stay within a dataset) and each one's loss is "
-            "logged as cl_loss_<name>. A text file gives dropout views of its sentences, a csv/json file pairs or "
-            "triplets with its own columns."
-        },
-    )
-    dataset_schedule: str = field(
-        default="proportional",
-        metadata={
-            "help": "With --train_files: proportional (batches of every dataset in a random order, each dataset's "
-            "share of the steps its share of the examples) or round_robin (one batch of each in turn).",
-            "choices": ["proportional", "round_robin"],
-        },
-    )
-
-
-def parse_arguments(
-    argv: list[str] | None = None,
-) -> tuple[ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments]:
-    """Flags, or a JSON file and flags, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments))
-    return scripts.parse_arguments(parser, argv, defaults=simcse.argument_defaults)
-
-
-def describe_hyperparameters(mode: str, *argument_groups) -> str:
-    """One line with the resolved SimCSE settings, and those that differ from SimCSE's defaults for ``mode``."""
-    values = {
-        name: getattr(group, name) for group in argument_groups for name in LOGGED_SETTINGS if hasattr(group, name)
-    }
-    defaults = {
-        item.name: item.default
-        for group in (ModelArguments, DataArguments, ContrastiveTrainingArguments)
-        for item in fields(group)
-    }
-    defaults.update(simcse.mode_defaults(mode))
-    changed = [f"{name} ({defaults[name]} -> {value})" for name, value in values.items() if value != defaults[name]]
-    settings = ", ".join(f"{name}={value}" for name, value in values.items())
-    return f"SimCSE --mode {mode}: {settings}. Differing from SimCSE's defaults: {', '.join(changed) or 'none'}."
-
-
-def load_pairs(data_args, collator: PairCollator, cache_dir):
-    """sup: the pairs/triplets as text (the collator tokenizes each batch), incomplete rows dropped and counted."""
-    corpus = load_corpus(
-        data_args.train_file, data_args.dataset_name, data_args.dataset_config_name, cache_dir=cache_dir
-    )
-    with as_usage_error("Name the anchor, positive and any hard negative columns with --pair_columns."):
-        pairs = simcse.prepare_pairs(corpus, collator, data_args.preprocessing_num_workers)
-    negatives = len(collator.columns) - 2
-    kinds = {0: "(anchor, positive) pairs", 1: "(anchor, positive, hard negative) triplets"}.get(
-        negatives, f"(anchor, positive, {negatives} hard negatives) rows"
-    )
-    logger.info("Training on %d %s from columns %s.", len(pairs), kinds, ", ".join(collator.columns))
-    return pairs
 
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    model_args, data_args, adapter_args, training_args = parse_arguments(argv)
+    arguments = parse_arguments(argv)  # flags or a JSON file, over SimCSE's defaults for the --mode given
+    model_args, data_args, adapter_args, training_args = arguments
     setup_logging(training_args, logger, summary=True)
     logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
-
-    if data_args.train_files and (data_args.train_file or data_args.dataset_name):
-        raise UsageError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
-    tokenizer = load_tokenizer(model_args)
-    overrides = {**ContrastiveModelArguments.config_overrides(model_args), **model_args.prompt_overrides()}
-    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
-        model: ContrastiveForPreTraining = load_pretraining_model(
-            model_args.model_name_or_path,
-            model_args.config_name,
-            tokenizer,
-            model_args.cache_dir,
-            **simcse.model_config(data_args.mode, do_mlm=model_args.do_mlm, **overrides),
-        )
-    model = with_lora_adapter(model, adapter_args)
-
-    collator_options = dict(
-        do_mlm=model_args.do_mlm,
-        mlm_probability=data_args.mlm_probability,
-        seed=training_args.seed,
-        prompts=overrides.get("prompts") if data_args.mode == "unsup" else model.config.prompts,
-        include_prompt=model.config.include_prompt,
-    )
-    if data_args.train_files:
-        with training_args.main_process_first(desc="training data"), as_usage_error():
-            train_dataset, collator = simcse.build_mixture(
-                parse_named_files(data_args.train_files),
-                tokenizer,
-                schedule=data_args.dataset_schedule,
-                max_length=data_args.max_seq_length,
-                max_train_samples=data_args.max_train_samples,
-                num_proc=data_args.preprocessing_num_workers,
-                cache_dir=model_args.cache_dir,
-                **collator_options,
-            )
-        for name, size in zip(train_dataset.names, train_dataset.sizes, strict=True):
-            logger.info(
-                "Dataset %r: %d examples, %s.", name, size, collator.collator_of(name).card_description()["views"]
-            )
-    else:
-        pair_columns = [name.strip() for name in data_args.pair_columns.split(",")] if data_args.pair_columns else None
-        with as_usage_error():  # settings it refuses, e.g. a prompt that fills --max_seq_length
-            collator = simcse.build_collator(
-                data_args.mode,
-                tokenizer,
-                max_length=data_args.max_seq_length,
-                pair_columns=pair_columns,
-                **collator_options,
-            )
-        if data_args.mode == "unsup":
-            train_dataset = load_sentences(data_args, tokenizer, training_args, model_args.cache_dir)
-        else:
-            with training_args.main_process_first(desc="training data"):
-                train_dataset = first_examples(
-                    load_pairs(data_args, collator, model_args.cache_dir), data_args.max_train_samples
-                )
-
-    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
+    run = build(arguments)  # the tokenizer, model, training data, collator and STS-B dev set
 
     trainer = ContrastiveTrainer(
-        model=model,
+        model=run.model,
         args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
-        data_collator=collator,
-        processing_class=tokenizer,
+        train_dataset=run.train_dataset,
+        eval_dataset=run.eval_dataset,
+        data_collator=run.data_collator,
+        processing_class=run.tokenizer,
     )
     train_result = run_training(trainer)
-
-    if data_args.train_files:  # the mixture's collator describes each dataset's views
-        views = collator.card_description()["views"]
-    else:
-        views = simcse.describe_views(data_args.mode, getattr(collator, "columns", None))
-    card_info = card_info_from_trainer(
-        trainer,
-        hyperparameters={
-            "mode": data_args.mode,
-            **({"pre-batch queue": training_args.prebatch_size} if training_args.prebatch_size else {}),
-        },
-        method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",  # also with SimCSE's auxiliary MLM
-        augmentation=views,
-        training_data=training_data_name(data_args),
-    )
+    card_info = card_info_from_trainer(trainer, **run.card)
+    # save, STS-B dev before/after, card, push, LoRA merge, reload check
     finish_sentence_encoder_run(
-        trainer, train_result, tokenizer, card_info, stsb=stsb, sts_before=before, train_samples=len(train_dataset)
+        trainer, train_result, run.tokenizer, card_info, stsb=run.stsb, sts_before=run.sts_before, **run.train_counts
     )
 
 

@@ -1,20 +1,25 @@
 """contrastive_hf: contrastive learning of sentence representations on the Hugging Face stack.
 
 Importing the package registers the "contrastive" model type with AutoConfig, AutoModel, AutoModelForPreTraining
-and AutoModelForSequenceClassification, the "dual_encoder" type (DPR) with AutoConfig and AutoModel (both by
-``models/``), and "contrastive_multitask" (`MultitaskModel`, by its recipe) likewise; and the model-card text of the
-methods the core's own collators and models name (CLEAR, SimCSE, by their recipes). The trainers, collators, corpus
-readers and evaluation helpers are exported here too, imported on first use. Nothing inside the package imports this
+and AutoModelForSequenceClassification, and the "dual_encoder" type (DPR) with AutoConfig and AutoModel (both by
+``models/``); it imports no recipe. A recipe registers itself when imported (`contrastive_hf.recipes`): the multitask
+recipe its "contrastive_multitask" type (also on first use of ``contrastive_hf.MultitaskModel``), and each its card
+text, which a model card naming a method not yet registered imports. The trainers, collators, corpus readers and
+evaluation helpers are exported here too, imported on first use. Nothing inside the package imports this
 module: it is the top of the layers docs/architecture.md states.
 
 The folders say what each part is: ``models/`` (what a checkpoint carries), ``data/`` (text in, batches out),
-``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one module per paper), ``evaluation/``,
+``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one package per paper), ``evaluation/``,
 ``metrics/``, ``hub/`` (model cards, adapters) and ``commands/`` (the CLI and the example scripts' shared steps).
 """
 
 from __future__ import annotations
 
 from . import _moved_modules
+
+# The recipes' registry (no recipe): a card naming a method of the core's collators (ContrastiveDataCollator: CLEAR
+# or SimCSE; PairCollator: Supervised SimCSE) imports the recipe that offers its text, whatever a user imported.
+from . import recipes as _recipes  # noqa: F401
 from ._lazy import lazy_exports
 from .models import (
     ContrastiveConfig,
@@ -29,12 +34,6 @@ from .models import (
     DualEncoderOutput,
     DualEncoderPreTrainedModel,
 )
-
-# The card text of the methods the core's own collators and models name (ContrastiveDataCollator: CLEAR or SimCSE;
-# PairCollator: Supervised SimCSE), registered by their recipes whatever a user imports first.
-from .recipes import clear as _clear  # noqa: F401
-from .recipes import simcse as _simcse  # noqa: F401
-from .recipes.multitask.modeling import MultitaskConfig, MultitaskModel
 
 __version__ = "0.2.0"
 
@@ -59,6 +58,8 @@ _LAZY_EXPORTS = {
     "SelfGuidedCollator": ".recipes.sg_bert",
     "SelfGuidedTrainer": ".recipes.sg_bert",
     "SelfGuidedTrainingArguments": ".recipes.sg_bert",
+    "MultitaskConfig": ".recipes.multitask.modeling",
+    "MultitaskModel": ".recipes.multitask.modeling",
     "MultitaskTrainer": ".recipes.multitask.trainer",
     "MultitaskTrainingArguments": ".recipes.multitask.trainer",
     "evaluate_sts": ".evaluation.sts",
@@ -81,7 +82,5 @@ __all__ = [
     "DualEncoderModel",
     "DualEncoderPreTrainedModel",
     "DualEncoderOutput",
-    "MultitaskConfig",
-    "MultitaskModel",
     *_LAZY_EXPORTS,
 ]

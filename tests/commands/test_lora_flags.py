@@ -7,6 +7,8 @@ temporary folder; the training itself is tested end to end in tests/integration/
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from transformers import AutoTokenizer, BertForMaskedLM
 
@@ -66,7 +68,10 @@ def test_every_training_script_reads_the_lora_flags_into_the_one_adapter_step(
         seen.append((model, adapter_args))
         raise Adapted
 
-    monkeypatch.setattr(script, "with_lora_adapter", adapt)
+    # the script's recipe adapts the model in its build (`recipes.<name>.run`)
+    monkeypatch.setattr(
+        importlib.import_module(f"contrastive_hf.recipes.{name.removeprefix('run_')}.run"), "with_lora_adapter", adapt
+    )
     flags = ["--lora_r", "4", "--lora_alpha", "16", "--lora_dropout", "0.1", "--lora_target_modules", "query, key"]
     with pytest.raises(Adapted):
         script.main(script_argv(name, pretrained_base, tmp_path, *flags, "--lora_modules_to_save", "pooler"))

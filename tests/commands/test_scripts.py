@@ -19,7 +19,7 @@ from contrastive_hf.commands.scripts import (
 )
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-from conftest import DEMO_DATA, example_script, usage_error
+from conftest import DEMO_DATA, usage_error
 
 
 def parser() -> HfArgumentParser:
@@ -111,10 +111,9 @@ def test_local_files_that_do_not_exist_are_refused_before_anything_loads(tmp_pat
 
 
 def test_a_missing_task_folder_of_run_multitask_is_one_line(tmp_path, capsys):
-    run_multitask = example_script("run_multitask")
-    multitask = HfArgumentParser(
-        (run_multitask.ModelArguments, run_multitask.DataArguments, run_multitask.MultitaskTrainingArguments)
-    )
+    from contrastive_hf.recipes.multitask.run import ARGUMENTS
+
+    multitask = HfArgumentParser(ARGUMENTS)
     folder = tmp_path / "SST" / "binary"
     with pytest.raises(SystemExit):
         parse_arguments(multitask, ["--model_name_or_path", "m", "--sst_dir", str(folder), "--output_dir", "o"])

@@ -4,7 +4,6 @@ change to a card shows in review as a change of model_cards/ (regenerate and com
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import pytest
@@ -22,8 +21,7 @@ RECIPES = sorted(path.stem for path in CARDS.glob("*.json"))
 @pytest.fixture(scope="module", autouse=True)
 def _recipes_registered():
     """Each recipe registers its card text when imported, as the scripts import theirs."""
-    for name in contrastive_hf.recipes.RECIPES:
-        importlib.import_module(f"contrastive_hf.recipes.{name}")
+    contrastive_hf.recipes.import_recipes()
 
 
 def test_every_recipe_has_its_card():

@@ -133,19 +133,24 @@ def test_a_0_1_checkpoint_still_loads_with_its_own_shipped_code_where_contrastiv
 
 
 def test_each_recipe_registers_its_card_text_when_imported():
-    """The card code imports no recipe: `import contrastive_hf` registers the methods the core's collators name, and
-    every other recipe registers its own when imported (building its collator or model imports it)."""
+    """The card code imports no recipe by name and `import contrastive_hf` imports none: each recipe registers its
+    text when imported (building its collator or model imports it), and a card naming a method not registered yet
+    (CLEAR or SimCSE, named by the core's collators) imports the recipes through the registry's finder."""
     code = (
         "import json, sys\n"
-        "from contrastive_hf.hub.model_card import METHODS\n"
+        "from contrastive_hf.hub.model_card import METHODS, method_card\n"
         "print(json.dumps(sorted(METHODS)))\n"
         "from contrastive_hf.recipes.dpr import QueryPassageCollator\n"
         "from contrastive_hf.recipes.sg_bert.data import SelfGuidedCollator\n"
         "print(json.dumps(sorted(METHODS)))\n"
         "print(json.dumps('contrastive_hf.recipes.declutr' in sys.modules))\n"
+        "print(json.dumps(method_card('CLEAR')['citation_short']))\n"
+        "print(json.dumps(sorted(METHODS)))\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
-    on_import, after_recipes, declutr_loaded = map(json.loads, result.stdout.splitlines())
-    assert on_import == ["CLEAR", "SimCSE", "Supervised SimCSE"]
-    assert after_recipes == ["CLEAR", "DPR", "SG-BERT", "SimCSE", "Supervised SimCSE"]
+    on_import, after_recipes, declutr_loaded, clear_citation, after_card = map(json.loads, result.stdout.splitlines())
+    assert on_import == []
+    assert after_recipes == ["DPR", "SG-BERT"]
     assert declutr_loaded is False  # nothing imported DeCLUTR, so nothing registered it
+    assert clear_citation == "Wu et al., 2020"  # a card naming CLEAR: every recipe imported and registered
+    assert after_card == ["CLEAR", "DPR", "DeCLUTR", "SG-BERT", "SimCSE", "Supervised SimCSE"]

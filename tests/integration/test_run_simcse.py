@@ -11,15 +11,17 @@ from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveModel
 from contrastive_hf.commands.scripts import UsageError
+from contrastive_hf.recipes import simcse
 
-from conftest import example_script
 from helpers.builders import DEMO, SNLI_TRIPLES, run_simcse_in_process, saved_settings, snli_slice
 
 
 @pytest.fixture(scope="module")
 def run_simcse():
-    """The script as a module (for its argument parsing and data loading, without training)."""
-    return example_script("run_simcse")
+    """What the script runs, as a module (its argument parsing and data loading, without training)."""
+    from contrastive_hf.recipes.simcse import run
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -70,7 +72,7 @@ def test_pair_columns_the_data_lacks_are_a_usage_error(run_simcse, tmp_path):
          "--output_dir", str(tmp_path / "out")]
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(DEMO / "tokenizer")
-    collator = run_simcse.simcse.build_collator("sup", tokenizer, pair_columns=["foo", "bar"])
+    collator = simcse.build_collator("sup", tokenizer, pair_columns=["foo", "bar"])
     with pytest.raises(UsageError, match=r"\['foo', 'bar'\] are not in .* --pair_columns"):
         run_simcse.load_pairs(data_args, collator, None)
 

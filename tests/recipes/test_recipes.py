@@ -1,18 +1,22 @@
-"""Every recipe has the one shape of `contrastive_hf.recipes` (its cards and defaults first, then its parts), and
-every example script applies its recipe's defaults the one way (`parse_arguments(..., defaults=recipe.DEFAULTS)`),
-which its ``--help`` shows."""
+"""Every recipe has the one shape of `contrastive_hf.recipes` (its cards and defaults first, then its parts, and a
+``run`` module with the script's ``ARGUMENTS`` and ``build``), registers itself when imported, and is found by its
+folder; every example script applies its recipe's defaults the one way (`parse_arguments(..., defaults=
+recipe.DEFAULTS)`), which its ``--help`` shows; ``import contrastive_hf`` imports no recipe."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import subprocess
+import sys
 
 import pytest
 
-from contrastive_hf.recipes import RECIPES, Recipe
+from contrastive_hf.recipes import Recipe, recipe_for_model_type, recipe_names, registered_recipes
 
-from conftest import example_script
+from conftest import REPO_ROOT, example_script
 
+RECIPES = recipe_names()
 SCRIPTS = {name: f"run_{name}" for name in RECIPES}
 CARD_FIELDS = {"name", "description", "citation_short", "bibtex"}
 
@@ -45,3 +49,35 @@ def test_every_script_applies_its_recipes_defaults_and_shows_them_in_its_help(na
     help_text = capsys.readouterr().out
     for flag, value in recipe.DEFAULTS.items():
         assert help_default(help_text, flag) == str(value), flag
+
+
+def test_the_recipes_are_found_by_their_folders_and_each_has_its_script():
+    assert set(RECIPES) >= {"clear", "simcse", "declutr", "dpr", "sg_bert", "multitask"}
+    for name in RECIPES:
+        assert (REPO_ROOT / "examples" / f"{SCRIPTS[name]}.py").is_file(), name
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_registers_itself_and_builds_its_scripts_run(name):
+    recipe = importlib.import_module(f"contrastive_hf.recipes.{name}")
+    assert registered_recipes()[name] is recipe
+    run = importlib.import_module(f"contrastive_hf.recipes.{name}.run")
+    assert callable(run.build) and all(isinstance(group, type) for group in run.ARGUMENTS)
+
+
+def test_a_recipes_model_type_finds_its_recipe():
+    assert recipe_for_model_type("contrastive_multitask") is importlib.import_module(
+        "contrastive_hf.recipes.multitask"
+    )
+    assert recipe_for_model_type("bert") is None
+
+
+def test_the_package_imports_no_recipe_and_a_card_still_finds_the_core_methods_text():
+    code = (
+        "import sys, contrastive_hf\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('contrastive_hf.recipes.'))\n"
+        "from contrastive_hf.hub.method_cards import method_card\n"
+        "print(loaded, method_card('CLEAR')['citation_short'], method_card('Supervised SimCSE')['citation_short'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["[]", "Wu", "et", "al.,", "2020", "Gao", "et", "al.,", "2021"]

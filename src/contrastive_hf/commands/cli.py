@@ -178,9 +178,9 @@ def _read_rows(path: str, expected: str):
 
 
 def mine_command(args: argparse.Namespace) -> int:
+    from ..data.columns import resolve_query_passage_columns
     from ..data.corpus import drop_incomplete_rows
     from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
-    from ..recipes.dpr import resolve_query_passage_columns
 
     _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)

@@ -24,6 +24,7 @@ _EXPORTS = {
         ".reading",
     ),
     **dict.fromkeys(("tokenize_corpus", "split_into_sentences", "special_token_frame"), ".tokenizing"),
+    "Collator": ".collator_protocol",
     "ContrastiveDataCollator": ".collators",
     "PairCollator": ".collators",
     "EXAMPLE_INDEX_COLUMN": ".seeding",

@@ -108,6 +108,11 @@ class MixtureCollator:
             "hard_negatives": max((int(part.get("hard_negatives", 0)) for part in parts.values()), default=0),
         }
 
+    def hard_negatives_in_batches(self, dataset) -> None:
+        """Whether a batch gives each query hard negatives (`training.sanity` asks): each dataset's collator knows
+        for its own batches, and which dataset a step draws is not known before training: None."""
+        return None
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
         names = {feature.get(DATASET_KEY) for feature in features}
         if len(names) != 1 or None in names:

@@ -4,7 +4,8 @@ A recipe registers its text when it is imported (``register_method_card(MODEL_CA
 peft's methods register themselves: the card code never imports a recipe by name, it looks the method up here. A
 run's method is named by its collator (``card_description()["method"]``) or its model, and the module defining that
 collator or model is the recipe's own (it had to be imported to build them), or the core's, whose methods (CLEAR,
-SimCSE) the package root registers on ``import contrastive_hf``. A method nobody registered gets the generic text.
+SimCSE) are offered by recipes not imported yet: a name not registered asks the card finders (the recipes' registry
+installs one that imports the recipes), then gets the generic text if still nobody offers it.
 
 This module imports only the standard library: a recipe registers its text without loading the card template or the
 Hub client.
@@ -12,15 +13,18 @@ Hub client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-__all__ = ["METHOD_CARD_FIELDS", "METHODS", "method_card", "register_method_card"]
+__all__ = ["METHOD_CARD_FIELDS", "METHODS", "method_card", "register_method_card", "register_card_finder"]
 
 # What a card says about its method: the name the collator gives, a paragraph, "Gao et al., 2021", the BibTeX entry.
 METHOD_CARD_FIELDS = ("name", "description", "citation_short", "bibtex")
 
 # Every registered method's text, by name (a live mapping: a recipe imported later adds to it).
 METHODS: dict[str, dict] = {}
+
+# Called with a method's name when no text is registered under it, to import what may register it.
+_CARD_FINDERS: list[Callable[[str], None]] = []
 
 _GENERIC = {
     "description": "A contrastive objective on pairs of views of the training data, with the other examples of "
@@ -43,6 +47,16 @@ def register_method_card(*cards: Mapping[str, str]) -> None:
         METHODS[card["name"]] = dict(card)
 
 
+def register_card_finder(finder: Callable[[str], None]) -> None:
+    """Call ``finder(name)`` when a card names a method whose text nobody registered, so that it can import the
+    module that registers it (the recipes' registry does: this module imports no recipe)."""
+    if finder not in _CARD_FINDERS:
+        _CARD_FINDERS.append(finder)
+
+
 def method_card(name: str) -> dict:
     """The card text of the method ``name``: its registered text, or a generic paragraph under that name."""
+    if name not in METHODS:
+        for finder in _CARD_FINDERS:
+            finder(name)
     return METHODS.get(name, {**_GENERIC, "name": name})

@@ -1,4 +1,4 @@
-"""One recipe per paper, each a module (or a package, when its parts are many) of one shape.
+"""One recipe per paper, each a package of one shape, which registers itself when imported.
 
 =============  ======================================================================
 ``clear``      CLEAR (Wu et al., 2020): MLM + NT-Xent on augmented views (the library's core parts)
@@ -9,7 +9,7 @@
 ``multitask``  multitask fine-tuning with PCGrad (Yu et al., 2020)
 =============  ======================================================================
 
-The shape (`Recipe`): every recipe exports, first in its ``__all__``,
+The shape (`Recipe`): every recipe's ``__init__`` exports, first in its ``__all__``,
 
 * ``MODEL_CARDS``: ``{method name: card text}``, what a model card says of the method (``name``, ``description``,
   ``citation_short``, ``bibtex``), under the names its collators give as ``card_description()["method"]``; a recipe
@@ -22,24 +22,132 @@ The shape (`Recipe`): every recipe exports, first in its ``__all__``,
   ``--help`` shows them. SimCSE's depend on ``--mode``: its ``DEFAULTS`` holds one table per mode, and its script
   passes `simcse.argument_defaults`, which picks the table of the mode given.
 
-and then its parts, as it has them: views and data (collators, tokenization), losses, model, trainer. A package's
-``__init__`` holds its cards and defaults and exports its parts lazily (importing ``recipes.multitask.modeling``, as
-``import contrastive_hf`` does, loads neither trainer).
+and then its parts, as it has them: views and data (collators, tokenization), losses, model, trainer. Its ``run``
+module is what ``examples/run_<name>.py`` runs: the script's argument dataclasses (``ARGUMENTS``) and one
+``build(arguments)`` that returns a `RecipeRun` (the model, tokenizer, datasets and collator the Trainer takes, and
+what the end of the run needs), so that the script reads top to bottom: parse, build, Trainer, train, save, evaluate.
+
+A recipe's ``__init__`` ends with ``register_recipe(__name__, ...)``, as peft's methods call
+``register_peft_method``: it registers the recipe's card texts (`hub.method_cards`) and its model types, and the rest
+of the package never names a recipe. `recipe_names` finds the recipes by their folders, without importing them;
+a model card naming a method nobody has registered yet (CLEAR and SimCSE are named by the core's collators), and
+`recipe_for_model_type`, import them on demand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+import pkgutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["RECIPES", "Recipe"]
+from ..hub.method_cards import register_card_finder, register_method_card
 
-RECIPES = ("clear", "simcse", "declutr", "dpr", "sg_bert", "multitask")
+__all__ = [
+    "Recipe",
+    "RecipeRun",
+    "SentenceEncoderRun",
+    "register_recipe",
+    "registered_recipes",
+    "recipe_names",
+    "import_recipes",
+    "recipe_for_model_type",
+    "RECIPES",
+]
 
 
 @runtime_checkable
 class Recipe(Protocol):
-    """What every module of `RECIPES` exports (the module docstring says what each name holds)."""
+    """What every recipe's package exports (the module docstring says what each name holds)."""
 
     MODEL_CARDS: Mapping[str, Mapping[str, str]]
     DEFAULTS: Mapping[str, Any]
+
+
+@dataclass
+class RecipeRun:
+    """What a recipe's ``build(arguments)`` gives its script: the Trainer's parts. A recipe whose run ends with more
+    (an STS-B dev set, a retrieval evaluation) returns a subclass with those fields."""
+
+    model: Any
+    tokenizer: Any
+    train_dataset: Any
+    data_collator: Any
+    eval_dataset: Any = None
+
+
+@dataclass
+class SentenceEncoderRun(RecipeRun):
+    """`RecipeRun` of a sentence encoder (CLEAR, SimCSE, DeCLUTR, SG-BERT), with what the end of its run takes: the
+    STS-B dev set and its figures before training, what its model card says beyond the trainer's
+    (``card_info_from_trainer``'s keyword arguments) and the counts the run logs (``train_samples=...``)."""
+
+    stsb: Any = None
+    sts_before: dict[str, float] | None = None
+    card: dict[str, Any] = field(default_factory=dict)
+    train_counts: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Registered:
+    module: ModuleType
+    model_types: tuple[str, ...]
+
+
+_REGISTRY: dict[str, _Registered] = {}
+
+
+def register_recipe(module_name: str, *, model_types: Sequence[str] = ()) -> None:
+    """Offer the recipe ``module_name`` (its package, already imported: call this at the end of its ``__init__``):
+    its card texts to every model card naming its methods, and the checkpoint ``model_types`` it registered with the
+    Auto classes to `recipe_for_model_type`. Registering a name again replaces it (a module reloaded)."""
+    module = sys.modules[module_name]
+    if not isinstance(module, Recipe):
+        raise ValueError(f"The recipe {module_name} needs MODEL_CARDS and DEFAULTS (see contrastive_hf.recipes).")
+    register_method_card(*module.MODEL_CARDS.values())
+    _REGISTRY[module_name.rpartition(".")[2]] = _Registered(module, tuple(model_types))
+
+
+def registered_recipes() -> dict[str, ModuleType]:
+    """``{name: module}`` of the recipes imported so far."""
+    return {name: entry.module for name, entry in _REGISTRY.items()}
+
+
+def recipe_names() -> tuple[str, ...]:
+    """The names of the package's recipes, from its folders (none is imported)."""
+    return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg))
+
+
+def import_recipes() -> dict[str, ModuleType]:
+    """Import every recipe of the package (each registers itself) and return all registered ones."""
+    for name in recipe_names():
+        importlib.import_module(f"{__name__}.{name}")
+    return registered_recipes()
+
+
+def recipe_for_model_type(model_type: str) -> ModuleType | None:
+    """The recipe that registered ``model_type`` with the Auto classes (e.g. ``contrastive_multitask``), imported on
+    demand; None for a type no recipe owns (the core's, or another library's)."""
+    for _ in range(2):  # those imported so far, then every recipe
+        for entry in _REGISTRY.values():
+            if model_type in entry.model_types:
+                return entry.module
+        import_recipes()
+    return None
+
+
+def _find_method_card(method: str) -> None:
+    """A model card names a method nobody registered: import the recipes, one of which may offer it."""
+    import_recipes()
+
+
+register_card_finder(_find_method_card)
+
+
+def __getattr__(name: str):
+    if name == "RECIPES":  # the list of 0.2, now found from the folders
+        return recipe_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

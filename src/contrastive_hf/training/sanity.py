@@ -105,8 +105,9 @@ def hard_negatives_in_batches(collator, dataset) -> bool | None:
     """Whether ``collator``'s batches of ``dataset`` give each query hard negatives (views of other sentences than its
     own), as the collator answers it (its ``hard_negatives_in_batches(dataset)``, beside ``card_description()``);
     None when it cannot be told: a collator that does not say, or a stream it cannot read before training."""
-    answer = getattr(collator, "hard_negatives_in_batches", None)
-    return None if answer is None else answer(dataset)
+    from ..data.collator_protocol import Collator
+
+    return collator.hard_negatives_in_batches(dataset) if isinstance(collator, Collator) else None
 
 
 def usable_positions(model: nn.Module) -> int | None:

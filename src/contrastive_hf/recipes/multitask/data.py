@@ -68,6 +68,14 @@ class TaskCollator:
         self.max_length = max_length
         self.add_task_name = add_task_name
 
+    def card_description(self) -> dict:
+        """What a model card says about these batches (a multitask run ends with the Trainer's own card)."""
+        return {"views": f"none: labelled examples of the task {self.spec.name!r}"}
+
+    def hard_negatives_in_batches(self, dataset) -> None:
+        """No contrastive loss, so no negatives to ask about (`training.sanity`): None."""
+        return None
+
     def __call__(self, examples: Sequence[Mapping]) -> dict:
         spec = self.spec
         columns = ("sentence1", "sentence2") if spec.is_pair else ("sentence",)
@@ -107,6 +115,14 @@ class MultitaskCollator:
 
     def __init__(self, tokenizer, tasks: Sequence[TaskSpec], max_length: int | None = 128):
         self.collators = {spec.name: TaskCollator(tokenizer, spec, max_length, add_task_name=False) for spec in tasks}
+
+    def card_description(self) -> dict:
+        """What a model card says about these batches (a multitask run ends with the Trainer's own card)."""
+        return {"views": "none: labelled examples of the tasks " + ", ".join(map(repr, self.collators))}
+
+    def hard_negatives_in_batches(self, dataset) -> None:
+        """No contrastive loss, so no negatives to ask about (`training.sanity`): None."""
+        return None
 
     def __call__(self, examples: Sequence[Mapping]) -> dict[str, dict]:
         groups: dict[str, list] = {name: [] for name in self.collators}

@@ -56,7 +56,7 @@ Example:
 from __future__ import annotations
 
 from ..._lazy import lazy_exports
-from ...hub.method_cards import register_method_card
+from .. import register_recipe
 
 MODEL_CARD = {
     "name": "SG-BERT",
@@ -71,7 +71,6 @@ MODEL_CARD = {
 MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
 # The paper's sentences are cut at 64 tokens (run_sg_bert.py's other flags default to SelfGuidedConfig's values).
 DEFAULTS = {"max_seq_length": 64}
-register_method_card(*MODEL_CARDS.values())
 
 _EXPORTS = {
     **dict.fromkeys(("SelfGuidedCollator",), ".data"),
@@ -95,3 +94,5 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS", *_EXPORTS]
+
+register_recipe(__name__)

@@ -35,6 +35,11 @@ class SelfGuidedCollator:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         return {"method": "SG-BERT", "views": "none: the pooled layers of a frozen copy of the encoder"}
 
+    def hard_negatives_in_batches(self, dataset) -> None:
+        """Whether a batch gives each query hard negatives (`training.sanity` asks): SG-BERT's views are the frozen
+        copy's layers, drawn in the model, not in the batch: None."""
+        return None
+
     def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         if "input_ids" in features[0]:
             sequences = [feature["input_ids"] for feature in features]

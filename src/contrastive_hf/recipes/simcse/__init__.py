@@ -20,8 +20,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..data.seeding import EXAMPLE_INDEX_COLUMN
-from ..hub.method_cards import register_method_card
+from ...data.seeding import EXAMPLE_INDEX_COLUMN
+from .. import register_recipe
 
 __all__ = [
     "MODEL_CARDS",
@@ -98,7 +98,6 @@ MODEL_CARDS = {
         "bibtex": _BIBTEX,
     },
 }
-register_method_card(*MODEL_CARDS.values())
 
 
 def argument_defaults(given: Mapping[str, Any]) -> dict:
@@ -146,7 +145,7 @@ def build_collator(
     (anchor, positive[, hard negatives]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``; ``sup``
     prefixes the anchors with the ``query`` prompt and the other columns with the ``document`` one (the model
     config's ``prompts`` and ``include_prompt``)."""
-    from ..data.collators import ContrastiveDataCollator, PairCollator
+    from ...data.collators import ContrastiveDataCollator, PairCollator
 
     if mode == "unsup":
         if prompts:
@@ -179,7 +178,7 @@ def prepare_pairs(corpus, collator, num_proc: int | None = None):
     collator, so that every batch uses the same), rows missing any of them dropped and counted, and each row numbered
     (`EXAMPLE_INDEX_COLUMN`, from which its MLM masks are drawn). The texts stay text: the collator tokenizes each
     batch."""
-    from ..data.reading import drop_incomplete_rows
+    from ...data.reading import drop_incomplete_rows
 
     columns = collator.resolve_columns({name: name for name in corpus.column_names})  # by the names present
     collator.columns = columns
@@ -205,9 +204,9 @@ def build_mixture(
     sentences; a csv or json file, (anchor, positive, hard negatives) rows with its own columns (`prepare_pairs`).
     ``collator_options`` go to `build_collator` (``do_mlm``, ``mlm_probability``, ``seed``, ``prompts``...); each
     dataset is cut to its first ``max_train_samples`` examples."""
-    from ..data.mixture import DatasetMixture, MixtureCollator
-    from ..data.reading import first_examples, load_corpus
-    from ..data.tokenizing import tokenize_corpus
+    from ...data.mixture import DatasetMixture, MixtureCollator
+    from ...data.reading import first_examples, load_corpus
+    from ...data.tokenizing import tokenize_corpus
 
     datasets, collators = {}, {}
     for name, path in files.items():
@@ -230,3 +229,6 @@ def describe_views(mode: str, columns) -> str:
     if len(columns) == 3:
         return views + f", hard negative {columns[2]} (contradiction)"
     return views + (f", hard negatives {', '.join(columns[2:])}" if len(columns) > 3 else "")
+
+
+register_recipe(__name__)

@@ -16,7 +16,7 @@ Its card and (empty) defaults are the shape every recipe has (`contrastive_hf.re
 
 from __future__ import annotations
 
-from ..hub.method_cards import register_method_card
+from .. import register_recipe
 
 __all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS"]
 
@@ -32,4 +32,5 @@ MODEL_CARD = {
 MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
 # CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and run_clear.py's view flags'): nothing to set.
 DEFAULTS: dict = {}
-register_method_card(*MODEL_CARDS.values())
+
+register_recipe(__name__)

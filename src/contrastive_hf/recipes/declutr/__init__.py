@@ -27,14 +27,14 @@ import torch
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import PreTrainedTokenizerBase
 
-from ..data.collators import MLM_VIEW, content_hashes, example_identities, mlm_copy
-from ..data.reading import resolve_text_column
-from ..data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
-from ..data.synonyms import word_start_table
-from ..data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
-from ..data.tokenizing import special_token_frame
-from ..hub.method_cards import register_method_card
-from ..models.host_data import host
+from ...data.collators import MLM_VIEW, content_hashes, example_identities, mlm_copy
+from ...data.reading import resolve_text_column
+from ...data.seeding import EXAMPLE_INDEX_COLUMN, combine, example_keys, new_seed, stream, uniform
+from ...data.synonyms import word_start_table
+from ...data.token_batch import TokenBatch, ragged_arange, row_of, special_token_table
+from ...data.tokenizing import special_token_frame
+from ...models.host_data import host
+from .. import register_recipe
 
 __all__ = [
     "MODEL_CARDS",
@@ -61,7 +61,6 @@ MODEL_CARD = {
     "  booktitle={ACL-IJCNLP},\n  year={2021}\n}",
 }
 MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
-register_method_card(*MODEL_CARDS.values())
 SPAN_WORDS = 32  # words per span
 SPAN_MASK_PROBABILITY = 0.15  # tokens masked in each copy of a slice view
 # The recipe's model and data defaults (examples/run_declutr.py's; its span flags default to SPAN_*): DeCLUTR
@@ -377,3 +376,6 @@ class SpanViewCollator:
         lengths = content.lengths + before + after
         ids[np.arange(width) >= lengths[:, None]] = self.tokenizer.pad_token_id
         return TokenBatch(ids, is_special, lengths, self.tokenizer.pad_token_id)
+
+
+register_recipe(__name__)

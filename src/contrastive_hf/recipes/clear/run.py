@@ -1,0 +1,131 @@
+"""What ``examples/run_clear.py`` runs: its arguments (the views' flags beside the shared ones) and `build`: the
+tokenizer (with CLEAR's [DEL] token when an augmentation needs it), the model, the sentences, the collator that
+augments them into two views (and an MLM copy) and the STS-B dev set."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ...commands.loading import built_whole, load_pretraining_model, with_lora_adapter
+from ...commands.scripts import (
+    AdapterArguments,
+    ContrastiveModelArguments,
+    CorpusArguments,
+    EncoderArguments,
+    load_sentences,
+    load_sts_dev,
+    load_tokenizer,
+    training_data_name,
+)
+from ...data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
+from ...data.collators import ContrastiveDataCollator
+from ...models.modeling_contrastive import ContrastiveForPreTraining
+from ...training.training_args import ContrastiveTrainingArguments
+from .. import SentenceEncoderRun
+
+__all__ = ["ViewArguments", "ARGUMENTS", "build"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ViewArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("synonyms_file",)
+
+    augmentations: str = field(
+        default="del_word",
+        metadata={
+            "help": f"How the two views are made: {', '.join(AUGMENTATION_NAMES)}; '+' composes in order as CLEAR "
+            "names it (subs+del_span), ',' mixes: each view draws one (del_word,reorder)."
+        },
+    )
+    del_word_probability: float = field(
+        default=DEL_WORD_PROBABILITY, metadata={"help": "CLEAR's word deletion ratio."}
+    )
+    synonyms_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON synonym table (word -> list of synonyms) for 'subs'; without it, synonyms are the nearest "
+            "whole-word neighbours in the encoder's input embeddings."
+        },
+    )
+    line_by_line: bool = field(
+        default=True,
+        metadata={"help": "Each non-empty line is one example; --line_by_line False packs text into blocks."},
+    )
+    split_sentences: bool = field(
+        default=False,
+        metadata={"help": "For a paragraph per line: split each line into sentences, one example each."},
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
+    mlm_on_views: bool = field(
+        default=False,
+        metadata={
+            "help": "MLM on a masked copy of each view instead of the sentence; with --cl_weight 0, CLEAR's "
+            "'Double MLM' control."
+        },
+    )
+
+
+ARGUMENTS = (
+    EncoderArguments,
+    ContrastiveModelArguments,
+    CorpusArguments,
+    ViewArguments,
+    AdapterArguments,
+    ContrastiveTrainingArguments,
+)
+
+
+def build(arguments: tuple) -> SentenceEncoderRun:
+    """The tokenizer, the model (a LoRA adapter when asked), the sentences, the views' collator and the STS-B dev set
+    of ``arguments`` (parsed `ARGUMENTS`)."""
+    encoder_args, model_args, data_args, view_args, adapter_args, training_args = arguments
+    tokenizer = load_tokenizer(encoder_args)
+    if needs_del_token(view_args.augmentations):
+        add_del_token(tokenizer)  # before a from-scratch model is sized to the vocabulary
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model: ContrastiveForPreTraining = load_pretraining_model(
+            encoder_args.model_name_or_path,
+            encoder_args.config_name,
+            tokenizer,
+            encoder_args.cache_dir,
+            **model_args.config_overrides(),
+        )
+        if needs_del_token(view_args.augmentations):
+            add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
+    model = with_lora_adapter(model, adapter_args)
+
+    collator = ContrastiveDataCollator(
+        tokenizer,
+        augmentation=view_args.augmentations,
+        mlm=model.config.mlm_weight > 0,
+        mlm_probability=view_args.mlm_probability,
+        mlm_on_views=view_args.mlm_on_views,
+        del_word_probability=view_args.del_word_probability,
+        synonyms=view_args.synonyms_file or model,  # used by 'subs' only
+        max_length=data_args.max_seq_length,
+        seed=training_args.seed,
+    )
+    train_dataset = load_sentences(
+        data_args,
+        tokenizer,
+        training_args,
+        encoder_args.cache_dir,
+        line_by_line=view_args.line_by_line,
+        split_sentences=view_args.split_sentences,
+    )
+    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
+    return SentenceEncoderRun(
+        model,
+        tokenizer,
+        train_dataset,
+        collator,
+        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
+        stsb=stsb,
+        sts_before=before,
+        card={"training_data": training_data_name(data_args)},
+        train_counts={"train_samples": None if data_args.streaming else len(train_dataset)},
+    )

@@ -1,0 +1,288 @@
+"""What ``examples/run_multitask.py`` runs: its arguments, `build` (the task data in SentEval's layouts, the task
+specs, the multitask model from a plain encoder, a contrastive_hf checkpoint or a multitask checkpoint, and the
+collator), and the end of the run: the dev figures before and after, and the check that the saved multitask model
+and its sentence encoder give what the trained one gives."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from transformers import AutoTokenizer
+from transformers.integrations import unset_hf_deepspeed_config
+
+from ...commands.loading import (
+    ReloadReference,
+    built_whole,
+    loading_instructions,
+    trained_embeddings,
+    verify_reload,
+    with_lora_adapter,
+)
+from ...commands.scripts import AdapterArguments, UsageError
+from ...evaluation.sts import read_stsbenchmark
+from ...evaluation.transfer import read_mrpc, read_sst2
+from ...models.configuration_contrastive import ContrastiveConfig
+from .. import RecipeRun
+from .data import MultitaskCollator, task_dataset
+from .modeling import MultitaskConfig, MultitaskModel, TaskSpec, checkpoint_model_type
+from .trainer import MultitaskTrainingArguments
+
+__all__ = [
+    "ModelArguments",
+    "DataArguments",
+    "ARGUMENTS",
+    "MultitaskRun",
+    "build",
+    "dev_figures",
+    "dev_figures_before",
+    "check_and_describe_saved_models",
+    "check_saved_models",
+    "trained_outputs",
+]
+
+logger = logging.getLogger(__name__)
+
+ENCODER_DIR = "sentence_encoder"
+STSB_SCALE = 5.0  # STS-B's 0-5 scores are divided by 5, so that a cosine head can reach them (SBERT's recipe)
+
+
+@dataclass
+class ModelArguments:
+    hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "tokenizer_name")
+
+    model_name_or_path: str = field(
+        metadata={
+            "help": "A pretrained encoder (Hub id or folder), a contrastive_hf checkpoint (run_clear.py, "
+            "run_simcse.py output) or a multitask checkpoint of this script to continue from."
+        },
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer, if not the model's own."})
+    pooler_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pooler of a plain encoder: cls, cls_before_pooler, mean, max, avg_first_last, avg_top2 "
+            "(default mean). A contrastive_hf checkpoint keeps its own unless this is given."
+        },
+    )
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the heads' linear layers (default: the encoder's)."}
+    )
+    mrpc_head: str = field(
+        default="uv_absdiff", metadata={"help": "MRPC's pair features: concat, uv_absdiff or uv_absdiff_product."}
+    )
+    stsb_head: str = field(
+        default="cosine",
+        metadata={"help": "STS-B's head: cosine (cos(u, v), no parameters) or a pair-feature head (uv_absdiff...)."},
+    )
+    sst_weight: float = field(default=1.0, metadata={"help": "Weight of the SST-2 loss."})
+    mrpc_weight: float = field(default=1.0, metadata={"help": "Weight of the MRPC loss."})
+    stsb_weight: float = field(default=1.0, metadata={"help": "Weight of the STS-B loss."})
+
+
+@dataclass
+class DataArguments:
+    local_paths: ClassVar[tuple[str, ...]] = ("sst_dir", "mrpc_dir", "stsb_dir")
+
+    sst_dir: str | None = field(
+        default=None, metadata={"help": "SST-2 folder (SentEval SST/binary: sentiment-train, -dev, -test)."}
+    )
+    mrpc_dir: str | None = field(
+        default=None, metadata={"help": "MRPC folder (msr_paraphrase_train.txt, msr_paraphrase_test.txt)."}
+    )
+    stsb_dir: str | None = field(
+        default=None, metadata={"help": "STS Benchmark folder (sts-train.csv, sts-dev.csv, sts-test.csv)."}
+    )
+    max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N training examples of each task (quick runs)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N examples of each task's dev (and test) set."}
+    )
+    mrpc_dev_fraction: float = field(
+        default=0.1, metadata={"help": "Share of MRPC's training pairs held out as its dev set."}
+    )
+    split_seed: int = field(default=42, metadata={"help": "Seed of the MRPC dev split (independent of --seed)."})
+    evaluate_test: bool = field(default=False, metadata={"help": "Also score the test sets at the end."})
+
+
+def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
+    """``{task: dataset}`` for train, dev and test, for the tasks whose folder is given."""
+    train, dev, test = {}, {}, {}
+    if data_args.sst_dir:
+        splits = read_sst2(data_args.sst_dir)
+        train["sst"], dev["sst"], test["sst"] = (task_dataset(splits[name]) for name in ("train", "dev", "test"))
+    if data_args.mrpc_dir:
+        if not 0 < data_args.mrpc_dev_fraction < 1:
+            raise UsageError(f"--mrpc_dev_fraction must be in (0, 1), got {data_args.mrpc_dev_fraction}.")
+        splits = read_mrpc(data_args.mrpc_dir)
+        held_out = task_dataset(splits["train"]).train_test_split(
+            test_size=data_args.mrpc_dev_fraction, seed=data_args.split_seed
+        )
+        train["mrpc"], dev["mrpc"], test["mrpc"] = held_out["train"], held_out["test"], task_dataset(splits["test"])
+    if data_args.stsb_dir:
+        train["stsb"], dev["stsb"], test["stsb"] = (
+            task_dataset(read_stsbenchmark(data_args.stsb_dir, split), normalize_scores=STSB_SCALE)
+            for split in ("train", "dev", "test")
+        )
+    if not train:
+        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir.")
+    for splits, limit in ((train, data_args.max_train_samples), (dev, data_args.max_eval_samples)):
+        for name, dataset in splits.items():
+            if limit is not None:
+                splits[name] = dataset.select(range(min(limit, len(dataset))))
+    if data_args.max_eval_samples is not None:
+        test = {
+            name: dataset.select(range(min(data_args.max_eval_samples, len(dataset))))
+            for name, dataset in test.items()
+        }
+    return train, dev, test
+
+
+def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
+    specs = {
+        "sst": TaskSpec("sst", "classification", num_labels=2, loss_weight=model_args.sst_weight),
+        "mrpc": TaskSpec(
+            "mrpc", "pair_classification", num_labels=2, head=model_args.mrpc_head, loss_weight=model_args.mrpc_weight
+        ),
+        "stsb": TaskSpec("stsb", "pair_regression", head=model_args.stsb_head, loss_weight=model_args.stsb_weight),
+    }
+    return [specs[name] for name in names]
+
+
+def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskModel:
+    model_type = checkpoint_model_type(model_args.model_name_or_path)
+    if model_type == MultitaskConfig.model_type:  # continue a multitask run
+        model = MultitaskModel.from_pretrained(model_args.model_name_or_path, dtype=torch.float32)
+        if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
+            raise UsageError(
+                f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
+                f"but the data given is for {[s.name for s in tasks]}: give the folders of the same tasks."
+            )
+        return model
+    overrides = {}
+    if model_args.pooler_type is not None:
+        overrides["pooler_type"] = model_args.pooler_type
+    elif model_type != ContrastiveConfig.model_type:
+        overrides["pooler_type"] = "mean"  # a plain encoder: mean pooling unless told otherwise (SBERT's default)
+    return MultitaskModel.from_sentence_encoder(  # float32 master weights, whatever the checkpoint's dtype
+        model_args.model_name_or_path,
+        tasks,
+        classifier_dropout=model_args.classifier_dropout,
+        dtype=torch.float32,
+        **overrides,
+    )
+
+
+ARGUMENTS = (ModelArguments, DataArguments, AdapterArguments, MultitaskTrainingArguments)
+
+
+@dataclass
+class MultitaskRun(RecipeRun):
+    """`RecipeRun` with each task's test set (``{task: dataset}``, scored with --evaluate_test)."""
+
+    test_dataset: dict | None = None
+
+
+def build(arguments: tuple) -> MultitaskRun:
+    """The task data, the tokenizer, the multitask model (the encoder with a LoRA adapter when asked, the heads in
+    full) and the collator of ``arguments`` (parsed `ARGUMENTS`)."""
+    model_args, data_args, adapter_args, training_args = arguments
+    train, dev, test = load_task_data(data_args)
+    tasks = task_specs(model_args, list(train))
+    logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = build_model(model_args, tasks)
+    # the heads are new: trained in full beside the encoder's adapter, and saved with it
+    model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
+    collator = MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length)
+    return MultitaskRun(model, tokenizer, train, collator, eval_dataset=dev, test_dataset=test)
+
+
+def dev_figures_before(trainer) -> dict[str, float] | None:
+    """The dev figures of --eval_on_start (logged at step 0), when it was given."""
+    before = next(
+        (entry for entry in trainer.state.log_history if entry.get("step") == 0 and "eval_average" in entry), None
+    )
+    return dev_figures(before) if before else None
+
+
+def check_and_describe_saved_models(trainer, model_dir: str, tokenizer, dev: dict) -> None:
+    """Check the saved multitask model and save and check its encoder alone (`check_saved_models`: computed on every
+    process, under DeepSpeed ZeRO-3 a forward pass needs every process's shards), then say how to load both."""
+    expected = trained_outputs(trainer.model, tokenizer, dev)
+    if not trainer.is_world_process_zero():
+        return
+    encoder_dir = os.path.join(model_dir, ENCODER_DIR)
+    check_saved_models(model_dir, encoder_dir, tokenizer, expected)
+    print(
+        f"\nThe multitask model (encoder and heads) is in {model_dir}. Load it with:\n\n"
+        "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
+        f"    multitask = MultitaskModel.from_pretrained({model_dir!r})\n"
+        f"\nThe encoder alone, a sentence encoder checkpoint, is in {encoder_dir}."
+        + loading_instructions(encoder_dir).removeprefix(f"\nSaved to {encoder_dir}.")
+    )
+
+
+def dev_figures(metrics: dict) -> dict[str, float]:
+    """The dev set's figures of `MultitaskTrainer.evaluate` (each task's loss and metrics, their average), without
+    the ``eval_`` prefix that `log_before_after` adds back."""
+    return {
+        name.removeprefix("eval_"): value
+        for name, value in metrics.items()
+        if name.startswith("eval_") and not name.endswith(("_runtime", "_per_second"))
+    }
+
+
+@dataclass(frozen=True)
+class TrainedOutputs:
+    """The trained model's head outputs on a few dev examples of each task (``batches``, on its device), and the
+    embeddings the sentence encoder saved from it must reproduce (``embeddings``)."""
+
+    batches: dict[str, dict]
+    logits: dict[str, torch.Tensor]
+    embeddings: ReloadReference
+
+
+@torch.no_grad()
+def trained_outputs(model: MultitaskModel, tokenizer, dev: dict) -> TrainedOutputs:
+    """`TrainedOutputs` of the trained ``model``; every process calls it (DeepSpeed ZeRO-3)."""
+    model = model.eval()
+    device = next(model.parameters()).device
+    collator = MultitaskCollator(tokenizer, list(model.task_specs.values()))
+    examples = [{**dev[name][i], "task": name} for name in dev for i in range(min(8, len(dev[name])))]
+    batches = {
+        name: {key: value.to(device) for key, value in batch.items()} for name, batch in collator(examples).items()
+    }
+    logits = {name: model(task=name, **batch).logits.float() for name, batch in batches.items()}
+    sentences = ["A man is playing a guitar.", "The film is a charming journey."]
+    return TrainedOutputs(batches, logits, trained_embeddings(model, sentences, tokenizer))
+
+
+@torch.no_grad()
+def check_saved_models(model_dir: str, encoder_dir: str, tokenizer, expected: TrainedOutputs) -> None:
+    """Reload the saved multitask model in this one process, save its encoder alone in ``encoder_dir``, and compare
+    both with the trained model (``expected``): head outputs, and embeddings (`verify_reload`), on the trained
+    model's device, within what the precision it was trained in allows (1e-5 for float32 weights; 16-bit weights,
+    DeepSpeed's under --bf16, keep their rounding: 2%)."""
+    unset_hf_deepspeed_config()  # whole in this process: after ZeRO-3, transformers would otherwise shard it
+    device = expected.embeddings.device
+    reloaded = MultitaskModel.from_pretrained(model_dir).to(device).eval()
+    reloaded.save_sentence_encoder(encoder_dir, tokenizer)  # the saved (after a LoRA run, merged) encoder alone
+    tolerance = 1e-5 if expected.embeddings.weights_dtype == torch.float32 else 2e-2
+    for name, batch in expected.batches.items():
+        got = reloaded(task=name, **batch).logits.float()
+        if not torch.allclose(expected.logits[name], got, atol=tolerance, rtol=tolerance):
+            difference = float((expected.logits[name] - got).abs().max())
+            raise RuntimeError(
+                f"The saved multitask model gives other {name} outputs than the trained one (max difference "
+                f"{difference:.2e})."
+            )
+    del reloaded
+    verify_reload(encoder_dir, tokenizer, expected.embeddings)
+    print(f"Reloaded {model_dir}: the same head outputs.")

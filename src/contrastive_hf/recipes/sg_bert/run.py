@@ -1,0 +1,98 @@
+"""What ``examples/run_sg_bert.py`` runs: its arguments (the self-guided flags, defaulting to `SelfGuidedConfig`'s
+values) and `build`: the tokenizer, the self-guided model around a pretrained encoder, the sentences, the collator
+and the STS-B dev set."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ...commands.loading import built_whole, with_lora_adapter
+from ...commands.scripts import (
+    AdapterArguments,
+    CorpusArguments,
+    EncoderArguments,
+    UsageError,
+    load_sentences,
+    load_sts_dev,
+    load_tokenizer,
+    training_data_name,
+)
+from .. import SentenceEncoderRun
+from .data import SelfGuidedCollator
+from .losses import LAYER_POOLINGS
+from .modeling import SELF_GUIDED_LOSSES, SelfGuidedConfig, SelfGuidedModel
+from .trainer import SelfGuidedTrainingArguments
+
+__all__ = ["SelfGuidedArguments", "ARGUMENTS", "build"]
+
+logger = logging.getLogger(__name__)
+_DEFAULTS = SelfGuidedConfig()  # the paper's values, in one place
+
+
+@dataclass
+class SelfGuidedArguments:
+    pooler_type: str = field(
+        default="cls_before_pooler", metadata={"help": "BERT_T's sentence vector: the last layer's [CLS] (paper)."}
+    )
+    loss: str = field(default=_DEFAULTS.loss, metadata={"help": f"One of {', '.join(SELF_GUIDED_LOSSES)}."})
+    temperature: float = field(default=_DEFAULTS.temperature, metadata={"help": "tau of the loss."})
+    regularization_weight: float = field(
+        default=_DEFAULTS.regularization_weight, metadata={"help": "lambda of ||BERT_F - BERT_T||^2 (0: off)."}
+    )
+    projection_hidden_size: int = field(
+        default=_DEFAULTS.projection_hidden_size, metadata={"help": "Width of the projection head f's two layers."}
+    )
+    layer_pooling: str = field(
+        default=_DEFAULTS.layer_pooling, metadata={"help": f"How a layer of BERT_F becomes a view: {LAYER_POOLINGS}."}
+    )
+    freeze_embeddings: bool = field(
+        default=_DEFAULTS.freeze_embeddings, metadata={"help": "Keep BERT_T's embedding layer frozen."}
+    )
+
+
+ARGUMENTS = (EncoderArguments, SelfGuidedArguments, CorpusArguments, AdapterArguments, SelfGuidedTrainingArguments)
+
+
+def build(arguments: tuple) -> SentenceEncoderRun:
+    """The tokenizer, the self-guided model (BERT_T with a LoRA adapter when asked), the sentences, the collator and
+    the STS-B dev set of ``arguments`` (parsed `ARGUMENTS`)."""
+    encoder_args, sg_args, data_args, adapter_args, training_args = arguments
+    if encoder_args.model_name_or_path is None:
+        raise UsageError("SG-BERT tunes a pretrained encoder: give --model_name_or_path (a Hub id or folder).")
+
+    tokenizer = load_tokenizer(encoder_args)
+    with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
+        model = SelfGuidedModel.from_encoder_pretrained(
+            encoder_args.model_name_or_path,
+            pooler_type=sg_args.pooler_type,
+            loss=sg_args.loss,
+            temperature=sg_args.temperature,
+            regularization_weight=sg_args.regularization_weight,
+            projection_hidden_size=sg_args.projection_hidden_size,
+            layer_pooling=sg_args.layer_pooling,
+            freeze_embeddings=sg_args.freeze_embeddings,
+        )
+    # the adapter goes on BERT_T alone (what is trained and saved); BERT_F, already copied, stays the frozen base
+    model.contrastive = with_lora_adapter(model.contrastive, adapter_args)
+
+    train_dataset = load_sentences(data_args, tokenizer, training_args, encoder_args.cache_dir)
+    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
+    config = model.self_guided_config
+    card = dict(
+        hyperparameters={"loss": config.loss},
+        training_data=training_data_name(data_args),
+        objective=f"L_{config.loss} + {config.regularization_weight} x ||BERT_F - BERT_T||^2 (tau "
+        f"{config.temperature})",
+    )
+    return SentenceEncoderRun(
+        model,
+        tokenizer,
+        train_dataset,
+        SelfGuidedCollator(tokenizer, max_length=data_args.max_seq_length),
+        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
+        stsb=stsb,
+        sts_before=before,
+        card=card,
+        train_counts={"train_samples": None if data_args.streaming else len(train_dataset)},
+    )
