@@ -17,7 +17,7 @@ from contrastive_hf import ContrastiveForPreTraining
 from contrastive_hf.models.transformers_compat import SubConfigSpec
 
 from conftest import CHECKPOINTS_0_1, tiny_bert_config
-from helpers.builders import make_dual_encoder
+from helpers.builders import make_dual_encoder, tiny_multitask_model
 
 # The start of a script run where contrastive_hf cannot be imported: sentence-transformers alone reads the checkpoint.
 WITHOUT_THE_PACKAGE = textwrap.dedent(
@@ -154,3 +154,19 @@ def test_each_recipe_registers_its_card_text_when_imported():
     assert declutr_loaded is False  # nothing imported DeCLUTR, so nothing registered it
     assert clear_citation == "Wu et al., 2020"  # a card naming CLEAR: every recipe imported and registered
     assert after_card == ["CLEAR", "DPR", "DeCLUTR", "SG-BERT", "SimCSE", "Supervised SimCSE"]
+
+
+def test_a_multitask_checkpoint_loads_with_automodel_after_importing_the_package_alone(tokenizer, tmp_path):
+    """The multitask model lives with the other model types in models/: `import contrastive_hf` registers it with the
+    Auto classes, and no recipe is imported for it."""
+    tiny_multitask_model(tokenizer).save_pretrained(tmp_path / "multitask")
+    code = (
+        "import sys, contrastive_hf\n"
+        "from transformers import AutoModel\n"
+        f"model = AutoModel.from_pretrained({str(tmp_path / 'multitask')!r})\n"
+        "print(type(model).__name__, [spec.name for spec in model.config.task_specs],\n"
+        "      'contrastive_hf.recipes.multitask' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "MultitaskModel ['sst', 'mrpc', 'stsb'] False"

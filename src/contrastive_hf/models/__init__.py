@@ -7,7 +7,8 @@ its model type, registered with the Auto classes below, and its pooler and loss,
 
 Importing this folder registers its model types with transformers' Auto classes: "contrastive" with AutoConfig,
 AutoModel, AutoModelForPreTraining and AutoModelForSequenceClassification, "dual_encoder" (DPR) with AutoConfig and
-AutoModel; a recipe with a model of its own registers it likewise (`recipes.multitask.modeling`).
+AutoModel, and "contrastive_multitask" (the multitask recipe's shared encoder with task heads) with AutoConfig and
+AutoModel: a checkpoint's model type loads after ``import contrastive_hf`` whichever recipe trained it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .modeling_contrastive import (
     ContrastivePreTrainingOutput,
 )
 from .modeling_dual_encoder import DualEncoderModel, DualEncoderOutput, DualEncoderPreTrainedModel
+from .modeling_multitask import MultitaskConfig, MultitaskModel
 
 __all__ = [
     "ContrastiveConfig",
@@ -38,6 +40,8 @@ __all__ = [
     "DualEncoderModel",
     "DualEncoderPreTrainedModel",
     "DualEncoderOutput",
+    "MultitaskConfig",
+    "MultitaskModel",
 ]
 
 AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
@@ -46,3 +50,5 @@ AutoModelForPreTraining.register(ContrastiveConfig, ContrastiveForPreTraining, e
 AutoModelForSequenceClassification.register(ContrastiveConfig, ContrastiveForSequenceClassification, exist_ok=True)
 AutoConfig.register(DualEncoderConfig.model_type, DualEncoderConfig, exist_ok=True)
 AutoModel.register(DualEncoderConfig, DualEncoderModel, exist_ok=True)
+AutoConfig.register(MultitaskConfig.model_type, MultitaskConfig, exist_ok=True)
+AutoModel.register(MultitaskConfig, MultitaskModel, exist_ok=True)

@@ -2,15 +2,16 @@
 
 ``modeling``: task specs, heads and `MultitaskModel`; ``data``: task datasets, collators and the batch schedules;
 ``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient projection. In the shape of every recipe
-(`contrastive_hf.recipes`): its parts are imported on first use, but for ``modeling``, which registers the
-``contrastive_multitask`` model type with AutoConfig and AutoModel when the recipe is imported.
+(`contrastive_hf.recipes`): its parts are imported on first use. The model itself lives in `models/`
+(``modeling_multitask``, re-exported by ``modeling``), which registers the ``contrastive_multitask`` model type
+with AutoConfig and AutoModel on ``import contrastive_hf``.
 """
 
 from __future__ import annotations
 
 from ..._lazy import lazy_exports
+from ...models.modeling_multitask import MultitaskConfig as _MultitaskConfig
 from .. import register_recipe
-from . import modeling as _modeling
 
 # No card text: a multitask run ends with the Trainer's own model card. The script's flags default to the parts' own
 # values (`TaskSpec`, `MultitaskTrainingArguments`): nothing to set.
@@ -40,4 +41,4 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["MODEL_CARDS", "DEFAULTS", *_EXPORTS]
 
-register_recipe(__name__, model_types=(_modeling.MultitaskConfig.model_type,))
+register_recipe(__name__, model_types=(_MultitaskConfig.model_type,))
