@@ -45,7 +45,11 @@ def use_deepspeed(config_file: str | None, zero_stage: int | None, run_dir: Path
     if zero_stage is not None:
         config["zero_optimization"]["stage"] = zero_stage
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "deepspeed.json").write_text(json.dumps(config))
+    # every process writes the same file: written beside it and renamed, so that no process reads it half written
+    # (a reader of the truncated file failed with a JSONDecodeError on a loaded machine)
+    partial = run_dir / f"deepspeed.json.{os.getpid()}"
+    partial.write_text(json.dumps(config))
+    os.replace(partial, run_dir / "deepspeed.json")
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     os.environ["ACCELERATE_DEEPSPEED_CONFIG_FILE"] = str(run_dir / "deepspeed.json")
 
