@@ -282,7 +282,7 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check", help="Where the JSON and log go.")
     parser.add_argument("--dry-run", action="store_true", help="On the CPU, tiny models, 2 steps each.")
     parser.add_argument("--budget", type=float, default=None,
-                        help="Seconds for all steps (later ones are skipped); 480, or 1100 for a dry run.")  # fmt: skip
+                        help="Seconds for all steps (later ones skipped); 480, or 1100 for a dry run.")  # fmt: skip
     parser.add_argument("--minilm", default=None, help="all-MiniLM-L6-v2's folder, for the demo as README runs it.")
     parser.add_argument("--recipe_steps", type=int, default=20)
     parser.add_argument("--bench_data", default=str(REPO_ROOT / ".bench_data"), help="make gpu-check-prep's data.")
