@@ -1,6 +1,7 @@
-"""model_cards/ holds the card each recipe's example script writes (rendered from a short run by
-model_cards/regenerate.py): rendered again from its record with today's code, each must equal the file, so that a
-change to a card shows in review as a change of model_cards/ (regenerate and commit)."""
+"""A change detector, not a check of correctness: model_cards/ holds the card each recipe's example script writes
+(rendered from a short run by model_cards/regenerate.py); rendered again from its record with today's code, each must
+equal the file, so that a change to a card shows in review as a change of model_cards/ (regenerate and commit). What a
+card must say is checked against the run it describes in tests/hub/test_model_card.py."""
 
 from __future__ import annotations
 
