@@ -91,6 +91,36 @@ class SentenceEncoderRun(RecipeRun):
     train_counts: dict[str, int | None] = field(default_factory=dict)
 
 
+def sentence_encoder_run(
+    model,
+    tokenizer,
+    train_dataset,
+    data_collator,
+    data_args,
+    training_args,
+    *,
+    card: dict[str, Any] | None = None,
+    train_counts: dict[str, int | None],
+) -> SentenceEncoderRun:
+    """The `SentenceEncoderRun` of a sentence encoder's recipe: its STS-B dev set, scored before training on the
+    training device and evaluated during training unless ``--eval_strategy no``, and the card's training data named
+    beside the recipe's own ``card`` words."""
+    from ..commands.scripts import load_sts_dev, training_data_name
+
+    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
+    return SentenceEncoderRun(
+        model,
+        tokenizer,
+        train_dataset,
+        data_collator,
+        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
+        stsb=stsb,
+        sts_before=before,
+        card={"training_data": training_data_name(data_args), **(card or {})},
+        train_counts=train_counts,
+    )
+
+
 @dataclass(frozen=True)
 class _Registered:
     module: ModuleType

@@ -15,15 +15,13 @@ from ...commands.scripts import (
     CorpusArguments,
     EncoderArguments,
     load_sentences,
-    load_sts_dev,
     load_tokenizer,
-    training_data_name,
 )
 from ...data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
 from ...data.collators import ContrastiveDataCollator
 from ...models.modeling_contrastive import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
-from .. import SentenceEncoderRun
+from .. import SentenceEncoderRun, sentence_encoder_run
 
 __all__ = ["ViewArguments", "ARGUMENTS", "build"]
 
@@ -117,15 +115,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
         line_by_line=view_args.line_by_line,
         split_sentences=view_args.split_sentences,
     )
-    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
-    return SentenceEncoderRun(
-        model,
-        tokenizer,
-        train_dataset,
-        collator,
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
-        stsb=stsb,
-        sts_before=before,
-        card={"training_data": training_data_name(data_args)},
+    return sentence_encoder_run(
+        model, tokenizer, train_dataset, collator, data_args, training_args,
         train_counts={"train_samples": None if data_args.streaming else len(train_dataset)},
-    )
+    )  # fmt: skip

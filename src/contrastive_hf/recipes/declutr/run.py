@@ -14,14 +14,12 @@ from ...commands.scripts import (
     CorpusArguments,
     EncoderArguments,
     UsageError,
-    load_sts_dev,
     load_tokenizer,
-    training_data_name,
 )
 from ...data.corpus import first_examples, load_corpus, prepare_streaming, stream_readers
 from ...models.modeling_contrastive import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
-from .. import SentenceEncoderRun
+from .. import SentenceEncoderRun, sentence_encoder_run
 from . import SPAN_MASK_PROBABILITY, SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
 
 __all__ = ["SpanArguments", "ARGUMENTS", "build"]
@@ -104,15 +102,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
         max_length=min(data_args.max_seq_length, positions),
         seed=training_args.seed,
     )
-    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
-    return SentenceEncoderRun(
-        model,
-        tokenizer,
-        documents,
-        collator,
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
-        stsb=stsb,
-        sts_before=before,
-        card={"training_data": training_data_name(data_args)},
+    return sentence_encoder_run(
+        model, tokenizer, documents, collator, data_args, training_args,
         train_counts={"train_documents": None if data_args.streaming else len(documents)},
-    )
+    )  # fmt: skip

@@ -10,7 +10,7 @@ with AutoConfig and AutoModel on ``import contrastive_hf``.
 from __future__ import annotations
 
 from ..._lazy import lazy_exports
-from ...models.modeling_multitask import MultitaskConfig as _MultitaskConfig
+from ...models import modeling_multitask as _modeling
 from .. import register_recipe
 
 # No card text: a multitask run ends with the Trainer's own model card. The script's flags default to the parts' own
@@ -18,19 +18,7 @@ from .. import register_recipe
 MODEL_CARDS: dict = {}
 DEFAULTS: dict = {}
 
-_MODELING = (
-    "TASK_TYPES",
-    "HEAD_TYPES",
-    "TaskSpec",
-    "MultitaskConfig",
-    "MultitaskModel",
-    "MultitaskOutput",
-    "SentenceClassificationHead",
-    "PairHead",
-    "CosineSimilarityHead",
-    "checkpoint_model_type",
-    "load_sentence_encoder",
-)
+_MODELING = _modeling.__all__  # the model lives in models/ (re-exported by .modeling)
 _DATA = ("SCHEDULES", "task_dataset", "MultitaskDataset", "TaskCollator", "MultitaskCollator", "MultitaskBatchSampler")
 _TRAINER = ("MultitaskTrainer", "MultitaskTrainingArguments", "check_pcgrad_setup", "main_metric", "task_metrics")
 _EXPORTS = {
@@ -41,4 +29,4 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["MODEL_CARDS", "DEFAULTS", *_EXPORTS]
 
-register_recipe(__name__, model_types=(_MultitaskConfig.model_type,))
+register_recipe(__name__, model_types=(_modeling.MultitaskConfig.model_type,))

@@ -14,11 +14,9 @@ from ...commands.scripts import (
     EncoderArguments,
     UsageError,
     load_sentences,
-    load_sts_dev,
     load_tokenizer,
-    training_data_name,
 )
-from .. import SentenceEncoderRun
+from .. import SentenceEncoderRun, sentence_encoder_run
 from .data import SelfGuidedCollator
 from .losses import LAYER_POOLINGS
 from .modeling import SELF_GUIDED_LOSSES, SelfGuidedConfig, SelfGuidedModel
@@ -77,22 +75,14 @@ def build(arguments: tuple) -> SentenceEncoderRun:
     model.contrastive = with_lora_adapter(model.contrastive, adapter_args)
 
     train_dataset = load_sentences(data_args, tokenizer, training_args, encoder_args.cache_dir)
-    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
     config = model.self_guided_config
     card = dict(
         hyperparameters={"loss": config.loss},
-        training_data=training_data_name(data_args),
         objective=f"L_{config.loss} + {config.regularization_weight} x ||BERT_F - BERT_T||^2 (tau "
         f"{config.temperature})",
     )
-    return SentenceEncoderRun(
-        model,
-        tokenizer,
-        train_dataset,
-        SelfGuidedCollator(tokenizer, max_length=data_args.max_seq_length),
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
-        stsb=stsb,
-        sts_before=before,
-        card=card,
+    collator = SelfGuidedCollator(tokenizer, max_length=data_args.max_seq_length)
+    return sentence_encoder_run(
+        model, tokenizer, train_dataset, collator, data_args, training_args, card=card,
         train_counts={"train_samples": None if data_args.streaming else len(train_dataset)},
-    )
+    )  # fmt: skip

@@ -20,16 +20,14 @@ from ...commands.scripts import (
     UsageError,
     as_usage_error,
     load_sentences,
-    load_sts_dev,
     load_tokenizer,
-    training_data_name,
 )
 from ...data.collators import PairCollator
 from ...data.corpus import first_examples, load_corpus
 from ...data.mixture import parse_named_files
 from ...models.modeling_contrastive import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
-from .. import SentenceEncoderRun
+from .. import SentenceEncoderRun, sentence_encoder_run
 from . import (
     MODES,
     argument_defaults,
@@ -218,7 +216,6 @@ def build(arguments: tuple) -> SentenceEncoderRun:
                 )
         views = describe_views(data_args.mode, getattr(collator, "columns", None))
 
-    stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
     card = dict(
         hyperparameters={
             "mode": data_args.mode,
@@ -226,16 +223,8 @@ def build(arguments: tuple) -> SentenceEncoderRun:
         },
         method="SimCSE" if data_args.mode == "unsup" else "Supervised SimCSE",  # also with SimCSE's auxiliary MLM
         augmentation=views,
-        training_data=training_data_name(data_args),
     )
-    return SentenceEncoderRun(
-        model,
-        tokenizer,
-        train_dataset,
-        collator,
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
-        stsb=stsb,
-        sts_before=before,
-        card=card,
+    return sentence_encoder_run(
+        model, tokenizer, train_dataset, collator, data_args, training_args, card=card,
         train_counts={"train_samples": len(train_dataset)},
-    )
+    )  # fmt: skip
