@@ -120,7 +120,8 @@ def _embeddings_and_gradients(model, input_ids, mask, sub_batch_size, kernel=Non
     model.packed_attention_kernel = kernel
     model.zero_grad(set_to_none=True)
     with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bf16):
-        embeddings = model.sentence_embeddings(input_ids, mask, sub_batch_size=sub_batch_size)
+        model.config.sub_batch_size = sub_batch_size  # the model's encoding policy follows its config
+        embeddings = model.sentence_embeddings(input_ids, mask)
     weights = torch.linspace(-1, 1, embeddings.numel(), device=DEVICE).view_as(embeddings)
     (embeddings.float() * weights).sum().backward()
     return embeddings.detach().float(), {

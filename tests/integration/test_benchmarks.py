@@ -58,6 +58,11 @@ SMOKE_RUNS = {
             "zero2_bf16 passed, zero3_bf16 passed, bench passed"
         ],
     ),
+    "setting_walk.py": ([], ["poolers.py  SentencePooler.__init__", "checkpoint_files.py  EmbeddingCheckpointMixin"]),
+    "setting_walk.py --from-pretrained": (
+        ["--from-pretrained", "--value", "cls"],
+        ["from_encoder_pretrained", "poolers.py  SentencePooler.__init__", "files: "],
+    ),
     "reproduce.py": (["all", "--smoke", "--jobs", "1"], ["### CLEAR from scratch", "### SG-BERT from"]),
     "reproduce.py clear-table": (
         ["clear-table", "--smoke"],

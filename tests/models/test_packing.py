@@ -125,11 +125,18 @@ def make(model_type, pooler_type="mean", cls=ContrastiveModel, dtype=torch.float
     return cls(config).to(dtype)
 
 
+def embeddings_of(model, *inputs, sub_batch_size):
+    """``model.sentence_embeddings(*inputs)`` with the model's config set to encode by ``sub_batch_size`` (the
+    model's encoding policy follows its config)."""
+    model.config.sub_batch_size = sub_batch_size
+    return model.sentence_embeddings(*inputs)
+
+
 def embed_and_gradients(model, inputs, sub_batch_size, kernel=None):
     """View embeddings (projected) and every parameter's gradient of a fixed function of them."""
     model.packed_attention_kernel = kernel
     model.zero_grad(set_to_none=True)
-    embeddings = model.sentence_embeddings(*inputs, sub_batch_size=sub_batch_size)
+    embeddings = embeddings_of(model, *inputs, sub_batch_size=sub_batch_size)
     weights = torch.linspace(-1, 1, embeddings.numel(), dtype=embeddings.dtype).view_as(embeddings)
     (embeddings * weights).sum().backward()
     gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -161,7 +168,7 @@ def test_the_packed_encoder_runs_once_on_the_real_tokens(monkeypatch):
     calls = []
     forward = model.encoder.forward
     monkeypatch.setattr(model.encoder, "forward", lambda **kwargs: calls.append(kwargs) or forward(**kwargs))
-    model.sentence_embeddings(input_ids, mask, token_type_ids, sub_batch_size="packed")
+    embeddings_of(model, input_ids, mask, token_type_ids, sub_batch_size="packed")
     (call,) = calls
     real = int(mask.sum())
     assert call["input_ids"].shape == call["position_ids"].shape == call["token_type_ids"].shape == (1, real)
@@ -263,13 +270,13 @@ def test_attention_dropout_is_applied_inside_packed_batches():
     encoder = tiny_bert_config(vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.5)
     model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="mean")).train()
     input_ids, mask, _ = mixed_views(encoder)
-    first = model.sentence_embeddings(input_ids, mask, sub_batch_size="packed")
-    second = model.sentence_embeddings(input_ids, mask, sub_batch_size="packed")
+    first = embeddings_of(model, input_ids, mask, sub_batch_size="packed")
+    second = embeddings_of(model, input_ids, mask, sub_batch_size="packed")
     assert not torch.allclose(first, second)
     model.eval()
     torch.testing.assert_close(
-        model.sentence_embeddings(input_ids, mask, sub_batch_size="packed"),
-        model.sentence_embeddings(input_ids, mask, sub_batch_size=0),
+        embeddings_of(model, input_ids, mask, sub_batch_size="packed"),
+        embeddings_of(model, input_ids, mask, sub_batch_size=0),
         atol=1e-5,
         rtol=0,
     )
@@ -378,7 +385,7 @@ def test_auto_packs_supported_encoders_and_logs_the_choice_once(caplog):
     input_ids, mask, _ = mixed_views(model.config.encoder)
     with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding_policy"):
         for _ in range(2):
-            model.sentence_embeddings(input_ids, mask, sub_batch_size="auto")
+            embeddings_of(model, input_ids, mask, sub_batch_size="auto")
     messages = [record.getMessage() for record in caplog.records if "encodes" in record.getMessage()]
     assert len(messages) == 1 and "packed batches" in messages[0] and "'auto'" in messages[0]
     assert model.encoder.config._attn_implementation == PACKED_ATTENTION
@@ -391,16 +398,18 @@ def test_unsupported_encoders_fall_back_and_say_why(caplog):
     model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="mean"))
     input_ids, mask, _ = mixed_views(encoder)
     with caplog.at_level(logging.INFO, logger="contrastive_hf.models.encoding_policy"):
-        assert model.encoding_path("auto", torch.device("cpu")) == "sorted"
-        assert model.encoding_path("auto", torch.device("cuda")) == "padded"
+        model.config.sub_batch_size = "auto"
+        assert model.encoding_path(torch.device("cpu")) == "sorted"
+        assert model.encoding_path(torch.device("cuda")) == "padded"
     text = caplog.text
     assert "length-sorted groups" in text and "one padded pass" in text and "'mpnet'" in text
     with pytest.raises(ValueError, match="sub_batch_size='packed' cannot run: .*'mpnet'"):
-        model.sentence_embeddings(input_ids, mask, sub_batch_size="packed")
+        embeddings_of(model, input_ids, mask, sub_batch_size="packed")
 
     bert = make("bert")
     bert.encoder.set_attn_implementation("eager")  # the user's choice is kept: no packing
-    assert bert.encoding_path("auto", torch.device("cpu")) == "sorted"
+    bert.config.sub_batch_size = "auto"
+    assert bert.encoding_path(torch.device("cpu")) == "sorted"
     assert bert.encoder.config._attn_implementation == "eager"
 
 
@@ -409,7 +418,7 @@ def test_padded_calls_through_the_packed_implementation_keep_their_mask():
     input_ids, mask, token_type_ids = mixed_views(model.config.encoder)
     flat = [tensor.reshape(-1, WIDTH) for tensor in (input_ids, mask, token_type_ids)]
     before = model.encoder(input_ids=flat[0], attention_mask=flat[1], token_type_ids=flat[2]).last_hidden_state
-    model.sentence_embeddings(input_ids, mask, token_type_ids, sub_batch_size="packed")
+    embeddings_of(model, input_ids, mask, token_type_ids, sub_batch_size="packed")
     assert model.encoder.config._attn_implementation == PACKED_ATTENTION
     after = model.encoder(input_ids=flat[0], attention_mask=flat[1], token_type_ids=flat[2]).last_hidden_state
     torch.testing.assert_close(after, before, atol=0, rtol=0)
@@ -437,8 +446,8 @@ def test_inputs_that_cannot_be_packed_take_the_padded_pass():
     input_ids, mask, _ = mixed_views(model.config.encoder)
     left_ids, left_mask = input_ids.flip(-1), mask.flip(-1)
     torch.testing.assert_close(
-        model.sentence_embeddings(left_ids, left_mask, sub_batch_size="packed"),
-        model.sentence_embeddings(left_ids, left_mask, sub_batch_size=0),
+        embeddings_of(model, left_ids, left_mask, sub_batch_size="packed"),
+        embeddings_of(model, left_ids, left_mask, sub_batch_size=0),
     )
     with pytest.raises(ValueError, match="right-padded"):
         pack_sequences(left_ids.reshape(-1, WIDTH), left_mask.reshape(-1, WIDTH))

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig
 
 from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
-from ..models.modeling_contrastive import ContrastiveForPreTraining
+from ..models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
 from .logs import announce
 from .reload_check import (  # noqa: F401  (re-exported from their former home)

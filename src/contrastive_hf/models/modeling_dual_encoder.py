@@ -41,10 +41,10 @@ from .configuration_contrastive import inference_max_length
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import encode_with
+from .heads import build_encoder, init_weights
 from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
-from .modeling_contrastive import SentencePooler, build_encoder, init_weights
 from .objectives import cached_gradient_surrogate, in_batch_loss
-from .poolers import uses_encoder_pooler_layer
+from .poolers import SentencePooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 
 # Where a two-tower checkpoint keeps each encoder: sentence-transformers' Router folder names.

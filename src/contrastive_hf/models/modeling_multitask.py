@@ -34,7 +34,8 @@ from transformers.utils import ModelOutput
 
 from .checkpoint_files import checkpoint_model_type, save_tokenizer
 from .configuration_contrastive import ContrastiveConfig, without_sub_config_paths
-from .modeling_contrastive import ContrastiveModel, init_weights
+from .heads import init_weights
+from .modeling_contrastive import ContrastiveModel
 from .transformers_compat import SubConfigSpec, build_sub_config
 
 __all__ = [

@@ -4,8 +4,9 @@ A pooler is one `register_pooler` call: its name (``pooler_type``), its function
 says about it: its sentence-transformers ``Pooling`` mode (the checkpoint's ``1_Pooling/config.json``; None where
 no Pooling mode computes it), whether Text Embeddings Inference serves it, whether it reads every layer's states or
 the encoder's own pooler layer, and the sentence the model card prints. `ContrastiveConfig` validates against this
-registry, `modeling_contrastive.SentencePooler` pools with it, the sentence-transformers export and the model card
-read it, and the scripts' ``--pooler_type`` help lists it when asked.
+registry, `SentencePooler` (the model's pooling module, below) pools with it, the sentence-transformers export writes
+the ``Pooling`` module's config the spec gives (`PoolerSpec.sentence_transformers_pooling`), the model card reads it,
+and the scripts' ``--pooler_type`` help lists it when asked.
 
 A pooler of one's own::
 
@@ -15,7 +16,7 @@ A pooler of one's own::
     register_pooler("mean_max", pool_mean_max, "the average of the token states' mean and maximum")
 
 then ``ContrastiveConfig(pooler_type="mean_max")`` and ``--pooler_type mean_max``; a checkpoint saved with it loads
-where the registering module was imported first. This module imports torch only.
+where the registering module was imported first. This module imports torch and its sibling `packing.py` only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .packing import PackedSequences
 from .registry import Registry
 
 __all__ = [
@@ -38,6 +40,10 @@ __all__ = [
     "pooler_names",
     "pooler_for_sentence_transformers_mode",
     "uses_encoder_pooler_layer",
+    "SentencePooler",
+    "first_pooled_tokens",
+    "masked_mean",
+    "masked_max",
 ]
 
 
@@ -97,6 +103,32 @@ class PoolerSpec:
     needs_hidden_states: bool = False
     uses_encoder_pooler_layer: bool = False
 
+    def sentence_transformers_refusal(self) -> str | None:
+        """Why no sentence-transformers module computes this pooler, or None when its ``Pooling`` mode does."""
+        if self.sentence_transformers_mode is None:
+            return (
+                f"pooler_type={self.name!r} ({self.description}) is computed by no sentence-transformers Pooling mode"
+            )
+        return None
+
+    def sentence_transformers_pooling(self, hidden_size: int, include_prompt: bool = True) -> dict:
+        """The config of the sentence-transformers ``Pooling`` module computing this pooler (its
+        ``1_Pooling/config.json``). Without a mode it names this pooler as its ``pooling_mode``, which
+        sentence-transformers refuses with that name ("Invalid pooling mode") rather than pool otherwise."""
+        pooling = {
+            "word_embedding_dimension": hidden_size,
+            "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": False,
+            "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False,
+            "include_prompt": include_prompt,
+        }
+        if self.sentence_transformers_mode is None:
+            pooling["pooling_mode"] = self.name
+        else:
+            pooling[f"pooling_mode_{self.sentence_transformers_mode}"] = True
+        return pooling
+
 
 POOLERS: Registry[PoolerSpec] = Registry("pooler_type", "contrastive_hf.models.poolers.register_pooler")
 
@@ -155,6 +187,75 @@ def pooler_for_sentence_transformers_mode(mode: str) -> str | None:
         ),
         None,
     )
+
+
+class SentencePooler(torch.nn.Module):
+    """Turns an encoder's token representations into one vector per sentence, as the registered pooler named
+    ``pooler_type`` computes it (SimCSE's pooler types below, and any registered since).
+
+    The attention mask it is given says which tokens are pooled: ``mean`` and ``max`` reduce over them, and ``cls`` /
+    ``cls_before_pooler`` read the first of them, as sentence-transformers' ``Pooling`` does: the [CLS] token (after
+    the padding of a left-padded row), or with a prompt left out of the pooling (``include_prompt=False``,
+    `encoding.mask_prompt_tokens`) the sentence's first token after the prompt, the token sentence-transformers pools
+    from the same checkpoint.
+    """
+
+    def __init__(self, pooler_type: str):
+        super().__init__()
+        self.pooler_type = pooler_type  # its spec (a ValueError naming the registered ones) is looked up when pooling
+        self.needs_hidden_states = get_pooler(pooler_type).needs_hidden_states  # read by the encoding paths
+
+    @torch.compiler.disable  # a packed batch's pooling reads its host data: run as written under torch.compile
+    def forward(
+        self,
+        encoder_outputs: Any,
+        attention_mask: torch.Tensor | PackedSequences,
+        encoder_pooler: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """``(B, h)`` sentence vectors from a padded batch's ``(B, L, h)`` token states and ``(B, L)`` mask of the
+        pooled tokens, or from a packed batch's ``(1, T, h)`` states and its `PackedSequences` (the sentence
+        boundaries). ``encoder_pooler``: the encoder's pooler layer (BERT's dense + tanh over its input's first
+        position), which ``cls`` applies to the first pooled token; without it ``cls`` returns the encoder's own
+        ``pooler_output``."""
+        if isinstance(attention_mask, PackedSequences):
+            packed = attention_mask
+            inputs = PoolingInputs(
+                encoder_outputs,
+                tokens=lambda states: states[0],  # (1, T, h) -> (T, h)
+                first=packed.first_tokens,
+                mean=packed.segment_mean,
+                maximum=packed.segment_max,
+                encoder_pooler=encoder_pooler,
+            )
+        else:
+            inputs = PoolingInputs(
+                encoder_outputs,
+                tokens=lambda states: states,  # (B, L, h)
+                first=lambda states: first_pooled_tokens(states, attention_mask),
+                mean=lambda states: masked_mean(states, attention_mask),
+                maximum=lambda states: masked_max(states, attention_mask),
+                encoder_pooler=encoder_pooler,
+            )
+        return get_pooler(self.pooler_type).pool(inputs)
+
+
+def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each sentence's first token that ``attention_mask`` keeps: ``(B, L, h), (B, L) -> (B, h)`` (the
+    first position of a row that keeps none)."""
+    first = attention_mask.to(torch.int).argmax(dim=1)  # (B,) argmax returns the first of equal maxima
+    return token_states[torch.arange(token_states.shape[0], device=token_states.device), first]
+
+
+def masked_mean(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the tokens that ``attention_mask`` keeps: ``(B, L, h), (B, L) -> (B, h)``."""
+    mask = attention_mask.unsqueeze(-1).to(token_states.dtype)  # (B, L, 1)
+    return (token_states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def masked_max(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Max over the tokens that ``attention_mask`` keeps: ``(B, L, h), (B, L) -> (B, h)``."""
+    padding = ~attention_mask.bool().unsqueeze(-1)  # (B, L, 1)
+    return token_states.masked_fill(padding, torch.finfo(token_states.dtype).min).max(dim=1).values
 
 
 def _cls(inputs: PoolingInputs) -> torch.Tensor:

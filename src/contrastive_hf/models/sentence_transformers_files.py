@@ -3,8 +3,8 @@ same embeddings, and that Text Embeddings Inference reads to serve it.
 
 sentence-transformers reads ``modules.json`` (a pipeline of modules): module 0 is the encoder (a ``Transformer``
 module at ``path: ""``, the checkpoint's root, which holds the encoder in its own architecture), then a ``Pooling``
-module and optional ``Dense`` modules. Our poolers map onto it as their registrations say (`poolers.py`,
-``sentence_transformers_mode``):
+module and optional ``Dense`` modules. Each pooler writes its own Pooling config from its registration
+(`poolers.PoolerSpec.sentence_transformers_pooling`, from its ``sentence_transformers_mode``):
 
 - ``cls_before_pooler``, ``mean``, ``max``: Pooling in that mode;
 - ``cls``: Pooling on the [CLS] token, then a Dense layer holding BERT's pooler weights with tanh (a pooler that
@@ -44,7 +44,7 @@ from typing import NamedTuple
 import torch
 from safetensors.torch import save_file
 
-from .poolers import get_pooler
+from .poolers import PoolerSpec, get_pooler
 
 __all__ = [
     "MODULE_FILES",
@@ -98,13 +98,14 @@ class SentenceTransformersStack:
     dense: list[DenseLayer] = field(default_factory=list)
     include_prompt: bool = True
 
+    @property
+    def pooler(self) -> PoolerSpec:
+        return get_pooler(self.pooler_type)
+
     def unsupported_reason(self) -> str | None:
-        pooler = get_pooler(self.pooler_type)
-        if pooler.sentence_transformers_mode is None:
-            return (
-                f"pooler_type={self.pooler_type!r} ({pooler.description}) is computed by no sentence-transformers "
-                "Pooling mode"
-            )
+        refusal = self.pooler.sentence_transformers_refusal()
+        if refusal is not None:
+            return refusal
         for _, activation in self.dense:
             if activation is not None and activation not in _TORCH_ACTIVATIONS:
                 return f"the activation {activation!r} has no torch.nn class"
@@ -190,19 +191,8 @@ def _write_stack(
     prefix = f"{route}_" if route else ""
     if not route:
         _write_json_module_config(save_directory, stack)
-    pooling = {
-        "word_embedding_dimension": stack.hidden_size,
-        "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": False,
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "include_prompt": stack.include_prompt,
-    }
-    mode = get_pooler(stack.pooler_type).sentence_transformers_mode
-    if mode is not None:
-        pooling[f"pooling_mode_{mode}"] = True
-    else:  # sentence-transformers refuses the folder naming it (write_sentence_transformers_files)
-        pooling["pooling_mode"] = stack.pooler_type
+    # the pooler writes its own module's config, as sentence-transformers' Pooling does (`poolers.PoolerSpec`)
+    pooling = stack.pooler.sentence_transformers_pooling(stack.hidden_size, stack.include_prompt)
     folder = f"{prefix}{start}_Pooling"
     write_json(os.path.join(save_directory, folder, "config.json"), pooling)
     modules = [_module(start, "Pooling", folder)]

@@ -19,7 +19,7 @@ from ...commands.scripts import (
 )
 from ...data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
 from ...data.collators import ContrastiveDataCollator
-from ...models.modeling_contrastive import ContrastiveForPreTraining
+from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
 

@@ -17,7 +17,7 @@ from ...commands.scripts import (
     load_tokenizer,
 )
 from ...data.corpus import first_examples, load_corpus, prepare_streaming, stream_readers
-from ...models.modeling_contrastive import ContrastiveForPreTraining
+from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
 from . import SPAN_MASK_PROBABILITY, SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents

@@ -18,7 +18,8 @@ from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.encoding import attention_mask_for
 from ...models.host_data import host_array
-from ...models.modeling_contrastive import ContrastiveModel, ProjectionHead
+from ...models.heads import ProjectionHead
+from ...models.modeling_contrastive import ContrastiveModel
 from .losses import (
     LAYER_POOLINGS,
     parameter_distance,

@@ -25,7 +25,7 @@ from ...commands.scripts import (
 from ...data.collators import PairCollator
 from ...data.corpus import first_examples, load_corpus
 from ...data.mixture import parse_named_files
-from ...models.modeling_contrastive import ContrastiveForPreTraining
+from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
 from . import (
