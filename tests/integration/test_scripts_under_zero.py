@@ -21,7 +21,16 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
+from conftest import (
+    DEMO_DATA,
+    DEMO_TOKENIZER,
+    REPO_ROOT,
+    TEST_DATA,
+    example_script,
+    free_port,
+    run_bounded,
+    tiny_bert_config,
+)
 from helpers.builders import write_snli_sample
 from helpers.launching import CPU_ENV, DEEPSPEED_ON_CPU, accelerate_launch, save_tiny_model
 from helpers.saved_files import assert_holds_none, every_file, local_paths
@@ -195,3 +204,20 @@ def test_no_file_any_run_wrote_holds_a_local_path(launch):
     files = every_file(*outputs)
     assert any("global_step" in name for name in files)  # DeepSpeed's checkpoint was written and is scanned
     assert_holds_none(files, local_paths(folder))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_trains_with_gradient_checkpointing(script, tmp_path):
+    """``--gradient_checkpointing true`` (one process, no DeepSpeed): transformers' Trainer enables it on each
+    script's model with the options of its version (5.24: ``every_n_layers``, ``offload``, which SG-BERT's model
+    refused with a TypeError), and each script trains and saves (tests/recipes/test_sg_bert.py checks which layers
+    recompute)."""
+    model = _starts(tmp_path)["scratch"]
+    model = model["pretrained"] if script in ("run_sg_bert", "run_multitask") else model["any"]
+    argv = [
+        *model, *_script_flags(tmp_path)[script], "--gradient_checkpointing", "true",
+        "--max_steps", "1", "--per_device_train_batch_size", "4", "--report_to", "none", "--save_strategy", "no",
+        "--disable_tqdm", "true", "--use_cpu", "true", "--output_dir", str(tmp_path / "out"),
+    ]  # fmt: skip
+    example_script(script).main(argv)
+    assert (tmp_path / "out" / "config.json").is_file()

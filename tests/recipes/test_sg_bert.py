@@ -390,6 +390,19 @@ def test_training_moves_bert_t_but_not_bert_f_nor_layer_0(tokenizer, tmp_path):
     assert metrics["eval_spearman"] == pytest.approx(expected)
 
 
+def test_gradient_checkpointing_through_the_trainer_checkpoints_bert_t(tokenizer, tmp_path):
+    """--gradient_checkpointing: transformers' Trainer enables it with the options of its version (5.24:
+    ``every_n_layers`` and ``offload``, which SG-BERT's model refused with a TypeError)."""
+    trainer = make_trainer(tokenizer, tmp_path, gradient_checkpointing=True, max_steps=1)
+    trainer.train()
+    model = trainer.model
+    def checkpointed(module) -> bool:
+        return any(getattr(part, "gradient_checkpointing", False) for part in module.modules())
+
+    assert checkpointed(model.contrastive.encoder)  # BERT_T's layers recompute their activations
+    assert not checkpointed(model.frozen_encoder)  # BERT_F runs without gradients
+
+
 def test_saved_model_is_bert_t_alone_and_checkpoints_resume_exactly(tokenizer, tmp_path):
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     torch.manual_seed(0)

@@ -17,8 +17,8 @@ from transformers.utils import ModelOutput
 from ...models.checkpoint_files import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.encoding import attention_mask_for
-from ...models.host_data import host_array
 from ...models.heads import ProjectionHead
+from ...models.host_data import host_array
 from ...models.modeling_contrastive import ContrastiveModel
 from .losses import (
     LAYER_POOLINGS,
@@ -223,9 +223,19 @@ class SelfGuidedModel(nn.Module):
         self.frozen_encoder.eval()  # the teacher never uses dropout
         return self
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
-        """Gradient checkpointing in BERT_T (BERT_F runs without gradients and needs none)."""
-        self.contrastive.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None, **options) -> None:
+        """Activation (gradient) checkpointing in BERT_T (BERT_F runs without gradients and needs none). ``options``:
+        what the installed transformers passes besides (``every_n_layers``, ``offload``), handed on as they are."""
+        tuned = self.contrastive
+        if hasattr(tuned, "activation_checkpointing_enable"):
+            tuned.activation_checkpointing_enable(activation_checkpointing_kwargs, **options)
+        else:  # a transformers before activation_checkpointing_enable
+            tuned.gradient_checkpointing_enable(activation_checkpointing_kwargs, **options)
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, **options) -> None:
+        """`activation_checkpointing_enable` under the name transformers' Trainer called before it (and calls still
+        for a model without the new name, with ``every_n_layers`` and ``offload``)."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, **options)
 
     def save_pretrained(self, save_directory: str | os.PathLike, **kwargs) -> None:
         """Save BERT_T alone, as a `ContrastiveModel` checkpoint (BERT_F and the head f are training machinery)."""
