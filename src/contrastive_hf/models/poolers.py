@@ -16,7 +16,8 @@ A pooler of one's own::
     register_pooler("mean_max", pool_mean_max, "the average of the token states' mean and maximum")
 
 then ``ContrastiveConfig(pooler_type="mean_max")`` and ``--pooler_type mean_max``; a checkpoint saved with it loads
-where the registering module was imported first. This module imports torch and its sibling `packing.py` only.
+where the registering module was imported first. This module imports torch and its siblings `registry.py` and
+`packing.py` only.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ class SentencePooler(torch.nn.Module):
     The attention mask it is given says which tokens are pooled: ``mean`` and ``max`` reduce over them, and ``cls`` /
     ``cls_before_pooler`` read the first of them, as sentence-transformers' ``Pooling`` does: the [CLS] token (after
     the padding of a left-padded row), or with a prompt left out of the pooling (``include_prompt=False``,
-    `encoding.mask_prompt_tokens`) the sentence's first token after the prompt, the token sentence-transformers pools
+    `prompts.mask_prompt_tokens`) the sentence's first token after the prompt, the token sentence-transformers pools
     from the same checkpoint.
     """
 
