@@ -396,6 +396,7 @@ def test_gradient_checkpointing_through_the_trainer_checkpoints_bert_t(tokenizer
     trainer = make_trainer(tokenizer, tmp_path, gradient_checkpointing=True, max_steps=1)
     trainer.train()
     model = trainer.model
+
     def checkpointed(module) -> bool:
         return any(getattr(part, "gradient_checkpointing", False) for part in module.modules())
 
