@@ -67,7 +67,7 @@ def announce(message: str) -> None:
 def run_training(trainer):
     """`trainer.train()` (resuming from ``--resume_from_checkpoint``), announced; a resume refused for its other
     processes, batch size or streaming (`DataLayoutChangedError`) is the user's to fix: a `UsageError`."""
-    from ..training.checkpoints import DataLayoutChangedError
+    from ..training.resume_changes import DataLayoutChangedError
     from .errors import UsageError
 
     args = trainer.args
