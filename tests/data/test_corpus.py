@@ -16,7 +16,7 @@ from accelerate.data_loader import prepare_data_loader
 from datasets import Dataset, DatasetDict, IterableDataset
 from torch.utils.data import DataLoader
 
-import contrastive_hf.data.reading as reading_module
+import contrastive_hf.data.streams as streams_module
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
@@ -36,8 +36,10 @@ from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import TEST_DATA, tiny_bert_config
 
-# the loggers of reading (files, streams) and of tokenizing (empty lines dropped)
-READING, TOKENIZING = "contrastive_hf.data.reading", "contrastive_hf.data.tokenizing"
+# the loggers of reading (files), of streams (empty lines of a stream, parts without a line) and of tokenizing (empty
+# lines dropped)
+READING, STREAMS = "contrastive_hf.data.reading", "contrastive_hf.data.streams"
+TOKENIZING = "contrastive_hf.data.tokenizing"
 WIKIPEDIA_GZ = TEST_DATA / "corpus" / "enwiki_paragraphs.txt.gz"  # 30 Wikipedia paragraphs, gzipped
 
 LINES = [
@@ -336,7 +338,7 @@ def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, c
     stream = text_stream(str(path))
     assert isinstance(stream, IterableDataset)
     assert 4 < stream.n_shards <= 64
-    with caplog.at_level(logging.WARNING, logger=READING):
+    with caplog.at_level(logging.WARNING, logger=STREAMS):
         rows = list(stream)
     expected = [(line, offset) for line, offset in zip(lines, offsets, strict=True) if line]
     assert [(row["text"], row["example_index"]) for row in rows] == expected  # in order, each once
@@ -351,13 +353,13 @@ def test_text_stream_shards_are_byte_ranges_covering_every_line_once(tmp_path, c
 def test_each_process_reads_only_its_own_shards(tmp_path, monkeypatch):
     path, lines, _ = _big_text(tmp_path)
     opened = []
-    original = reading_module._read_text_shards
+    original = streams_module._read_text_shards
 
     def recording(shards):
         opened.append(list(shards))
         yield from original(shards)
 
-    monkeypatch.setattr(reading_module, "_read_text_shards", recording)
+    monkeypatch.setattr(streams_module, "_read_text_shards", recording)
     stream = text_stream(str(path))
     size = path.stat().st_size
     seen, ranges = [], []
@@ -458,14 +460,14 @@ def test_shards_without_a_line_end_the_stream_instead_of_spinning(tmp_path, capl
     stream = stream_passes(text_stream(str(path)), None, processes=2, shard_names=text_shards(str(path)))
     assert stream.n_shards == 2
     assert len(list(itertools.islice(stream.shard(num_shards=2, index=0), 5))) == 5  # one line, read endlessly
-    with caplog.at_level(logging.WARNING, logger=READING):
+    with caplog.at_level(logging.WARNING, logger=STREAMS):
         assert list(stream.shard(num_shards=2, index=1)) == []
     expected = "no example for process 1 of 2 (shards 1-1 of the stream's 2: one_line.txt bytes 5000-10000)"
     assert expected in caplog.text
     caplog.clear()  # cut by lines for its 2 readers, the part without a line says why
     args = _streaming_args(world_size=2)
     stream = prepare_streaming(text_stream(str(path), readers=2), args, train_files=str(path))
-    with caplog.at_level(logging.WARNING, logger=READING):
+    with caplog.at_level(logging.WARNING, logger=STREAMS):
         assert list(stream.shard(num_shards=2, index=1)) == []
     assert "for process 1 of 2 (no line: the stream's 1 line(s) are fewer than its 2 readers)." in caplog.text
     with pytest.raises(ValueError, match="passes must be >= 1"):
@@ -534,7 +536,7 @@ def test_a_stream_cut_for_its_readers_gives_each_as_many_lines(tmp_path, readers
     sizes = [len(part) for part in parts]
     assert sizes == [len(examples) // readers + (reader < len(examples) % readers) for reader in range(readers)]
     first = 0
-    for (start, end), size in zip(reading_module._text_parts(files, readers), sizes, strict=True):
+    for (start, end), size in zip(streams_module._text_parts(files, readers), sizes, strict=True):
         assert (start, end) == (first, first + size)
         first = end
     assert stream.n_shards % readers == 0  # blocks of one width: datasets' contiguous shards are the parts
@@ -553,7 +555,7 @@ def test_a_global_pass_in_lockstep_reads_every_line_once(tmp_path, caplog, proce
     path, lines, _ = _big_text(tmp_path, count=1400)  # lines of 45 to 94 characters, every 7th empty
     non_empty = [line for line in lines if line]
     args = _streaming_args(world_size=processes)
-    stream = text_stream(str(path), readers=reading_module.stream_readers(args))
+    stream = text_stream(str(path), readers=streams_module.stream_readers(args))
     with caplog.at_level(logging.INFO, logger="contrastive_hf.data_counts"):
         endless = prepare_streaming(stream, args, train_files=str(path))
         per_process = -(-len(non_empty) // processes)
@@ -581,7 +583,7 @@ def test_dataloader_workers_each_read_their_whole_part_of_the_stream(tmp_path, p
     path, lines, _ = _big_text(tmp_path, count=1400)
     non_empty = [line for line in lines if line]
     args = _streaming_args(world_size=processes, workers=workers)
-    readers = reading_module.stream_readers(args)
+    readers = streams_module.stream_readers(args)
     endless = prepare_streaming(text_stream(str(path), readers=readers), args, train_files=str(path))
     part = -(-len(non_empty) // readers)
     first_passes = []

@@ -29,7 +29,8 @@ def load_sentences(data_args: CorpusArguments, tokenizer, training_args, cache_d
     ``line_by_line``) and cut to ``--max_train_samples`` (a line-by-line corpus before tokenizing, so that the lines
     left out are never tokenized); with ``--streaming``, an endless stream of which each process reads its own shards
     (`prepare_streaming`), its lines cut into parts of equal counts for the processes and their dataloader workers."""
-    from ..data.reading import first_examples, load_corpus, prepare_streaming, rows_holding_lines, stream_readers
+    from ..data.reading import first_examples, load_corpus, rows_holding_lines
+    from ..data.streams import prepare_streaming, stream_readers
     from ..data.tokenizing import tokenize_corpus
 
     count = data_args.max_train_samples

@@ -20,10 +20,10 @@ def setup_logging(training_args, logger: logging.Logger, summary: bool = False) 
     Above INFO (the default) the log is kept to what matters: transformers' progress bars (loading weights, writing
     shards: they flash by) are off, Hub downloads keep theirs, and DeepSpeed's notice that it found no GPU, printed
     wherever DeepSpeed is installed because accelerate imports it, is hidden unless ``--deepspeed`` is given.
-    ``--log_level info`` shows everything. Always shown: what each epoch held (`data.reading.data_counts_logger`)
+    ``--log_level info`` shows everything. Always shown: what each epoch held (`data.streams.data_counts_logger`)
     and, once, which precision training and encoding run in and why (`models.precision`).
     """
-    from ..data.reading import data_counts_logger
+    from ..data.streams import data_counts_logger
     from ..models.precision import logger as precision_logger
 
     logging.basicConfig(
@@ -67,7 +67,7 @@ def announce(message: str) -> None:
 def run_training(trainer):
     """`trainer.train()` (resuming from ``--resume_from_checkpoint``), announced; a resume refused for its other
     processes, batch size or streaming (`DataLayoutChangedError`) is the user's to fix: a `UsageError`."""
-    from ..training.checkpoints import DataLayoutChangedError
+    from ..training.resume_changes import DataLayoutChangedError
     from .errors import UsageError
 
     args = trainer.args

@@ -1,9 +1,9 @@
 """Text in, batches out: corpora (files, Hub, streaming), CLEAR's augmentations on token ids, synonyms, and the
 collators that turn sentences into views.
 
-``reading`` and ``tokenizing`` (a corpus from files, the Hub or a stream; ``corpus`` exports both), ``augmentations``
-and ``synonyms`` (views), ``collators`` (batches), ``seeding`` and ``token_batch`` (keyed random draws and padded
-arrays, shared by all of them).
+``reading``, ``streams`` and ``tokenizing`` (a corpus from files or the Hub, streamed text; ``corpus`` exports them;
+``corpus_files``: what both readers know of the files), ``augmentations`` and ``synonyms`` (views), ``collators``
+(batches), ``seeding`` and ``token_batch`` (keyed random draws and padded arrays, shared by all of them).
 """
 
 from __future__ import annotations
@@ -12,17 +12,10 @@ from .._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(
-        (
-            "load_corpus",
-            "first_examples",
-            "text_stream",
-            "text_shards",
-            "prepare_streaming",
-            "resolve_text_column",
-            "EmptyCorpusError",
-        ),
+        ("load_corpus", "first_examples", "resolve_text_column", "EmptyCorpusError"),
         ".reading",
     ),
+    **dict.fromkeys(("text_stream", "text_shards", "prepare_streaming"), ".streams"),
     **dict.fromkeys(("tokenize_corpus", "split_into_sentences", "special_token_frame"), ".tokenizing"),
     "Collator": ".collator_protocol",
     "ContrastiveDataCollator": ".collators",

@@ -1,24 +1,26 @@
-"""A training corpus, read (`reading`: files, the Hub, streams with per-process shards) and tokenized (`tokenizing`):
-every name of both, importable from here as before."""
+"""A training corpus, read (`reading`: files, the Hub; `streams`: streams with per-process shards) and tokenized
+(`tokenizing`): every name of them, importable from here as before."""
 
 from __future__ import annotations
 
 from .reading import (
-    SHARDS_PER_FILE,
     EmptyCorpusError,
-    data_counts_logger,
     drop_incomplete_rows,
     first_examples,
     load_corpus,
-    prepare_streaming,
     resolve_text_column,
     rows_holding_lines,
+)
+from .seeding import EXAMPLE_INDEX_COLUMN
+from .streams import (
+    SHARDS_PER_FILE,
+    data_counts_logger,
+    prepare_streaming,
     stream_passes,
     stream_readers,
     text_shards,
     text_stream,
 )
-from .seeding import EXAMPLE_INDEX_COLUMN
 from .tokenizing import special_token_frame, split_into_sentences, tokenize_corpus
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 - `sts`: STS12-16, STS-B, SICK-R readers and scoring (cosine similarity, Spearman x 100, SimCSE's "all" setting).
 - `transfer`: SentEval's transfer tasks (MR, CR, SUBJ, MPQA, SST-2, TREC, MRPC) with SentEval's PyTorch classifier
-  as SimCSE runs it, or its scikit-learn logistic regression.
+  as SimCSE runs it, or its scikit-learn logistic regression; `transfer_data`: their data, from SentEval's files.
 - `glue`: GLUE by fine-tuning the checkpoint per task (the Trainer, RoBERTa's recipe, CLEAR's metrics).
 - `alignment`: Wang & Isola's alignment and uniformity on STS-B.
 - `encoders`: one interface over our checkpoints, plain transformers encoders and sentence-transformers models.
@@ -29,7 +29,8 @@ from .sts import (
     sts_eval_metrics,
 )
 from .suite import format_results, run_evaluation
-from .transfer import TRANSFER_TASKS, evaluate_transfer
+from .transfer import evaluate_transfer
+from .transfer_data import TRANSFER_TASKS
 
 __all__ = [
     "RetrievalData",

@@ -17,7 +17,8 @@ from .alignment import POSITIVE_THRESHOLD, evaluate_alignment_uniformity
 from .encoders import CachedEncoder, as_encoder, load_encoder
 from .glue import GLUE_GROUP, GLUE_TASKS, GlueArguments, evaluate_glue, load_glue_tasks
 from .sts import STS_TASKS, evaluate_sts_suite, load_sts_tasks
-from .transfer import DEFAULT_PROTOCOL, TRANSFER_TASKS, evaluate_transfer, load_transfer_tasks
+from .transfer import DEFAULT_PROTOCOL, evaluate_transfer
+from .transfer_data import TRANSFER_TASKS, load_transfer_tasks
 
 __all__ = ["TASK_GROUPS", "parse_tasks", "run_evaluation", "format_results"]
 

@@ -28,18 +28,16 @@ from ..models.objectives import get_loss, loss_names
 from ..models.precision import Precision, log_precision_once
 from .checkpoints import (
     CheckpointLayout,
-    DataLayout,
     recorded_best_checkpoint,
-    refuse_changed_data_layout,
     resolve_resume_checkpoint,
     rotate_checkpoints,
     saving_checkpoint,
-    warn_of_changed_settings,
 )
 from .deepspeed_weights import SavesMasterWeights
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
+from .resume_changes import DataLayout, refuse_changed_data_layout, warn_of_changed_settings
 from .sanity import NonFiniteLossWatch, TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
 

@@ -24,7 +24,7 @@ from ...commands.loading import (
 )
 from ...commands.scripts import AdapterArguments, UsageError
 from ...evaluation.sts import read_stsbenchmark
-from ...evaluation.transfer import read_mrpc, read_sst2
+from ...evaluation.transfer_data import read_mrpc, read_sst2
 from ...models.configuration_contrastive import ContrastiveConfig
 from .. import RecipeRun
 from .data import MultitaskCollator, task_dataset

@@ -24,9 +24,9 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
-from ...training.checkpoints import warn_of_changed_settings
 from ...training.deepspeed_weights import SavesMasterWeights
 from ...training.progress import show_losses_on_progress_bar
+from ...training.resume_changes import warn_of_changed_settings
 from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
