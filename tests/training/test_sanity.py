@@ -12,6 +12,7 @@ from transformers import RobertaConfig, RobertaModel, TrainerControl, TrainerSta
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
+from contrastive_hf.evaluation import STSData
 from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup, usable_positions
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
@@ -23,7 +24,9 @@ WIKI = (REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_tex
 SANITY_LOGGER = "contrastive_hf.training.sanity"
 
 
-def make_trainer(tokenizer, tmp_path, dataset, collator=None, batch_size=8, contrastive_loss="nt_xent", **extra):
+def make_trainer(
+    tokenizer, tmp_path, dataset, collator=None, batch_size=8, contrastive_loss="nt_xent", eval_dataset=None, **extra
+):
     add_del_token(tokenizer)
     encoder = tiny_bert_config(vocab_size=len(tokenizer), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = ContrastiveForPreTraining(
@@ -39,7 +42,12 @@ def make_trainer(tokenizer, tmp_path, dataset, collator=None, batch_size=8, cont
     )
     collator = collator or ContrastiveDataCollator(tokenizer, augmentation="del_word", max_length=32, seed=0)
     return ContrastiveTrainer(
-        model=model, args=args, train_dataset=dataset, data_collator=collator, processing_class=tokenizer
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=eval_dataset,
+        data_collator=collator,
+        processing_class=tokenizer,
     )
 
 
@@ -61,6 +69,22 @@ def test_a_batch_of_one_sentence_is_refused(tokenizer, tmp_path):
     )
     with pytest.raises(ValueError, match=message):
         make_trainer(tokenizer, tmp_path, dataset, batch_size=1)
+
+
+def test_keeping_the_best_model_by_a_loss_that_no_eval_set_logs_is_refused(tokenizer, tmp_path):
+    """--load_best_model_at_end with transformers' default metric (the eval loss) and STS-B dev as the eval set
+    stopped training with a KeyError at the first evaluation; it is refused when the trainer is built, naming the
+    metric to use, and the same run with that metric keeps the best checkpoint."""
+    dataset = Dataset.from_dict({"text": WIKI})
+    stsb = STSData(WIKI[:8], WIKI[8:16], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 1.5])
+    best = dict(load_best_model_at_end=True, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2)
+    with pytest.raises(ValueError, match=r"which is 'loss' .*'stsb' .*--metric_for_best_model .*: stsb_spearman"):
+        make_trainer(tokenizer, tmp_path, dataset, eval_dataset={"stsb": stsb}, **best)
+    trainer = make_trainer(
+        tokenizer, tmp_path, dataset, eval_dataset={"stsb": stsb}, metric_for_best_model="stsb_spearman", **best
+    )
+    trainer.train()
+    assert trainer.state.best_metric is not None and trainer.state.best_model_checkpoint is not None
 
 
 def test_a_batch_of_one_is_allowed_where_there_are_other_negatives(tokenizer, tmp_path):

@@ -11,7 +11,14 @@ from .arguments import CorpusArguments, EncoderArguments
 from .errors import UsageError, as_usage_error
 from .logs import announce
 
-__all__ = ["load_tokenizer", "load_sentences", "corpus_progress_bars", "load_sts_dev", "STSB"]
+__all__ = [
+    "load_tokenizer",
+    "load_sentences",
+    "corpus_progress_bars",
+    "evaluates_during_training",
+    "load_sts_dev",
+    "STSB",
+]
 
 
 def load_tokenizer(encoder_args: EncoderArguments):
@@ -81,6 +88,12 @@ def corpus_progress_bars(path: str | None):
         datasets.enable_progress_bars()
 
 
+def evaluates_during_training(training_args) -> bool:
+    """Whether the Trainer evaluates (every ``--eval_steps`` or epoch, or once before the first step with
+    ``--eval_on_start``), so that the run gives it its eval set."""
+    return training_args.eval_strategy != "no" or bool(training_args.eval_on_start)
+
+
 def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
     """``(stsb, before)``: STS-B dev from ``--stsb_dev_file`` (None without it) and ``model``'s figures on it before
     training (`sts_eval_metrics`: ``stsb_spearman``, ``stsb_pearson``, ``stsb_alignment``, ``stsb_uniformity``).
@@ -88,8 +101,11 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
     from ..evaluation import read_stsbenchmark, sts_eval_metrics
 
     if not data_args.stsb_dev_file:
-        if training_args.eval_strategy != "no":
-            raise UsageError("--eval_strategy scores STS-B dev during training: give --stsb_dev_file (sts-dev.csv).")
+        if evaluates_during_training(training_args):
+            raise UsageError(
+                "--eval_strategy and --eval_on_start score STS-B dev during training: give --stsb_dev_file "
+                "(sts-dev.csv)."
+            )
         return None, None
     with as_usage_error():  # a file that is not STS-B's (its line named), or not UTF-8
         stsb = read_stsbenchmark(data_args.stsb_dev_file)

@@ -58,6 +58,9 @@ class RetrievalData:
     relevant: list[list[int]]
     name: str = "retrieval"
 
+    # the metric that ranks models on it, for ``metric_for_best_model``: ``eval_<name>_mrr``
+    primary_metric = "mrr"
+
     def __post_init__(self):
         if len(self.relevant) != len(self.queries):
             raise ValueError(f"{len(self.queries)} queries but {len(self.relevant)} lists of relevant passages.")

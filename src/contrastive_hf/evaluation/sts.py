@@ -70,6 +70,10 @@ class STSData:
     sentences2: list[str]
     scores: list[float]
 
+    # the metric that ranks models on it (SimCSE selects checkpoints by STS-B dev Spearman), for
+    # ``metric_for_best_model``: ``eval_<name>_spearman``
+    primary_metric = "spearman"
+
     def __len__(self) -> int:
         return len(self.scores)
 

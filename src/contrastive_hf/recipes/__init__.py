@@ -103,8 +103,9 @@ def sentence_encoder_run(
     train_counts: dict[str, int | None],
 ) -> SentenceEncoderRun:
     """The `SentenceEncoderRun` of a sentence encoder's recipe: its STS-B dev set, scored before training on the
-    training device and evaluated during training unless ``--eval_strategy no``, and the card's training data named
-    beside the recipe's own ``card`` words."""
+    training device and evaluated during training with ``--eval_strategy`` or ``--eval_on_start``, and the card's
+    training data named beside the recipe's own ``card`` words."""
+    from ..commands.loaders import evaluates_during_training
     from ..commands.scripts import load_sts_dev, training_data_name
 
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
@@ -113,7 +114,7 @@ def sentence_encoder_run(
         tokenizer,
         train_dataset,
         data_collator,
-        eval_dataset={"stsb": stsb} if training_args.eval_strategy != "no" else None,
+        eval_dataset={"stsb": stsb} if evaluates_during_training(training_args) else None,
         stsb=stsb,
         sts_before=before,
         card={"training_data": training_data_name(data_args), **(card or {})},

@@ -11,7 +11,10 @@ Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
 * inputs longer than the encoder's position embeddings (a collator's ``max_length``, ``--max_seq_length``), which
   would stop training with a tensor-size error at the first batch holding such a sentence.
 * weights that hold NaN or infinite values (a model loaded from a run that diverged), whose loss is NaN from the
-  first step (checkpoints in contrastive_hf's layout are refused already when they load, naming the file).
+  first step (checkpoints in contrastive_hf's layout are refused already when they load, naming the file);
+* ``load_best_model_at_end`` ranking checkpoints by the eval loss (transformers' default ``metric_for_best_model``)
+  when every eval set scores the model itself (`TrainingEvalSet`: STS-B dev, retrieval) and logs no loss: the
+  Trainer would stop with a KeyError at the first evaluation, after training that far.
 
 The collators refuse the rest of what can never work where they hold the information (`collators.content_room`:
 a ``max_length`` that leaves no token between the special tokens; a word deletion that deletes every token).
@@ -36,6 +39,7 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
 
+from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import refuse_non_finite
 
 __all__ = [
@@ -72,10 +76,32 @@ def check_training_setup(trainer) -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     _check_negatives(trainer, model)
     _check_positions(model, trainer.data_collator)
+    _check_best_model_metric(trainer.args, trainer.eval_dataset)
     refuse_non_finite(
         dict(model.named_parameters()),
         f"The model to train ({type(model).__name__})",
         "load it from a checkpoint saved before the loss diverged, or from the pretrained encoder",
+    )
+
+
+def _check_best_model_metric(args, eval_dataset) -> None:
+    if not args.load_best_model_at_end or (args.metric_for_best_model or "loss").removeprefix("eval_") != "loss":
+        return
+    eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
+    if not eval_sets or not all(isinstance(eval_set, TrainingEvalSet) for eval_set in eval_sets.values()):
+        return  # a set evaluated by the Trainer logs its loss
+    choices = [
+        f"{name}_{primary}" if name else primary
+        for name, eval_set in eval_sets.items()
+        if (primary := getattr(eval_set, "primary_metric", None))
+    ]
+    named = ", ".join(repr(name) for name in eval_sets if name) or "the eval set"
+    raise ValueError(
+        f"load_best_model_at_end keeps the checkpoint with the best metric_for_best_model, which is "
+        f"{args.metric_for_best_model!r} (transformers' default), but {named} score(s) the model and log no loss. "
+        "Set --metric_for_best_model to one of their metrics"
+        + (f": {', '.join(choices)} (as SimCSE selects checkpoints by STS-B dev Spearman)" if choices else "")
+        + "."
     )
 
 
