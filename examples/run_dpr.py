@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         model=run.model,
         args=training_args,
         train_dataset=run.train_dataset,
+        eval_dataset=run.eval_dataset,  # the held-out retrieval, with --eval_strategy or --eval_on_start
         data_collator=run.data_collator,
         processing_class=run.tokenizer,
     )

@@ -111,11 +111,38 @@ def test_an_eval_file_with_other_column_names_than_the_training_file(repo_root, 
     assert json.loads((output_dir / "train_results.json").read_text())["train_pairs"] == 120
 
 
+def test_held_out_retrieval_is_scored_during_training_and_keeps_the_best_checkpoint(repo_root, tmp_path):
+    """--eval_strategy and --eval_on_start (the Trainer had no eval set: "evaluation requires an eval_dataset"): the
+    held-out pairs are scored as after training, logged as eval_held_out_*, and --load_best_model_at_end picks by
+    the figure the refusal of the default loss names (held_out_mrr)."""
+    pairs = tmp_path / "snli.csv"
+    write_snli_sample(pairs)
+    output_dir = run_dpr_in_process(
+        repo_root,
+        tmp_path,
+        "--eval_size", "16",
+        "--eval_on_start", "true",
+        "--eval_strategy", "steps", "--eval_steps", "2",
+        "--save_strategy", "steps", "--save_steps", "2",
+        "--load_best_model_at_end", "true", "--metric_for_best_model", "held_out_mrr",
+        data=("--train_file", str(pairs)),
+    )  # fmt: skip
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    scored = [entry["step"] for entry in state["log_history"] if "eval_held_out_mrr" in entry]
+    assert scored == [0, 2, 4] and state["best_metric"] is not None
+    after = json.loads((output_dir / "eval_results.json").read_text())
+    at_end = next(
+        entry for entry in reversed(state["log_history"]) if entry.get("step") == 4 and "eval_held_out_mrr" in entry
+    )
+    assert 0 <= at_end["eval_held_out_mrr"] <= 1 and "eval_mrr" in after
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
         (("--query_column", "title"), "--query_column 'title' is not a column"),
         (("--eval_size", "300"), "leaves nothing to train on"),
+        (("--eval_size", "0", "--eval_on_start", "true"), "score retrieval on held-out pairs during training"),
     ],
 )
 def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, capsys, flags, message):

@@ -25,7 +25,14 @@ from .arguments import (
     training_data_name,
 )
 from .errors import UsageError, as_usage_error, exit_on_usage_error, run_script
-from .loaders import STSB, corpus_progress_bars, load_sentences, load_sts_dev, load_tokenizer
+from .loaders import (
+    STSB,
+    corpus_progress_bars,
+    evaluates_during_training,
+    load_sentences,
+    load_sts_dev,
+    load_tokenizer,
+)
 from .logs import announce, run_training, setup_logging
 from .run_end import (
     finish_sentence_encoder_run,
@@ -57,6 +64,7 @@ __all__ = [
     "announce",
     "run_training",
     "load_tokenizer",
+    "evaluates_during_training",
     "training_data_name",
     "load_sentences",
     "corpus_progress_bars",

@@ -105,8 +105,7 @@ def sentence_encoder_run(
     """The `SentenceEncoderRun` of a sentence encoder's recipe: its STS-B dev set, scored before training on the
     training device and evaluated during training with ``--eval_strategy`` or ``--eval_on_start``, and the card's
     training data named beside the recipe's own ``card`` words."""
-    from ..commands.loaders import evaluates_during_training
-    from ..commands.scripts import load_sts_dev, training_data_name
+    from ..commands.scripts import evaluates_during_training, load_sts_dev, training_data_name
 
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
     return SentenceEncoderRun(

@@ -20,6 +20,7 @@ from ...commands.scripts import (
     UsageError,
     as_usage_error,
     corpus_progress_bars,
+    evaluates_during_training,
 )
 from ...data.corpus import load_corpus
 from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval
@@ -109,7 +110,9 @@ class DataArguments:
         default=1000,
         metadata={
             "help": "Pairs held out (after a seeded shuffle) for the retrieval evaluation: their questions are "
-            "searched among all their passages. 0: no evaluation."
+            "searched among all their passages, after training, and during it with --eval_strategy or "
+            "--eval_on_start (logged as eval_held_out_recall@k and eval_held_out_mrr: --metric_for_best_model "
+            "held_out_mrr). 0: no evaluation."
         },
     )
     eval_file: str | None = field(
@@ -253,6 +256,13 @@ def build(arguments: tuple) -> DualEncoderRun:
             )
 
         run.score = score
+        if evaluates_during_training(training_args):  # --eval_strategy, --eval_on_start: the same figures
+            run.eval_dataset = {run.retrieval.name: HeldOutRetrieval(score)}
+    elif evaluates_during_training(training_args):
+        raise UsageError(
+            "--eval_strategy and --eval_on_start score retrieval on held-out pairs during training: give --eval_size "
+            "(pairs held out of --train_file) or --eval_file."
+        )
 
     with as_usage_error():  # settings it refuses, e.g. a prompt that fills --max_query_length
         run.data_collator = QueryPassageCollator(
@@ -264,6 +274,20 @@ def build(arguments: tuple) -> DualEncoderRun:
             include_prompt=model.config.include_prompt,
         )
     return run
+
+
+@dataclass
+class HeldOutRetrieval:
+    """The held-out retrieval evaluation as the Trainer's eval set (`evaluation.training.TrainingEvalSet`): scored
+    with the run's settings (k values, lengths, Matryoshka sizes), the figures it prints after training, logged as
+    ``eval_held_out_recall@k`` and ``eval_held_out_mrr``."""
+
+    score: Callable[[Any], dict[str, float]]
+    primary_metric: ClassVar[str] = "mrr"
+
+    def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
+        counts = ("queries", "passages")
+        return {f"{prefix}_{name}": value for name, value in self.score(model).items() if name not in counts}
 
 
 def _load_pairs(data_args: DataArguments, cache_dir, tokenizer, prompts, seed: int):
