@@ -23,7 +23,7 @@ from ...commands.scripts import (
     evaluates_during_training,
 )
 from ...data.corpus import load_corpus
-from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval
+from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics
 from ...models.configuration_dual_encoder import DualEncoderConfig
 from ...models.modeling_dual_encoder import DualEncoderModel
 from ...training.training_args import ContrastiveTrainingArguments
@@ -243,21 +243,20 @@ def build(arguments: tuple) -> DualEncoderRun:
     if data_args.eval_size or data_args.eval_file:
         run.retrieval = _retrieval_data(held_out, eval_columns, data_args)
 
+        settings = dict(
+            k_values=k_values,
+            query_max_length=data_args.max_query_length,
+            passage_max_length=data_args.max_passage_length,
+            truncate_dims=model.config.matryoshka_dims or (),
+        )
+
         def score(trained) -> dict[str, float]:
-            return evaluate_retrieval(
-                trained,
-                run.retrieval,
-                tokenizer,
-                k_values=k_values,
-                batch_size=training_args.per_device_eval_batch_size,
-                query_max_length=data_args.max_query_length,
-                passage_max_length=data_args.max_passage_length,
-                truncate_dims=model.config.matryoshka_dims or (),
-            )
+            batch_size = training_args.per_device_eval_batch_size
+            return evaluate_retrieval(trained, run.retrieval, tokenizer, batch_size=batch_size, **settings)
 
         run.score = score
         if evaluates_during_training(training_args):  # --eval_strategy, --eval_on_start: the same figures
-            run.eval_dataset = {run.retrieval.name: HeldOutRetrieval(score)}
+            run.eval_dataset = {run.retrieval.name: HeldOutRetrieval(run.retrieval, settings)}
     elif evaluates_during_training(training_args):
         raise UsageError(
             "--eval_strategy and --eval_on_start score retrieval on held-out pairs during training: give --eval_size "
@@ -279,15 +278,15 @@ def build(arguments: tuple) -> DualEncoderRun:
 @dataclass
 class HeldOutRetrieval:
     """The held-out retrieval evaluation as the Trainer's eval set (`evaluation.training.TrainingEvalSet`): scored
-    with the run's settings (k values, lengths, Matryoshka sizes), the figures it prints after training, logged as
-    ``eval_held_out_recall@k`` and ``eval_held_out_mrr``."""
+    with the run's ``settings`` of `evaluate_retrieval` (k values, lengths, Matryoshka sizes), the figures it prints
+    after training, logged as ``eval_held_out_recall@k`` and ``eval_held_out_mrr``."""
 
-    score: Callable[[Any], dict[str, float]]
-    primary_metric: ClassVar[str] = "mrr"
+    data: RetrievalData
+    settings: dict[str, Any]
+    primary_metric: ClassVar[str] = RetrievalData.primary_metric
 
     def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
-        counts = ("queries", "passages")
-        return {f"{prefix}_{name}": value for name, value in self.score(model).items() if name not in counts}
+        return retrieval_eval_metrics(model, self.data, tokenizer, batch_size, prefix, **self.settings)
 
 
 def _load_pairs(data_args: DataArguments, cache_dir, tokenizer, prompts, seed: int):
