@@ -97,8 +97,11 @@ def test_a_training_run_pins_its_batches_and_trains(tokenizer, tmp_path, bf16):
     trainer = _trainer(tokenizer, tmp_path, bf16)
     assert trainer.args.dataloader_pin_memory is ON_CUDA
     if ON_CUDA:
-        first = next(iter(trainer.get_train_dataloader()))
-        assert all(tensor.is_pinned() for tensor in _tensors(first))
+        # accelerate's loader moves each batch to the GPU; the pin-memory thread works in the DataLoader it wraps
+        loader = trainer.get_train_dataloader()
+        pinned = next(iter(loader.base_dataloader))
+        assert all(tensor.is_pinned() for tensor in _tensors(pinned))
+        assert all(tensor.device.type == "cuda" for tensor in _tensors(next(iter(loader))))
     result = trainer.train()
     assert np.isfinite(result.training_loss)
     assert next(trainer.model.parameters()).device.type == DEVICE.type
