@@ -35,14 +35,19 @@ $(STAMP): setup.py
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP) $(DEMO_STAMP)
 
-test: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks model_cards
-	$(MKDOCS) build --strict --quiet --site-dir $(SITE)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) tests
+# Each phase says how long it took as it ends, and pytest lists the 30 slowest tests (tests/README.md says what the
+# slowest prove): where the suite's time goes, on every run.
+timed = @start=$$(date +%s); $(2); status=$$?; echo "make: $(1) took $$(( $$(date +%s) - start )) s"; exit $$status
+
+test:
+	$(call timed,install,$(MAKE) --no-print-directory install)
+	$(call timed,ruff,$(BIN)/ruff check src tests examples benchmarks model_cards)
+	$(call timed,docs,$(MKDOCS) build --strict --quiet --site-dir $(SITE))
+	$(call timed,suite,HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) --durations=30 tests)
 
 # The quick loop: everything but tests/integration/ (launched processes, benchmark smoke runs, heavy parity checks).
 test-fast: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) -m "not slow" tests
+	$(call timed,suite,HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PARALLEL) -m "not slow" --durations=10 tests)
 
 # The documentation site (MkDocs, Material, mkdocstrings), built strictly: a broken link, anchor or API reference
 # fails it. Open site/index.html.

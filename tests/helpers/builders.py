@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 
 import datasets
 import numpy as np
@@ -274,11 +271,14 @@ def snli_slice(path, rows: int) -> str:
 
 
 def run_simcse_in_process(tmp_path, mode: str, *extra: str) -> tuple[str, object]:
+    """examples/run_simcse.py in this process (`in_process.run_script`) on a tiny BERT from a config, 3 steps: its
+    output and its output folder."""
+    from helpers.in_process import run_script
+
     encoder_config = tmp_path / "encoder.json"
     encoder_config.write_text(json.dumps({**tiny_bert_config().to_dict(), "model_type": "bert"}))
     output_dir = tmp_path / f"out-{mode}"
-    command = [
-        sys.executable, str(REPO_ROOT / "examples" / "run_simcse.py"),
+    argv = [
         "--mode", mode,
         "--config_name", str(encoder_config),
         "--tokenizer_name", str(DEMO / "tokenizer"),
@@ -292,10 +292,7 @@ def run_simcse_in_process(tmp_path, mode: str, *extra: str) -> tuple[str, object
         "--output_dir", str(output_dir),
         *extra,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result.stdout + result.stderr, output_dir
+    return run_script("run_simcse", argv, cwd=tmp_path).output, output_dir
 
 
 def saved_settings(output_dir) -> tuple[dict, object, list[dict]]:

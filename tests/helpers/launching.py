@@ -33,8 +33,14 @@ def two_processes() -> list[str]:
 
 
 def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, timeout=None):
-    """Run examples/run_clear.py as a command (`clear_arguments`); with a ``timeout`` in seconds, a run still going
+    """Run examples/run_clear.py (`clear_arguments`): in this process (`in_process.run_script`) unless a ``launcher``
+    or an environment of its own is given, else as a command; with a ``timeout`` in seconds, a command still going
     then (a hang) is killed with its processes and fails the test."""
+    if not launcher and not env:
+        from helpers.in_process import run_script
+
+        result = run_script("run_clear", clear_arguments(repo_root, tmp_path, *extra), cwd=tmp_path, check=check)
+        return result, tmp_path / "out"
     command = [
         *(launcher or [sys.executable]),
         str(repo_root / "examples" / "run_clear.py"),

@@ -34,6 +34,7 @@ from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, free_port, tiny_bert_
 pytestmark = pytest.mark.xdist_group("data_ledger")
 
 BATCH = 4  # per process
+STREAM_BATCH = 16  # per process, streamed: the same passes in fewer steps
 WORKERS = 2  # the dataloader workers of the jobs named <reader>-workers
 TIMEOUT = 1200  # seconds for all the jobs of one launch
 
@@ -151,8 +152,9 @@ def _jobs(files: dict[str, Path], processes: int, folder: Path) -> dict[str, dic
         return ["--num_train_epochs", "2", "--save_steps", str(steps + steps // 2 + 1)]  # mid-epoch 2
 
     def streamed(rows: int) -> list[str]:
-        steps = math.ceil(2.6 * rows / (BATCH * processes))  # more than 2 passes of any process's part
-        return ["--streaming", "true", "--max_steps", str(steps), "--save_steps", str(steps // 2)]
+        steps = math.ceil(2.6 * rows / (STREAM_BATCH * processes))  # more than 2 passes of any process's part
+        return ["--streaming", "true", "--per_device_train_batch_size", str(STREAM_BATCH), "--max_steps", str(steps),
+                "--save_steps", str(steps // 2)]  # fmt: skip
 
     sup = ["--mode", "sup", "--pooler_type", "mean", "--max_seq_length", "24"]
     jobs = {
@@ -193,14 +195,6 @@ def _jobs(files: dict[str, Path], processes: int, folder: Path) -> dict[str, dic
                          "--resume_from_checkpoint", str(full / f"checkpoint-{save_steps}")],
             }  # fmt: skip
     return result
-
-
-def _launch(processes: int, folder: Path) -> dict:
-    """Run every job in ``processes`` processes; the ledgers, logs and trainer states."""
-    folder.mkdir(parents=True, exist_ok=True)
-    files = _write_data(folder / "data")
-    files["mined"] = _mine(files, folder / "data")
-    return _run_jobs(processes, folder, _jobs(files, processes, folder), files)
 
 
 def _run_jobs(processes: int, folder: Path, jobs: dict[str, dict], files: dict[str, Path]) -> dict:
@@ -386,9 +380,27 @@ def check_stream(run: dict, job: str) -> None:
             assert _batches(run, f"{job}-resumed", rank) == _batches(run, job, rank)[_save_steps(run, job) :], rank
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["1-process", "2-processes"])
-def run(request, tmp_path_factory):
-    return _launch(request.param, tmp_path_factory.mktemp(f"ledger-{request.param}"))
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory) -> dict[int, dict]:
+    """Two launches run every job: one process runs the readers' jobs (`_jobs`) and saves the checkpoints that
+    `_layout_jobs` resumes with another layout, then 2 processes run the readers' jobs and the resumes on another
+    number of processes. ``{processes: the launch's ledgers, logs and trainer states}``."""
+    folder = tmp_path_factory.mktemp("ledger")
+    files = _write_data(folder / "data")
+    files["mined"] = _mine(files, folder / "data")
+    (folder / "layout").mkdir()
+    layout = _layout_jobs(folder / "layout", files)
+    runs = {}
+    for processes in (1, 2):
+        (folder / f"{processes}").mkdir()
+        jobs = {**_jobs(files, processes, folder / f"{processes}"), **layout[processes]}
+        runs[processes] = _run_jobs(processes, folder / f"{processes}", jobs, files)
+    return runs
+
+
+@pytest.fixture(params=[1, 2], ids=["1-process", "2-processes"])
+def run(request, launches):
+    return launches[request.param]
 
 
 @pytest.mark.parametrize("job", [*MAP_STYLE, *(f"{job}-workers" for job in MAP_STYLE)])
@@ -415,12 +427,10 @@ def test_empty_lines_are_skipped_and_counted(run):
 SAVED_STEP = 5  # the checkpoint resumed, in the first epoch
 
 
-@pytest.fixture(scope="module")
-def refused(tmp_path_factory):
+def _layout_jobs(folder: Path, files: dict[str, Path]) -> dict[int, dict[str, dict]]:
     """Checkpoints of two 1-process runs (map-style, streamed), each resumed with another data layout: in 1 process
-    with another batch size, gradient accumulation, streaming on or off, or dataloader workers, and in 2 processes."""
-    folder = tmp_path_factory.mktemp("ledger-layout")
-    files = _write_data(folder / "data")
+    with another batch size, gradient accumulation, streaming on or off, or dataloader workers, and in 2 processes.
+    ``{processes: {job: ...}}``, the jobs named ``layout-<name>``."""
     common = _common_arguments(folder)
     text = ["--train_file", str(files["text"]), "--max_seq_length", "24", "--save_steps", str(SAVED_STEP)]
     map_style = [*text, "--num_train_epochs", "1"]
@@ -444,8 +454,10 @@ def refused(tmp_path_factory):
         "processes": job("processes", map_style, "saved", 2),
         "processes_stream": job("processes_stream", streamed, "saved_stream", 2),
     }
-    runs = [_run_jobs(1, folder, one_process, files), _run_jobs(2, folder, two_processes, files)]
-    return {**runs[0], "jobs": {**runs[0]["jobs"], **runs[1]["jobs"]}, "processes_of": {1: runs[0], 2: runs[1]}}
+    return {
+        processes: {f"layout-{name}": job for name, job in jobs.items()}
+        for processes, jobs in ((1, one_process), (2, two_processes))
+    }
 
 
 REFUSALS = {  # job: (the processes it ran in, its checkpoint, what changed, the settings to give back)
@@ -461,17 +473,18 @@ REFUSALS = {  # job: (the processes it ran in, its checkpoint, what changed, the
 
 
 @pytest.mark.parametrize("job", list(REFUSALS))
-def test_a_resume_with_another_data_layout_is_refused_before_training(refused, job):
+def test_a_resume_with_another_data_layout_is_refused_before_training(launches, job):
     """The reported defect: a 1-process checkpoint resumed on 2 processes trained on, skipping rows (the checkpoint's
     step count, in batches of the new size: 16 of an epoch of 64 never trained, exit status 0, no warning); so did a
     changed batch size, and turning streaming on or off was not noticed. Each such resume now stops before training
     with a one-line error naming the old and new values and what to do."""
     processes, saved, changed, restore = REFUSALS[job]
-    run = refused["processes_of"][processes]
-    checkpoint = refused["folder"] / saved / f"checkpoint-{SAVED_STEP}"
-    assert len(_batches(run, saved, 0)) == (10 if saved == "saved_stream" else 12)  # the saved run trained
+    run = launches[processes]
+    folder = launches[1]["folder"].parent / "layout"
+    checkpoint = folder / saved / f"checkpoint-{SAVED_STEP}"
+    assert len(_batches(launches[1], f"layout-{saved}", 0)) == (10 if saved == "saved_stream" else 12)  # trained
     for rank in range(processes):
-        log = _job_log(run, job, rank)
+        log = _job_log(run, f"layout-{job}", rank)
         assert (
             f"run_clear.py: error: Cannot resume from {checkpoint} with another data layout than it was trained with: "
             f"{changed}. The checkpoint counts where training is at step {SAVED_STEP} of its own batches; resumed "
@@ -479,6 +492,6 @@ def test_a_resume_with_another_data_layout_is_refused_before_training(refused, j
             f"Resume with its settings ({restore}), or start a new run from its weights (--model_name_or_path "
             f"{checkpoint}, without --resume_from_checkpoint)."
         ) in log, log[-3000:]
-        assert _batches(run, job, rank) == []  # nothing trained
-    output = refused["folder"] / job
+        assert _batches(run, f"layout-{job}", rank) == []  # nothing trained
+    output = folder / job
     assert not list(output.glob("checkpoint-*")) and not (output / "trainer_state.json").exists()

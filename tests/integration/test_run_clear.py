@@ -14,8 +14,11 @@ from transformers import AutoTokenizer, HfArgumentParser
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
-from conftest import REPO_ROOT, TEST_DATA, example_script, tiny_bert_config, usage_error
+from conftest import REPO_ROOT, TEST_DATA, example_script, run_bounded, tiny_bert_config, usage_error
 from helpers.launching import NO_STS, TWO_PROCESS_TIMEOUT, clear_arguments, run_clear, two_processes
+
+# the module-scoped launch of 2 processes runs once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("run_clear")
 
 
 def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
@@ -171,18 +174,6 @@ def test_empty_corpus_is_a_clear_error(repo_root, tmp_path, capsys):
     assert error.startswith("run_clear.py: error: The corpus has no text") and "Traceback" not in error
 
 
-def test_run_clear_under_accelerate_launch_with_two_processes(repo_root, tmp_path):
-    # 45 sentences in batches of 16: accelerate completes the last batch of each process from the start of the data
-    result, output_dir = run_clear(repo_root, tmp_path, "--max_train_samples", "45", launcher=two_processes())
-    state = json.loads((output_dir / "trainer_state.json").read_text())
-    assert state["global_step"] == 3  # 2 batches per process per epoch: into the second epoch
-    assert any("cl_loss" in entry for entry in state["log_history"])
-    card = (output_dir / "README.md").read_text()
-    assert "batch size 32" in card  # 16 per device x 2 processes
-    assert "gathered across the 2 processes" in card
-    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
-
-
 def _long_lines(repo_root, count: int, length: int) -> list[str]:
     """``count`` distinct lines of Wikipedia sentences, each ``length`` characters long."""
     sentences = (repo_root / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()
@@ -195,6 +186,61 @@ def _long_lines(repo_root, count: int, length: int) -> list[str]:
     return lines
 
 
+def _two_process_jobs(folder) -> list[dict]:
+    """The runs on 2 processes, one folder each (`clear_arguments` writes its corpus and encoder config there); the
+    run expected to stop (status 1 on each process) last."""
+    uneven = folder / "uneven" / "uneven.txt"  # 7 lines of 1,200 bytes: byte ranges of 4 and 3 lines
+    one_line = folder / "one_line" / "one_line.txt"  # one line for two processes: process 1 reads none
+    for corpus, lines in ((uneven, _long_lines(REPO_ROOT, 7, 1200)), (one_line, _long_lines(REPO_ROOT, 1, 10_000))):
+        corpus.parent.mkdir(parents=True)
+        corpus.write_text("\n".join(lines) + "\n")
+    runs = {
+        "gathered": ["--max_train_samples", "45"],
+        "uneven": ["--train_file", str(uneven), "--streaming", "true", "--per_device_train_batch_size", "2",
+                   "--max_steps", "5", "--save_strategy", "steps", "--save_steps", "5", *NO_STS],
+        "ragged": ["--max_train_samples", "13", "--per_device_train_batch_size", "4",
+                   "--accelerator_config", '{"even_batches": false}', "--save_strategy", "steps", "--save_steps", "3",
+                   *NO_STS],
+        "one_line": ["--train_file", str(one_line), "--streaming", "true", *NO_STS],
+    }  # fmt: skip
+    jobs = []
+    for name, extra in runs.items():
+        (folder / name).mkdir(exist_ok=True)
+        argv = clear_arguments(REPO_ROOT, folder / name, *extra)
+        jobs.append({"name": name, "script": "examples/run_clear.py", "argv": argv, "status": int(name == "one_line")})
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def two_processes_run(tmp_path_factory):
+    """One accelerate launch of 2 processes runs every run of `_two_process_jobs` (tests/scripts/run_jobs.py):
+    ``name -> (its output folder, both processes' logs)``."""
+    folder = tmp_path_factory.mktemp("two_processes")
+    (folder / "jobs.json").write_text(json.dumps(_two_process_jobs(folder)))
+    command = [*two_processes(), str(REPO_ROOT / "tests" / "scripts" / "run_jobs.py"), str(folder / "jobs.json"),
+               str(folder)]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = run_bounded(command, TWO_PROCESS_TIMEOUT, env=env, cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    def logs(name: str) -> str:
+        return "".join((folder / f"{name}.rank{rank}.log").read_text() for rank in range(2))
+
+    return {name: (folder / name / "out", logs(name)) for name in ("gathered", "uneven", "ragged", "one_line")}
+
+
+def test_run_clear_under_accelerate_launch_with_two_processes(two_processes_run):
+    # 45 sentences in batches of 16: accelerate completes the last batch of each process from the start of the data
+    output_dir, _ = two_processes_run["gathered"]
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    assert state["global_step"] == 3  # 2 batches per process per epoch: into the second epoch
+    assert any("cl_loss" in entry for entry in state["log_history"])
+    card = (output_dir / "README.md").read_text()
+    assert "batch size 32" in card  # 16 per device x 2 processes
+    assert "gathered across the 2 processes" in card
+    assert isinstance(contrastive_hf.ContrastiveModel.from_pretrained(output_dir), contrastive_hf.ContrastiveModel)
+
+
 def assert_loads_as_the_final_model(checkpoint, output_dir) -> None:
     """The checkpoint of the last step loads, with the weights of the model saved at the end."""
     saved = contrastive_hf.ContrastiveModel.from_pretrained(checkpoint).state_dict()
@@ -203,16 +249,10 @@ def assert_loads_as_the_final_model(checkpoint, output_dir) -> None:
     assert all(torch.equal(saved[name], final[name]) for name in final)
 
 
-def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(repo_root, tmp_path):
+def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(two_processes_run):
     """7 lines of 1,200 bytes cut into two byte ranges: process 0 reads 4 lines, process 1 reads 3. Each reads its own
     again and again, so both train every step, with full batches, to --max_steps and a checkpoint that loads."""
-    corpus = tmp_path / "uneven.txt"
-    corpus.write_text("\n".join(_long_lines(repo_root, 7, 1200)) + "\n")
-    result, output_dir = run_clear(
-        repo_root, tmp_path, "--train_file", str(corpus), "--streaming", "true", "--per_device_train_batch_size", "2",
-        "--max_steps", "5", "--save_strategy", "steps", "--save_steps", "5", *NO_STS,
-        launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
-    )  # fmt: skip
+    output_dir, _ = two_processes_run["uneven"]
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 5
     losses = [entry["cl_loss"] for entry in state["log_history"] if "cl_loss" in entry]
@@ -220,30 +260,20 @@ def test_streaming_on_two_processes_with_uneven_shards_trains_every_step(repo_ro
     assert_loads_as_the_final_model(output_dir / "checkpoint-5", output_dir)
 
 
-def test_streaming_on_two_processes_stops_both_when_one_has_no_line(repo_root, tmp_path):
+def test_streaming_on_two_processes_stops_both_when_one_has_no_line(two_processes_run):
     """One line, cut into parts of equal line counts for two processes: process 1's holds none. Both processes stop
-    at once with an error naming process 1 and why, instead of one waiting for the other forever."""
-    corpus = tmp_path / "one_line.txt"
-    corpus.write_text(_long_lines(repo_root, 1, 10_000)[0] + "\n")
-    result, _ = run_clear(
-        repo_root, tmp_path, "--train_file", str(corpus), "--streaming", "true", *NO_STS,
-        check=False, launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
-    )  # fmt: skip
-    log = result.stdout + result.stderr
-    assert result.returncode != 0
+    at once (exit status 1, `run_jobs` checks it on each) with an error naming process 1 and why, instead of one
+    waiting for the other forever."""
+    _, log = two_processes_run["one_line"]
     assert "No training example on process(es) 1 of 2, while the others have some" in log
     assert "The training stream holds no example for process 1 of 2 (no line: the stream's 1 line(s) are fewer " \
         "than its 2 readers)." in log  # fmt: skip
 
 
-def test_two_processes_with_a_ragged_last_batch(repo_root, tmp_path):
+def test_two_processes_with_a_ragged_last_batch(two_processes_run):
     """13 sentences in batches of 4 without even_batches: process 0 gets batches of 4 and 4, process 1 of 4 and 1 (a
     batch of one sentence has no uniformity to log). Training crosses the epoch, logs every step and saves."""
-    result, output_dir = run_clear(
-        repo_root, tmp_path, "--max_train_samples", "13", "--per_device_train_batch_size", "4",
-        "--accelerator_config", '{"even_batches": false}', "--save_strategy", "steps", "--save_steps", "3", *NO_STS,
-        launcher=two_processes(), timeout=TWO_PROCESS_TIMEOUT,
-    )  # fmt: skip
+    output_dir, _ = two_processes_run["ragged"]
     state = json.loads((output_dir / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # 2 steps per epoch
     assert [entry["step"] for entry in state["log_history"] if "cl_loss" in entry] == [1, 2, 3]

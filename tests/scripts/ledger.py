@@ -110,6 +110,11 @@ def recording(get_batch_samples, ledger: dict):
 
 def main(jobs_file: str, ledger_dir: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
+    # datasets sleeps 5 s each time a streamed parquet pass ends (its guard against an Arrow crash at interpreter
+    # exit, apache/arrow#45214): 15 s per Hub-style streaming job, for nothing this ledger records
+    import datasets.config
+
+    datasets.config.SLEEP_TIME_ON_THREADS_SHUTDOWN = 0
     tokenizer = AutoTokenizer.from_pretrained(REPO_ROOT / "examples" / "demo" / "tokenizer")
     for cls in collator_classes():
         cls.__call__ = with_ids(cls.__call__, tokenizer)

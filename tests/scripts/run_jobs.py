@@ -2,10 +2,12 @@
 one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op build are paid once).
 
 Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR [--keep-going]``.
-``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}``. Each job's output
-(stdout and stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``.
-A failing job stops the run with its name (the launcher then stops the other processes, which may wait for this one
-in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the next job runs.
+``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}`` (and ``"status": N``
+for a job expected to end with exit status N, a run refused or stopped on purpose). Each job's output (stdout and
+stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job
+ending with another status than expected stops the run with its name (the launcher then stops the other processes,
+which may wait for this one in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the
+next job runs.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def main(jobs_file: str, log_dir: str, *options: str) -> None:
     for job in json.loads(Path(jobs_file).read_text()):
         statuses[job["name"]] = status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")
         (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
-        if status != 0 and "--keep-going" not in options:
+        if status != job.get("status", 0) and "--keep-going" not in options:
             raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}")
 
 
