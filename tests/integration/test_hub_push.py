@@ -39,22 +39,6 @@ def push_flags(repo: str) -> list[str]:
     return ["--push_to_hub", "--hub_model_id", repo, "--hub_token", TOKEN]
 
 
-def run_script(script: str, tmp_path, *flags: str, hub: FakeHub, check: bool = True):
-    command = [sys.executable, str(REPO_ROOT / "examples" / script), *flags]
-    env = {
-        **os.environ,
-        "HF_ENDPOINT": hub.endpoint,
-        "HF_HUB_OFFLINE": "0",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop("HF_TOKEN", None)  # the token comes from the command line only
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    if check:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
-
-
 COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--report_to", "none", "--save_strategy", "no"]
 COMMON += ["--use_cpu", "true", "--disable_tqdm", "true", "--logging_steps", "1"]
 
@@ -87,21 +71,46 @@ def script_commands(tmp_path) -> dict[str, tuple[str, list[str]]]:
     }
 
 
-@pytest.mark.parametrize("name", ["clear", "simcse", "declutr", "sg_bert", "dpr"])
-def test_every_script_pushes_without_the_token_or_a_local_path(tmp_path, name):
+SCRIPTS = ("clear", "simcse", "declutr", "sg_bert", "dpr")
+
+
+@pytest.fixture(scope="module")
+def pushes(tmp_path_factory) -> dict:
+    """Every script of `script_commands` trained and pushed with ``--hub_token`` on the command line, one after the
+    other in one process (tests/scripts/run_jobs.py: one interpreter start-up for all), to one loopback Hub:
+    ``{"folder", "repos": what each repository holds, "tokens": the tokens the pushes were made with}``."""
+    folder = tmp_path_factory.mktemp("pushes")
+    commands = script_commands(folder)
+    jobs = [
+        {"name": name, "script": f"examples/{commands[name][0]}",
+         "argv": [*commands[name][1], *COMMON, "--output_dir", str(folder / name / "out"),
+                  *push_flags(f"tester/{name}-tiny")]}
+        for name in SCRIPTS
+    ]  # fmt: skip
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    with FakeHub() as hub:
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "TOKENIZERS_PARALLELISM": "false",
+               "OMP_NUM_THREADS": "1"}  # fmt: skip
+        env.pop("HF_TOKEN", None)  # the token comes from the command line only
+        command = [sys.executable, str(REPO_ROOT / "tests" / "scripts" / "run_jobs.py"), str(folder / "jobs.json"),
+                   str(folder), "--keep-going"]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"folder": folder, "repos": hub.repos, "tokens": hub.tokens}
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_pushes_without_the_token_or_a_local_path(pushes, name):
     """--hub_token on the command line: the token authorises the push, and no uploaded byte holds it, nor a path of
     this machine (training_args.bin, config.json, trainer_state.json, the card...)."""
-    script, flags = script_commands(tmp_path)[name]
-    repo = f"tester/{name}-tiny"
-    with FakeHub() as hub:
-        run_script(
-            script, tmp_path, *flags, *COMMON, "--output_dir", str(tmp_path / "out"), *push_flags(repo), hub=hub
-        )
-    files = hub.repos[repo]
+    folder = pushes["folder"]
+    statuses = json.loads((folder / "statuses.rank0.json").read_text())
+    assert statuses[name] == 0, (folder / f"{name}.rank0.log").read_text()[-3000:]
+    files = pushes["repos"][f"tester/{name}-tiny"]
     assert "training_args.bin" in files and "README.md" in files
-    assert_clean(files, tmp_path)
-    assert hub.tokens and set(hub.tokens) == {TOKEN}  # the push was made with the command line's token
-    saved = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
+    assert_clean(files, folder)
+    assert pushes["tokens"] and set(pushes["tokens"]) == {TOKEN}  # the pushes were made with the command line's
+    saved = torch.load(folder / name / "out" / "training_args.bin", weights_only=False)
     assert saved.hub_token is None and saved.output_dir == "out"  # what the Trainer itself wrote
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -18,6 +16,7 @@ from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 
 from conftest import DEMO_DATA, usage_error
 from helpers.builders import HELD_OUT, PAIRS, dpr_arguments, run_dpr_in_process, write_snli_sample
+from helpers.in_process import run_script
 
 
 def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(repo_root, tmp_path):
@@ -36,8 +35,7 @@ def test_run_dpr_trains_on_snli_pairs_and_reports_retrieval_before_and_after(rep
             data=("--train_file", str(pairs)),
         ),
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = run_script(command[1], command[2:], cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "SentenceTransformer(" in result.stdout and "model.encode_query(" in result.stdout  # how to load it
     assert "hard negatives from 'hard_neg'" in result.stdout and "100 held-out questions" in result.stdout

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import contrastive_hf  # noqa: F401  (registers the model type)
 
 from conftest import tiny_bert_config
+from helpers.in_process import run_script
 
 
 def _run(repo_root, tmp_path, script, *flags):
@@ -26,8 +25,7 @@ def _run(repo_root, tmp_path, script, *flags):
         "--output_dir", str(tmp_path / "out"),
         *flags,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = run_script(command[1], command[2:], cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr, tmp_path / "out"
 

@@ -7,8 +7,6 @@ path."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +18,7 @@ from contrastive_hf import ContrastiveModel
 from contrastive_hf.hub.adapters import base_model_settings
 
 from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.in_process import run_script
 from helpers.saved_files import assert_holds_none, every_file, local_paths
 
 RUN_TIMEOUT = 300  # seconds: a hang fails the test
@@ -39,8 +38,7 @@ def test_run_simcse_trains_a_lora_adapter_that_peft_loads_and_a_merged_model_bes
         "--report_to", "none", "--save_strategy", "steps", "--save_steps", "2", "--use_cpu", "true",
         "--disable_tqdm", "true", "--output_dir", str(tmp_path / "lora-run"),
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=RUN_TIMEOUT)
+    result = run_script(command[1], command[2:], cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     adapter_dir, merged_dir = tmp_path / "lora-run", tmp_path / "lora-run-merged"
     assert "Training a LoRA adapter" in result.stdout + result.stderr

@@ -15,6 +15,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.recipes.multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.in_process import run_script
 from helpers.launching import two_processes
 from helpers.saved_files import assert_holds_none, every_file, local_paths
 
@@ -80,8 +81,11 @@ def run_multitask(tmp_path, model_dir, output_name, *extra, launcher=()):
         "--output_dir", str(output_dir),
         *extra,
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    if launcher:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    else:  # in this process: no second interpreter start-up
+        result = run_script(command[1], command[2:], cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, output_dir
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 
 import torch
@@ -16,6 +14,7 @@ from contrastive_hf import ContrastiveModel
 from contrastive_hf.evaluation import evaluate_sts, read_stsbenchmark
 
 from conftest import DEMO_DATA, tiny_bert_config
+from helpers.in_process import run_script
 
 
 def test_run_sg_bert_trains_on_the_wikipedia_sentences_and_saves_a_contrastive_model(repo_root, tmp_path):
@@ -31,8 +30,7 @@ def test_run_sg_bert_trains_on_the_wikipedia_sentences_and_saves_a_contrastive_m
         "--report_to", "none", "--save_strategy", "no", "--use_cpu", "true", "--disable_tqdm", "true",
         "--output_dir", str(tmp_path / "out"),
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    result = run_script(command[1], command[2:], cwd=tmp_path, check=False)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-4000:]
     assert "STS-B dev Spearman before training" in log and "after training" in log
