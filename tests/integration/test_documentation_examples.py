@@ -1,9 +1,11 @@
-"""The Python blocks of README and of the documentation's pages (docs/) run as pasted: each is run in a fresh
-interpreter, in a folder holding the repository's `examples/` and, where a block loads the demo's checkpoint
-(`outputs/clear-demo`), a tiny one saved there, with a LoRA adapter on it (`outputs/lora-run`)."""
+"""The Python blocks of README and of the documentation's pages (docs/) run as pasted: each in a process of its own,
+forked from an interpreter that imported only the third-party libraries (tests/scripts/run_blocks.py: the start-up
+paid once), with a fresh namespace, in a folder holding the repository's `examples/` and, where a block loads the
+demo's checkpoint (`outputs/clear-demo`), a tiny one saved there, with a LoRA adapter on it (`outputs/lora-run`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -54,10 +56,19 @@ def workdir(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize(("page", "block"), BLOCKS, ids=[f"{page}-{i}" for i, (page, _) in enumerate(BLOCKS)])
-def test_a_python_block_runs_as_pasted(workdir, page, block):
+@pytest.fixture(scope="module")
+def block_results(workdir) -> list[dict]:
+    """Every block of `BLOCKS` run by tests/scripts/run_blocks.py: its exit status and output, in order."""
+    (workdir / "blocks.json").write_text(json.dumps([block for _, block in BLOCKS]))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", block], capture_output=True, text=True, env=env, cwd=workdir, timeout=600
-    )
-    assert result.returncode == 0, f"{page}:\n{block}\n{result.stderr[-3000:]}"
+    command = [sys.executable, str(REPO_ROOT / "tests" / "scripts" / "run_blocks.py"), str(workdir / "blocks.json"),
+               str(workdir), str(workdir / "results.json")]  # fmt: skip
+    subprocess.run(command, check=True, env=env, cwd=workdir, timeout=1200)
+    return json.loads((workdir / "results.json").read_text())
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"{page}-{i}" for i, (page, _) in enumerate(BLOCKS)])
+def test_a_python_block_runs_as_pasted(block_results, index):
+    page, block = BLOCKS[index]
+    result = block_results[index]
+    assert result["status"] == 0, f"{page}:\n{block}\n{result['output'][-3000:]}"

@@ -16,6 +16,9 @@ from transformers import TrainerCallback
 
 from helpers.steps import contrastive_trainer, trained
 
+# dynamo traces every region of a tiny model: 10-40 s of CPU a path, make test-fast leaves them out
+pytestmark = pytest.mark.slow
+
 PATHS = [
     ("simcse", 0, {}),
     ("simcse", "sorted", {}),

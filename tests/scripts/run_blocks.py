@@ -1,0 +1,65 @@
+"""Run Python blocks of the documentation each in a process of its own, as pasted into a fresh interpreter: one
+interpreter imports the third-party libraries the blocks use (torch, transformers, sentence-transformers, datasets,
+peft: seconds of start-up), then each block runs in a child forked from it, with a fresh namespace, in ``cwd``.
+contrastive_hf itself is not imported ahead: a block imports what it uses, as a reader's interpreter would.
+
+Usage: ``python run_blocks.py BLOCKS.json CWD RESULTS.json``, BLOCKS.json a list of source texts; RESULTS.json gets,
+for each block in order, ``{"status": exit status, "output": what it wrote}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+import datasets  # noqa: F401
+import peft  # noqa: F401
+import sentence_transformers  # noqa: F401
+import torch  # noqa: F401
+import transformers
+from transformers import modeling_utils  # noqa: F401  (transformers' lazy modules, loaded once)
+
+transformers.AutoModel  # noqa: B018
+
+
+def run_block(source: str, cwd: str, log) -> int:
+    """``source`` in a forked child, its output into ``log``: the child's exit status."""
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.chdir(cwd)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        sys.path.insert(0, cwd)  # what `python -c` puts first: the folder it runs in
+        try:
+            exec(compile(source, "<block>", "exec"), {"__name__": "__main__"})
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:  # noqa: BLE001  (printed, exit status 1, as python -c does)
+            traceback.print_exc()
+            status = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status)
+
+
+def main(blocks_file: str, cwd: str, results_file: str) -> None:
+    results = []
+    for source in json.loads(open(blocks_file).read()):
+        with tempfile.TemporaryFile("w+") as log:
+            status = run_block(source, cwd, log)
+            log.seek(0)
+            results.append({"status": status, "output": log.read()})
+    with open(results_file, "w") as handle:
+        json.dump(results, handle)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
