@@ -3,12 +3,12 @@
 the files the run saves (issue 33's "walk of pooler_type").
 
 The script runs examples/run_clear.py in this process on the demo's tiny encoder and data
-(examples/demo/clear_scratch.json, one training step), with ``--pooler_type VALUE``, under `sys.settrace`. A function
-of the package or of the example is on the walk when, while it runs, it holds the value (an argument or a local, or
-a value of a dict it holds) or names the attribute ``pooler_type``. Class bodies and modules run on import are not
-(a dataclass field's default is not the run's value), nor is the reload check after the save (it reads the saved
-files back; the walk ends at them). The output lists each function on the walk, in the order it was first seen,
-then the files.
+(examples/demo/clear_scratch.json, one training step, STS-B dev's first 40 pairs), with ``--pooler_type VALUE``, under
+`sys.settrace`. A function of the package or of the example is on the walk when, while it runs, it holds the value (an
+argument or a local, or a value of a dict it holds) or names the attribute ``pooler_type``. Class bodies and modules
+run on import are not (a dataclass field's default is not the run's value), nor is the reload check after the save (it
+reads the saved files back; the walk ends at them). The output lists each function on the walk, in the order it was
+first seen, then the files.
 
     python benchmarks/setting_walk.py                 # --pooler_type max
     python benchmarks/setting_walk.py --value cls --from-pretrained
@@ -84,7 +84,8 @@ def walk_of(value: str, from_pretrained: bool = False) -> list[tuple[str, str]]:
             *("--config_name", str(REPO / "examples" / "demo" / "encoder_config.json")),
             *("--tokenizer_name", str(REPO / "examples" / "demo" / "tokenizer")),
             *("--train_file", str(REPO / "examples" / "demo" / "data" / "wiki1m_sample.txt")),
-            *("--stsb_dev_file", str(REPO / "examples" / "demo" / "data" / "sts-dev.csv")),
+            # STS-B dev's first 40 pairs (the suite's slice): the walk is the same, the traced evaluations shorter
+            *("--stsb_dev_file", str(REPO / "tests" / "fixtures" / "sts" / "stsbenchmark" / "sts-dev.csv")),
             *("--max_steps", "1", "--per_device_train_batch_size", "8", "--warmup_steps", "0"),
             *("--use_cpu", "true", "--output_dir", os.path.join(folder, "out")),
             *(f"--{SETTING}", value),

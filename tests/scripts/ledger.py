@@ -32,7 +32,7 @@ from transformers import AutoTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests"))
-from run_jobs import run_job  # noqa: E402  (beside this script, on the path of a script run)
+from run_jobs import run_job, settle_garbage  # noqa: E402  (beside this script, on the path of a script run)
 
 from helpers.gpu_contracts import unpinnable_tensors  # noqa: E402
 
@@ -127,6 +127,7 @@ def main(jobs_file: str, ledger_dir: str) -> None:
         path.unlink(missing_ok=True)
         path.touch()
         status = run_job(job, Path(ledger_dir) / f"{job['name']}.rank{rank}.log")
+        settle_garbage()
         if status != job.get("status", 0):
             raise RuntimeError(f"ledger job {job['name']} exited with status {status}, not {job.get('status', 0)}")
 

@@ -13,6 +13,7 @@ next job runs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import runpy
@@ -36,6 +37,14 @@ def run_job(job: dict, log: Path) -> int:
             traceback.print_exc()
             return 1
     return 0
+
+
+def settle_garbage() -> None:
+    """Collect what a finished job left, then move what remains (the modules it imported) out of the garbage
+    collector's reach (`gc.freeze`): the next job's Trainer collects garbage at the start of `train`, which would
+    otherwise walk every object of the jobs before it."""
+    gc.collect()
+    gc.freeze()
 
 
 @contextlib.contextmanager
@@ -63,6 +72,7 @@ def main(jobs_file: str, log_dir: str, *options: str) -> None:
     statuses = {}
     for job in json.loads(Path(jobs_file).read_text()):
         statuses[job["name"]] = status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")
+        settle_garbage()
         (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
         if status != job.get("status", 0) and "--keep-going" not in options:
             raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}")
