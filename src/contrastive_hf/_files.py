@@ -60,8 +60,12 @@ def written_as_local_path(name: str) -> bool:
     return os.path.isabs(name) or name.startswith((".", "~")) or name.count("/") > 1
 
 
-def hub_id_or_none(name_or_path: str | None) -> str | None:
-    """A Hub id for a model card's base_model; None for local folders (no local paths in cards) or from scratch."""
-    if not name_or_path or os.path.exists(name_or_path):
+def hub_id_or_none(name_or_path: str | os.PathLike | None) -> str | None:
+    """A Hub id for a model card's base_model; None for local folders (no local paths in cards), whether or not they
+    exist on this machine (`written_as_local_path`), or from scratch."""
+    if not name_or_path:
         return None
-    return name_or_path
+    name = os.fspath(name_or_path)
+    if written_as_local_path(name) or os.path.exists(name):
+        return None
+    return name

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import sys
 
@@ -158,8 +159,8 @@ def poisoned_copy(checkpoint, tmp_path, file: str, tensor: str, value: float = f
 
 
 def test_checkpoint_weights_that_are_not_finite_are_refused_at_load_naming_file_and_tensor(checkpoint, tmp_path):
-    tensor = "encoder.layer.1.output.dense.weight"
-    poisoned = poisoned_copy(checkpoint, tmp_path, "model.safetensors", tensor)
+    tensor = "encoder.layer.1.output.dense.weight"  # named as the encoder names it: BertForMaskedLM's bert.<name>
+    poisoned = poisoned_copy(checkpoint, tmp_path, "model.safetensors", f"bert.{tensor}")
     with pytest.raises(ValueError) as error:
         ContrastiveModel.from_pretrained(poisoned)
     assert str(error.value) == (
@@ -171,9 +172,16 @@ def test_checkpoint_weights_that_are_not_finite_are_refused_at_load_naming_file_
         model.load_saved_weights(poisoned)  # what a Trainer resuming from the checkpoint calls
 
 
-def test_head_weights_that_are_not_finite_are_refused_at_load(checkpoint, tmp_path):
-    poisoned = poisoned_copy(checkpoint, tmp_path, "contrastive_heads.safetensors", "mlm_head.bias", float("inf"))
-    with pytest.raises(ValueError, match=r"contrastive_heads\.safetensors holds NaN or infinite .*: mlm_head\.bias\."):
+@pytest.mark.parametrize(
+    ("file", "tensor", "named"),
+    [
+        ("contrastive_heads.safetensors", "projection.layers.0.bias", "projection.layers.0.bias"),
+        ("model.safetensors", "cls.predictions.bias", "mlm_head.bias"),  # the trained MLM head, with the encoder
+    ],
+)
+def test_head_weights_that_are_not_finite_are_refused_at_load(checkpoint, tmp_path, file, tensor, named):
+    poisoned = poisoned_copy(checkpoint, tmp_path, file, tensor, float("inf"))
+    with pytest.raises(ValueError, match=rf"{re.escape(file)} holds NaN or infinite .*: {re.escape(named)}\."):
         ContrastiveForPreTraining.from_pretrained(poisoned)
 
 

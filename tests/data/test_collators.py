@@ -351,6 +351,31 @@ def test_features_without_ids_or_text_raise(tokenizer):
         collator([{"sentence": "hello"}, {"sentence": "world"}])
 
 
+def grouped_windows(tokenizer, sentences, length: int) -> list[dict]:
+    """run_mlm.py's default (``group_texts``): every text tokenized, concatenated and cut into windows."""
+    stream = [token for sentence in sentences for token in tokenizer(sentence)["input_ids"]]
+    return [{"input_ids": stream[start : start + length]} for start in range(0, len(stream) - length + 1, length)]
+
+
+def test_windows_cut_from_concatenated_texts_are_refused_with_the_fix(del_tokenizer):
+    collator = ContrastiveDataCollator(del_tokenizer, seed=0)
+    windows = grouped_windows(del_tokenizer, SENTENCES, 12)
+    with pytest.raises(ValueError, match="do not start with \\[CLS\\]") as error:
+        collator(windows)
+    assert "--line_by_line true" in str(error.value) and "tokenize_corpus" in str(error.value)
+    assert f"{len(windows) - 1} of the {len(windows)} examples" in str(error.value)  # the first window is a sentence's
+
+
+def test_sentences_and_framed_blocks_are_taken(del_tokenizer):
+    from contrastive_hf.data.tokenizing import tokenize_corpus
+
+    collator = ContrastiveDataCollator(del_tokenizer, seed=0)
+    blocks = tokenize_corpus(Dataset.from_dict({"text": SENTENCES}), del_tokenizer, 12, line_by_line=False)
+    assert len(blocks) > 2 and collator(list(blocks))["input_ids"].shape[0] == len(blocks)  # each block framed
+    assert collator(_features(del_tokenizer))["input_ids"].shape[0] == len(SENTENCES)
+    assert collator([{"text": text} for text in SENTENCES])["input_ids"].shape[0] == len(SENTENCES)
+
+
 def test_num_views_must_be_positive(tokenizer):
     with pytest.raises(ValueError, match="num_views"):
         ContrastiveDataCollator(tokenizer, augmentation="dropout", num_views=0)

@@ -90,6 +90,23 @@ def test_a_trainer_used_from_python_writes_a_card_of_its_run_whose_metadata_the_
     assert str(tmp_path) not in text
 
 
+@pytest.mark.parametrize(
+    ("finetuned_from", "base_model"),
+    [
+        ("{tmp}", None),  # run_mlm.py's --model_name_or_path of a local folder
+        ("{tmp}/moved/elsewhere", None),  # a local path that is gone by the time the card is written
+        ("./models/bert", None),
+        ("bert-base-uncased", "bert-base-uncased"),  # a Hub id is the card's base model
+    ],
+)
+def test_the_card_names_a_hub_base_model_and_no_local_path(tokenizer, tmp_path, finetuned_from, base_model):
+    trainer = make_trainer(tokenizer, tmp_path / "out", augmentation="dropout", mlm_weight=0.0, max_steps=1)
+    trainer.create_model_card(finetuned_from=finetuned_from.format(tmp=tmp_path), tasks="fill-mask")
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert card.data.base_model == base_model
+    assert str(tmp_path) not in card.content and "./models" not in card.content
+
+
 def test_a_registered_method_gets_its_text_and_an_unknown_one_the_generic_text():
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=50)))
     card = {"name": "Test Method", "description": "Pulls test pairs together.", "citation_short": "Doe, 2031"}

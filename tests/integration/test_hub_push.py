@@ -138,7 +138,7 @@ def test_run_clear_pushes_a_checkpoint_that_sentence_transformers_loads_as_readm
     assert expected <= set(files), sorted(files)
     assert not any(name.startswith("checkpoint-") or name.endswith(".py") for name in files)
     assert files["model.safetensors"] == (output_dir / "model.safetensors").read_bytes()  # what was saved locally
-    assert json.loads(files["config.json"])["architectures"] == ["BertModel"]
+    assert json.loads(files["config.json"])["architectures"] == ["BertForMaskedLM"]  # CLEAR trains its MLM head
     card = files["README.md"].decode()
     assert "model-index" in card and "spearman_cosine" in card
     assert 'SentenceTransformer("tester/clear-tiny")' in card

@@ -247,7 +247,8 @@ def test_a_saved_checkpoint_is_the_encoder_in_its_own_architecture_with_our_file
     files = set(os.listdir(tmp_path))
     assert {"model.safetensors", "config.json", "contrastive_config.json", "contrastive_heads.safetensors"} <= files
     assert not any(name.endswith((".bin", ".py")) for name in files)  # safetensors only, and no code to run
-    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
+    # with its trained MLM head, as BERT's masked-LM model (tests/models/test_masked_lm_checkpoint.py)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     input_ids, attention_mask = batch()
     expected = model.contrastive(input_ids=input_ids, attention_mask=attention_mask).pooler_output
 

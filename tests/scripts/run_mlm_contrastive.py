@@ -1,32 +1,42 @@
 #!/usr/bin/env python
-"""transformers' run_mlm.py with contrastive_hf dropped in: MLM + CLEAR's contrastive loss from an unchanged script.
+"""transformers' run_mlm.py, condensed, as the drop-in tests run it. This file (tests/scripts/run_mlm.py) is the
+script with transformers alone (``AutoModelForMaskedLM``, ``DataCollatorForLanguageModeling``, ``Trainer``);
+tests/scripts/run_mlm_contrastive.py is it with examples/drop_in/run_mlm.diff applied (ContrastiveTrainer dropped
+in), byte for byte, as tests/integration/test_drop_in.py checks before running both.
 
-A condensed copy of the structure of transformers' examples/pytorch/language-modeling/run_mlm.py (argument
-dataclasses, HfArgumentParser, ``load_dataset("text", ...)``, tokenization with ``datasets.map``, Trainer, train,
-save, metrics, model card), written for tests/integration/test_drop_in.py. Only the lines marked
-``# contrastive_hf`` differ from run_mlm.py's; they are the diff the README shows:
-
-- the model is a `ContrastiveForPreTraining` (encoder + pooler + projection + MLM head) instead of
-  ``AutoModelForMaskedLM``, from the same pretrained checkpoint or encoder config;
-- `ContrastiveDataCollator` replaces ``DataCollatorForLanguageModeling``: it masks a copy of each batch for MLM as
-  that collator does, and adds two augmented views of every sentence for the contrastive loss;
-- `ContrastiveTrainer` and `ContrastiveTrainingArguments` replace ``Trainer`` and ``TrainingArguments``; the trainer
-  logs ``mlm_loss`` and ``cl_loss`` beside ``loss``.
+It follows the structure and behaviour of run_mlm.py in transformers 5.24's examples (examples/pytorch/
+language-modeling/, Apache-2.0, by the HuggingFace team), written for these tests rather than copied: argument
+dataclasses and ``HfArgumentParser`` (which also takes one JSON file), ``load_dataset("text", ...)``, tokenization
+with ``datasets.map``, line by line (``--line_by_line``) or, by default, every text concatenated and cut into
+``max_seq_length`` windows (``group_texts``), the Trainer with run_mlm's metric functions
+(``preprocess_logits_for_metrics`` takes the argmax of the first prediction, the logits; ``compute_metrics`` the
+accuracy on the tokens whose label is not -100), train, save, evaluate (with the perplexity), and the model card with
+``finetuned_from`` and ``tasks="fill-mask"``. Left out: Hub datasets, ``--config_overrides``, a validation split cut
+from the training file, checkpoint detection, TPUs and telemetry. run_mlm.py loads its metric with
+``evaluate.load("accuracy")``, which downloads the metric's script; the tests run offline, so the accuracy is
+computed here as that metric computes it (the fraction of equal labels).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from dataclasses import dataclass, field
 from itertools import chain
 
+import numpy as np
 import transformers
 from datasets import load_dataset
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser, set_seed
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    HfArgumentParser,
+    set_seed,
+)
 
-from contrastive_hf import (  # contrastive_hf
+from contrastive_hf import (
     ContrastiveDataCollator,
     ContrastiveForPreTraining,
     ContrastiveTrainer,
@@ -56,10 +66,11 @@ class DataTrainingArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "Ratio of tokens to mask for the MLM loss."})
     line_by_line: bool = field(default=False, metadata={"help": "Each non-empty line is one example."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Truncate the training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Truncate the evaluation examples."})
 
 
 def main():
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, ContrastiveTrainingArguments))  # contrastive_hf
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, ContrastiveTrainingArguments))
     if len(sys.argv) == 2 and sys.argv[1].endswith(".json"):
         model_args, data_args, training_args = parser.parse_json_file(json_file=os.path.abspath(sys.argv[1]))
     else:
@@ -82,12 +93,12 @@ def main():
 
     config = AutoConfig.from_pretrained(model_args.config_name or model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-    add_del_token(tokenizer)  # contrastive_hf: the [DEL] token of CLEAR's word-deletion views
+    add_del_token(tokenizer)  # CLEAR's [DEL]; the resizing below makes room for it
     if model_args.model_name_or_path:
-        model = ContrastiveForPreTraining.from_encoder_pretrained(model_args.model_name_or_path)  # contrastive_hf
+        model = ContrastiveForPreTraining.from_encoder_pretrained(model_args.model_name_or_path)
     else:
         logger.info("Training new model from scratch")
-        model = ContrastiveForPreTraining.from_config(config)  # contrastive_hf
+        model = ContrastiveForPreTraining.from_config(config)
 
     # We resize the embeddings only when necessary to avoid index errors.
     embedding_size = model.get_input_embeddings().weight.shape[0]
@@ -142,24 +153,42 @@ def main():
     train_dataset = tokenized_datasets["train"]
     if data_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(len(train_dataset), data_args.max_train_samples)))
-    eval_dataset = tokenized_datasets["validation"] if training_args.do_eval else None
+
+    eval_dataset = None
+    if training_args.do_eval:
+        eval_dataset = tokenized_datasets["validation"]
+        if data_args.max_eval_samples is not None:
+            eval_dataset = eval_dataset.select(range(min(len(eval_dataset), data_args.max_eval_samples)))
+
+        def preprocess_logits_for_metrics(logits, labels):
+            if isinstance(logits, tuple):  # a model may return more than its logits; they come first
+                logits = logits[0]
+            return logits.argmax(dim=-1)
+
+        def compute_metrics(eval_preds):
+            predictions, labels = eval_preds  # both (examples, length): the argmax of every token, its label
+            labels, predictions = labels.reshape(-1), predictions.reshape(-1)
+            scored = labels != -100
+            return {"accuracy": float(np.mean(predictions[scored] == labels[scored]))}
 
     pad_to_multiple_of_8 = data_args.line_by_line and training_args.fp16
-    data_collator = ContrastiveDataCollator(  # contrastive_hf
+    data_collator = ContrastiveDataCollator(
         tokenizer=tokenizer,
         mlm_probability=data_args.mlm_probability,
         pad_to_multiple_of=8 if pad_to_multiple_of_8 else None,
-        augmentation="del_word",  # contrastive_hf: two views of each sentence, 70% of the words deleted in each
-        seed=training_args.seed,  # contrastive_hf: reproducible views and masks
+        augmentation="del_word",  # two views of each sentence, words deleted at random in each
+        seed=training_args.seed,  # reproducible views and masks
     )
 
-    trainer = ContrastiveTrainer(  # contrastive_hf
+    trainer = ContrastiveTrainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset if training_args.do_train else None,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=data_collator,
+        compute_metrics=compute_metrics if training_args.do_eval else None,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics if training_args.do_eval else None,
     )
 
     if training_args.do_train:
@@ -172,8 +201,13 @@ def main():
         trainer.save_state()
 
     if training_args.do_eval:
-        metrics = trainer.evaluate()  # eval_loss: mlm_weight * L_MLM + cl_weight * L_CL on the validation views
+        metrics = trainer.evaluate()
         metrics["eval_samples"] = len(eval_dataset)
+        try:
+            perplexity = math.exp(metrics["eval_loss"])
+        except OverflowError:
+            perplexity = float("inf")
+        metrics["perplexity"] = perplexity
         trainer.log_metrics("eval", metrics)
         trainer.save_metrics("eval", metrics)
 

@@ -117,6 +117,101 @@ def test_plain_training_arguments_work_with_the_contrastive_defaults(tokenizer, 
 
 
 # ----------------------------------------------------------------------------------------------------
+# Evaluation: a script's own compute_metrics, as with transformers' masked-LM models
+# ----------------------------------------------------------------------------------------------------
+
+
+def run_mlm_s_metric_functions(seen: dict):
+    """run_mlm.py's ``preprocess_logits_for_metrics`` (the argmax of the first prediction) and ``compute_metrics``
+    (accuracy on the tokens whose label is not -100), recording what the trainer gave them in ``seen``."""
+
+    def preprocess_logits_for_metrics(logits, labels):
+        seen["logits_shape"], seen["labels_shape"] = tuple(logits[0].shape), tuple(labels.shape)
+        return logits[0].argmax(dim=-1)
+
+    def compute_metrics(prediction):
+        seen["predictions"], seen["labels"] = prediction.predictions, prediction.label_ids
+        scored = prediction.label_ids != -100
+        return {"accuracy": float((prediction.predictions[scored] == prediction.label_ids[scored]).mean())}
+
+    return preprocess_logits_for_metrics, compute_metrics
+
+
+def test_compute_metrics_get_the_mlm_logits_as_from_a_masked_lm_model(tokenizer, tmp_path):
+    from datasets import Dataset
+
+    seen = {}
+    preprocess, compute = run_mlm_s_metric_functions(seen)
+    built = make_trainer(tokenizer, tmp_path)
+    eval_dataset = Dataset.from_dict({"text": SENTENCES[:8]})  # one evaluation batch
+    trainer = ContrastiveTrainer(
+        model=built.model,
+        args=built.args,  # ContrastiveTrainingArguments as they are: transformers' prediction_loss_only=False
+        eval_dataset=eval_dataset,
+        data_collator=built.data_collator,
+        processing_class=tokenizer,
+        compute_metrics=compute,
+        preprocess_logits_for_metrics=preprocess,
+    )
+    metrics = trainer.evaluate()
+
+    batch = built.data_collator([eval_dataset[index] for index in range(8)])  # the same draws: keyed per example
+    model = trainer.model.eval()
+    with torch.no_grad():  # written out: the encoder's states of the MLM copy, the head on every position
+        states = model.contrastive.encoder(
+            input_ids=batch["mlm_input_ids"], attention_mask=batch["mlm_attention_mask"]
+        ).last_hidden_state
+        expected = model.mlm_head(states, model.get_input_embeddings().weight).argmax(dim=-1)
+    labels = batch["mlm_labels"]
+    assert seen["logits_shape"] == (*labels.shape, len(tokenizer)) and seen["labels_shape"] == tuple(labels.shape)
+    scored = labels != -100
+    assert scored.sum() > 5
+    assert (seen["labels"] == labels.numpy()).all()
+    assert (seen["predictions"][scored.numpy()] == expected[scored].numpy()).all()
+    accuracy = (expected[scored] == labels[scored]).float().mean().item()
+    assert metrics["eval_accuracy"] == pytest.approx(accuracy)
+
+
+def test_predict_gathers_the_logits_and_embeddings_and_not_the_parts_of_the_loss(tokenizer, tmp_path):
+    """The parts of the loss the model returns are scalars, which the Trainer cannot gather across batches."""
+    from datasets import Dataset
+
+    built = make_trainer(tokenizer, tmp_path, per_device_eval_batch_size=4)
+    trainer = ContrastiveTrainer(model=built.model, args=built.args, data_collator=built.data_collator)
+    output = trainer.predict(Dataset.from_dict({"text": SENTENCES[:8]}))  # two batches
+    logits, embeddings = output.predictions
+    assert logits.shape[:2] == output.label_ids.shape and logits.shape[2] == len(tokenizer)
+    assert embeddings.shape == (8, 2, 32)  # the two views of each sentence, projected
+    assert "test_loss" in output.metrics
+
+
+def test_an_evaluation_of_the_loss_only_scores_no_token_and_gives_the_same_loss(tokenizer, tmp_path):
+    from datasets import Dataset
+
+    built = make_trainer(tokenizer, tmp_path)
+    eval_dataset = Dataset.from_dict({"text": SENTENCES[:8]})
+    asked = []
+    built.model.register_forward_pre_hook(
+        lambda module, args, kwargs: asked.append(kwargs.get("return_mlm_logits")), with_kwargs=True
+    )
+    loss_only = ContrastiveTrainer(
+        model=built.model, args=built.args, eval_dataset=eval_dataset, data_collator=built.data_collator
+    ).evaluate()  # no compute_metrics: transformers evaluates the loss only
+    assert asked == [False]
+    preprocess, compute = run_mlm_s_metric_functions({})
+    with_metrics = ContrastiveTrainer(
+        model=built.model,
+        args=built.args,
+        eval_dataset=eval_dataset,
+        data_collator=built.data_collator,
+        compute_metrics=compute,
+        preprocess_logits_for_metrics=preprocess,
+    ).evaluate()
+    assert asked == [False, None]  # the model's default when evaluated: the logits
+    assert with_metrics["eval_loss"] == pytest.approx(loss_only["eval_loss"], abs=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Several processes: what every process must agree on (the real 2-process runs: tests/integration/test_run_clear.py)
 # ----------------------------------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ def verify_reload(path: str, tokenizer, trained: ReloadReference) -> None:
     `trained_embeddings`), on the device they were computed on and without autocast, so that only the saved weights
     can differ (`ReloadReference.agreement`): `ContrastiveModel.from_pretrained`, and `SentenceTransformer` without
     remote code when the checkpoint carries sentence-transformers modules."""
+    from ..models.masked_lm_checkpoint import masked_lm_head_left_unused
     from ..models.modeling_contrastive import ContrastiveModel
     from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 
@@ -62,6 +63,7 @@ def verify_reload(path: str, tokenizer, trained: ReloadReference) -> None:
     model = ContrastiveModel.from_pretrained(path).to(trained.device)
     reloaded = {"ContrastiveModel.from_pretrained": model.encode(sentences, tokenizer=tokenizer, bf16=False)}
     expressible = sentence_transformers_unsupported_reason(model) is None
+    encoder_config = model.config.encoder  # as saved: a trained MLM head is saved with the encoder
     del model  # on the training device beside the trained model: one reloaded model there at a time
     if expressible and os.path.isfile(os.path.join(path, "modules.json")):
         try:
@@ -69,7 +71,11 @@ def verify_reload(path: str, tokenizer, trained: ReloadReference) -> None:
         except ImportError:  # not a requirement of this package
             print("sentence-transformers is not installed: its reload of the checkpoint was not checked.")
         else:
-            reloaded["SentenceTransformer"] = SentenceTransformer(path, device=str(trained.device)).encode(sentences)
+            # sentence-transformers takes the encoder alone: the MLM head beside it in model.safetensors is expected
+            # to go unused (`masked_lm_head_left_unused`), and is not reported as transformers would
+            with masked_lm_head_left_unused(encoder_config):
+                sentence_transformer = SentenceTransformer(path, device=str(trained.device))
+            reloaded["SentenceTransformer"] = sentence_transformer.encode(sentences)
     for loader, embeddings in reloaded.items():
         agrees, closeness = trained.agreement(np.asarray(embeddings))
         if not agrees:

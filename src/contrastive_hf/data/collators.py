@@ -370,6 +370,31 @@ class ContrastiveDataCollator:
         if self.seed is None:
             self.seed = new_seed()
         self._special = special_token_table(self.tokenizer)
+        prefix, _ = special_token_frame(self.tokenizer)
+        self._sentence_start = prefix[0] if prefix else None  # [CLS], <s>: what every sentence starts with
+
+    def _refuse_cut_windows(self, sentences: TokenBatch) -> None:
+        """A `ValueError` when examples do not start as the tokenizer starts a sentence ([CLS], <s>): token ids
+        concatenated across texts and cut into windows, as transformers' run_mlm.py makes them without
+        ``--line_by_line`` (``group_texts``). Their views would cross sentence boundaries with no [CLS] at position
+        0, where the cls poolers read the sentence, and the contrastive loss would train on them silently. Checked
+        on the host, where the batch is built: the training step reads nothing back."""
+        if self._sentence_start is None:  # a tokenizer that adds nothing before a sentence (GPT-2's)
+            return
+        cut = np.flatnonzero(sentences.ids[:, 0] != self._sentence_start)
+        if len(cut) == 0:
+            return
+        start = self.tokenizer.convert_ids_to_tokens(self._sentence_start)
+        example = self.tokenizer.convert_ids_to_tokens(sentences.ids[cut[0], :4].tolist())
+        raise ValueError(
+            f"{len(cut)} of the {len(sentences)} examples of this batch do not start with {start} (example "
+            f"{cut[0]} starts with {' '.join(example)}): they are windows cut from texts concatenated together, as "
+            "run_mlm.py groups them without --line_by_line, not sentences. Their views would cross sentence "
+            f"boundaries with no {start} at position 0, and the contrastive loss would train on them. Give one "
+            "sentence (or text) per example: --line_by_line true in run_mlm.py, input_ids tokenized with the "
+            f"tokenizer's special tokens, or contrastive_hf.tokenize_corpus, whose packed blocks each start with "
+            f"{start}."
+        )
 
     def _build(self, augmentation) -> Augmentation:
         if isinstance(augmentation, Augmentation):
@@ -426,6 +451,7 @@ class ContrastiveDataCollator:
                 f"Example {int(np.argmin(sentences.lengths))} of the batch has no tokens; drop empty examples "
                 "before training (contrastive_hf.data.tokenize_corpus does)."
             )
+        self._refuse_cut_windows(sentences)
         identities = example_identities(features, sentences)
         size, views_per = len(sentences), self.num_views
         view_numbers = np.tile(np.arange(views_per, dtype=np.uint64), size)

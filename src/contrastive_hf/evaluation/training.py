@@ -3,7 +3,7 @@ uniformity) every ``eval_steps``, logged as ``eval_stsb_spearman`` so that ``met
 
 An eval dataset that scores a model itself is a `TrainingEvalSet`; `ContrastiveTrainer.evaluate` asks each such set
 among its eval datasets for its metrics (`STSData`: `sts_eval_metrics`; `RetrievalData`: recall@k and MRR). Any
-other eval dataset gets the Trainer's loss evaluation.
+other eval dataset gets the Trainer's evaluation (the loss, and ``compute_metrics`` when the trainer has one).
 """
 
 from __future__ import annotations

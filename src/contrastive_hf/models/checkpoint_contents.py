@@ -12,8 +12,9 @@ import json
 import os
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
-from transformers.utils import CONFIG_NAME
+from transformers.utils import CONFIG_NAME, SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from .checkpoint_names import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, HEADS_WEIGHTS_NAME
 
@@ -22,6 +23,8 @@ __all__ = [
     "what_the_path_holds",
     "read_json",
     "read_heads",
+    "read_named_weights",
+    "weight_files",
     "sentence_transformers_max_seq_length",
 ]
 
@@ -122,3 +125,44 @@ def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.T
             f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
             "checkpoint again, or copy it again from where it was saved."
         ) from error
+
+
+def weight_files(folder: str | os.PathLike) -> list[str]:
+    """The weight files of a local checkpoint folder: its ``model.safetensors``, or the shards its
+    ``model.safetensors.index.json`` names; [] when it has neither."""
+    single = os.path.join(folder, SAFE_WEIGHTS_NAME)
+    if os.path.isfile(single):
+        return [single]
+    index = read_json(folder, SAFE_WEIGHTS_INDEX_NAME)
+    shards = dict.fromkeys((index or {}).get("weight_map", {}).values())
+    return [os.path.join(folder, shard) for shard in shards]
+
+
+def read_named_weights(name_or_path: str | os.PathLike, names, **download) -> dict[str, torch.Tensor]:
+    """The weights among ``names`` that a checkpoint's ``model.safetensors`` (or its shards) holds, read alone
+    (a head saved with the encoder: `masked_lm_checkpoint`), from a folder or a Hub repository; {} when it holds
+    none of them."""
+    single = _locate(name_or_path, SAFE_WEIGHTS_NAME, **download)
+    if single is not None:
+        files = {single: list(names)}
+    else:
+        weight_map = (read_json(name_or_path, SAFE_WEIGHTS_INDEX_NAME, **download) or {}).get("weight_map", {})
+        files = {}
+        for name in names:
+            if name in weight_map:
+                files.setdefault(weight_map[name], []).append(name)
+        files = {_locate(name_or_path, shard, **download): wanted for shard, wanted in files.items()}
+    weights = {}
+    for path, wanted in files.items():
+        if path is None:
+            continue
+        try:
+            with safe_open(path, framework="pt", device="cpu") as handle:
+                present = set(handle.keys())
+                weights.update({name: handle.get_tensor(name) for name in wanted if name in present})
+        except Exception as error:  # safetensors raises its own error types for truncated or corrupt files
+            raise OSError(
+                f"{path} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: save the "
+                "checkpoint again, or copy it again from where it was saved."
+            ) from error
+    return weights

@@ -9,8 +9,13 @@ exporters, the Hub's widget) serve it. What only contrastive_hf needs lies besid
 
 * ``contrastive_config.json`` (or ``dual_encoder_config.json``): the model's own configuration without the encoder
   (pooler, projection, temperature, loss weights...) and the class that saved it;
-* ``contrastive_heads.safetensors``: the weights outside the encoder (the projection head, the MLM head, a
-  classifier), under the names the saving model gives them, less a leading ``contrastive.``.
+* ``contrastive_heads.safetensors``: the weights outside the encoder (the projection head, a classifier, an MLM
+  head not saved with the encoder), under the names the saving model gives them, less a leading ``contrastive.``.
+
+A model that trained an MLM head saves it with its encoder, as the encoder architecture's masked-LM model
+(`masked_lm_checkpoint`: ``config.json`` names ``BertForMaskedLM``, ``model.safetensors`` holds ``bert.*`` and the
+head under BERT's names), so that ``AutoModelForMaskedLM`` and the fill-mask pipeline predict with it; ``AutoModel``
+and sentence-transformers take the encoder from the same file.
 
 This module imports only the standard library, torch, safetensors, transformers and this folder, as every module of
 `models/` does (see its `__init__`).
@@ -34,7 +39,9 @@ from .checkpoint_contents import (  # noqa: F401
     checkpoint_model_type,
     read_heads,
     read_json,
+    read_named_weights,
     sentence_transformers_max_seq_length,
+    weight_files,
     what_the_path_holds,
 )
 
@@ -59,6 +66,7 @@ from .checkpoint_names import (  # noqa: F401
     download_kwargs,
     merged_folder,
 )
+from .masked_lm_checkpoint import MaskedLMLayout
 
 # write_json: the one JSON format of every file we write, defined beside its main user (re-exported here).
 from .sentence_transformers_files import write_json, write_sentence_transformers_files
@@ -160,6 +168,17 @@ def record_saved_dtype(folder: str, dtype: torch.dtype | None) -> None:
         write_json(path, config)
 
 
+def record_architecture(folder: str, architecture: str) -> None:
+    """Make ``architecture`` the one ``architectures`` entry of ``folder``'s config.json: the model its weights are
+    (an encoder saved with its MLM head is its architecture's masked-LM model, `masked_lm_checkpoint`)."""
+    path = os.path.join(folder, CONFIG_NAME)
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    if config.get("architectures") != [architecture]:
+        config["architectures"] = [architecture]
+        write_json(path, config)
+
+
 def write_heads(save_directory: str | os.PathLike, state: dict[str, torch.Tensor]) -> None:
     """Save the weights outside the encoder; removes a stale file when there are none."""
     path = os.path.join(save_directory, HEADS_WEIGHTS_NAME)
@@ -238,6 +257,17 @@ class EmbeddingCheckpointMixin:
     # removed from the names of the weights outside the encoders, so that they do not depend on the saving class
     head_prefix = "contrastive."
 
+    def encoder_head_layout(self, name: str) -> MaskedLMLayout | None:
+        """Where encoder ``name``'s weights file holds heads of this model too, when a save put them there (the
+        encoder architecture's masked-LM model: `masked_lm_checkpoint.MaskedLMLayout`); None when it never does.
+        Loading reads the heads there whenever the file holds them."""
+        return None
+
+    def saved_encoder_head_layout(self, name: str) -> MaskedLMLayout | None:
+        """The `encoder_head_layout` a save writes encoder ``name`` in, or None: the encoder alone, every head
+        beside it in `HEADS_WEIGHTS_NAME`."""
+        return None
+
     # ---------------------------------------------------------------------------------------------------------
     # Saving
     # ---------------------------------------------------------------------------------------------------------
@@ -298,11 +328,15 @@ class EmbeddingCheckpointMixin:
         prefixes = {name: prefix for name, (_, prefix, _) in encoders.items()}
         encoder_states, heads = split_state_dict(state_dict, prefixes, strip=self.head_prefix)
         for name, (folder, _, encoder) in encoders.items():
-            saved_dtype = weights_dtype(encoder_states[name])  # transformers empties the state dict as it writes
-            encoder.save_pretrained(
-                os.path.join(save_directory, folder), state_dict=encoder_states[name], max_shard_size=max_shard_size
-            )
-            record_saved_dtype(os.path.join(save_directory, folder), saved_dtype)
+            location, state = os.path.join(save_directory, folder), encoder_states[name]
+            layout = self.saved_encoder_head_layout(name)
+            if layout is not None:  # its head goes with it, out of the heads' file
+                state = layout.to_checkpoint(state, heads)
+            saved_dtype = weights_dtype(state)  # transformers empties the state dict as it writes
+            encoder.save_pretrained(location, state_dict=state, max_shard_size=max_shard_size)
+            record_saved_dtype(location, saved_dtype)
+            if layout is not None:
+                record_architecture(location, layout.architecture)
             if folder:  # a tower in a sub-folder carries its tokenizer
                 save_tokenizer(self.tokenizer, os.path.join(save_directory, folder))
         write_heads(save_directory, heads)
@@ -382,9 +416,12 @@ class EmbeddingCheckpointMixin:
         }
         model = cls.assemble(config, sources, loading)
         heads = read_heads(pretrained_model_name_or_path, **download)
-        model.load_heads(heads)
+        encoder_heads = model.read_encoder_heads(pretrained_model_name_or_path, **download)
+        model.load_heads({**heads, **encoder_heads})
         model.refuse_non_finite_weights(
-            os.path.join(os.fspath(pretrained_model_name_or_path), download.get("subfolder") or ""), heads
+            os.path.join(os.fspath(pretrained_model_name_or_path), download.get("subfolder") or ""),
+            heads,
+            encoder_heads,
         )
         model.config._name_or_path = str(pretrained_model_name_or_path)
         return model
@@ -454,16 +491,34 @@ class EmbeddingCheckpointMixin:
                 f"; of another shape in the checkpoint (skipped): {', '.join(mismatched)}" if mismatched else "",
             )
 
+    def read_encoder_heads(self, name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
+        """The heads a checkpoint (a folder or a Hub id) holds in its encoders' weight files
+        (`encoder_head_layout`), under this model's names; {} when it holds none there (its heads are in
+        `HEADS_WEIGHTS_NAME`, as every checkpoint before 0.3 has them)."""
+        heads = {}
+        for name, (folder, _, _) in self.checkpoint_encoders().items():
+            layout = self.encoder_head_layout(name)
+            if layout is None:
+                continue
+            subfolder = os.path.join(download.get("subfolder") or "", folder)
+            location = {**download, **({"subfolder": subfolder} if subfolder else {})}
+            _, head = layout.from_checkpoint(read_named_weights(name_or_path, layout.head_names.values(), **location))
+            heads.update(head)
+        return heads
+
     def load_saved_weights(self, folder: str | os.PathLike) -> None:
         """Load every weight of a checkpoint folder saved in this layout into this model (a Trainer resuming, or
-        loading its best checkpoint): the encoders strictly, then the heads."""
-        from transformers.trainer_utils import load_sharded_checkpoint
-
+        loading its best checkpoint): the encoders strictly (with a head saved in their weight files:
+        `encoder_head_layout`), then the heads."""
         folder = os.fspath(folder)
-        for folder_name, _, encoder in self.checkpoint_encoders().values():
+        encoder_heads = {}
+        for name, (folder_name, _, encoder) in self.checkpoint_encoders().items():
             location = os.path.join(folder, folder_name)
-            weights = os.path.join(location, "model.safetensors")
-            if os.path.isfile(weights):
+            files = weight_files(location)
+            if not files:
+                raise FileNotFoundError(f"{location} has no model.safetensors: not a complete checkpoint.")
+            layout, expected, loaded = self.encoder_head_layout(name), set(encoder.state_dict()), set()
+            for weights in files:  # shard after shard, as transformers' `load_sharded_checkpoint` reads them
                 try:
                     state = load_file(weights, device="cpu")
                 except Exception as error:  # safetensors' own errors for truncated files
@@ -471,18 +526,28 @@ class EmbeddingCheckpointMixin:
                         f"{weights} cannot be read ({type(error).__name__}: {error}); it is truncated or corrupt: "
                         "resume from an earlier checkpoint."
                     ) from error
-                encoder.load_state_dict(state, strict=True)
-            elif os.path.isfile(os.path.join(location, "model.safetensors.index.json")):
-                load_sharded_checkpoint(encoder, location, strict=True)
-            else:
-                raise FileNotFoundError(f"{location} has no model.safetensors: not a complete checkpoint.")
+                if layout is not None:
+                    state, head = layout.from_checkpoint(state)
+                    encoder_heads.update(head)
+                unexpected = sorted(set(state) - expected)
+                if unexpected:
+                    raise RuntimeError(f"{weights} holds weights {type(encoder).__name__} has not: {unexpected[:5]}.")
+                encoder.load_state_dict(state, strict=False)
+                loaded.update(state)
+            missing = sorted(expected - loaded)
+            if missing:
+                raise RuntimeError(f"{location} lacks weights of {type(encoder).__name__}: {missing[:5]}.")
         heads = read_heads(folder)
-        self.load_heads(heads)
-        self.refuse_non_finite_weights(folder, heads)
+        self.load_heads({**heads, **encoder_heads})
+        self.refuse_non_finite_weights(folder, heads, encoder_heads)
 
-    def refuse_non_finite_weights(self, folder: str, heads: dict[str, torch.Tensor]) -> None:
-        """After loading the checkpoint in ``folder`` (its ``heads`` as read): a `ValueError` (`refuse_non_finite`)
-        naming the first weights file that holds NaN or infinite values, and those tensors under its own names."""
+    def refuse_non_finite_weights(
+        self, folder: str, heads: dict[str, torch.Tensor], encoder_heads: dict[str, torch.Tensor] | None = None
+    ) -> None:
+        """After loading the checkpoint in ``folder`` (its ``heads`` as read, and those read from its encoders'
+        weight files, ``encoder_heads``): a `ValueError` (`refuse_non_finite`) naming the first weights file that
+        holds NaN or infinite values, and those tensors under its own names."""
         for folder_name, _, encoder in self.checkpoint_encoders().values():
             refuse_non_finite(encoder.state_dict(), os.path.join(folder, folder_name, "model.safetensors"))
+        refuse_non_finite(encoder_heads or {}, os.path.join(folder, "model.safetensors"))
         refuse_non_finite(heads, os.path.join(folder, HEADS_WEIGHTS_NAME))

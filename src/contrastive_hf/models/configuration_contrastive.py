@@ -133,6 +133,9 @@ class ContrastiveConfig(PreTrainedConfig):
     """
 
     model_type = "contrastive"
+    # The parts of the loss a model returns, which transformers' Trainer would gather as predictions: they are
+    # scalars, not one value per example (`ContrastivePreTrainingOutput`: its `logits` and `embeddings` are kept).
+    keys_to_ignore_at_inference = ["cl_loss", "mlm_loss", "negatives_per_query"]
     if SubConfigSpec is not None:
         sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
     else:  # transformers < 5.20: the sub-config is built in __post_init__

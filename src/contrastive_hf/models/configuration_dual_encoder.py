@@ -64,6 +64,9 @@ class DualEncoderConfig(PreTrainedConfig):
     """
 
     model_type = "dual_encoder"
+    # The parts of the loss a model returns, which transformers' Trainer would gather as predictions: they are
+    # scalars, not one value per example (`DualEncoderOutput`: its `embeddings` are kept).
+    keys_to_ignore_at_inference = ["cl_loss", "negatives_per_query"]
     if SubConfigSpec is not None:
         sub_configs_defaults = {
             "query_encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert"),

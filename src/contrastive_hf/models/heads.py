@@ -17,6 +17,7 @@ from transformers.activations import ACT2FN
 
 from .checkpoint_files import encoder_building_device
 from .configuration_contrastive import ContrastiveConfig
+from .masked_lm_checkpoint import masked_lm_head_left_unused
 
 __all__ = ["ProjectionHead", "MaskedLMHead", "build_encoder", "init_weights"]
 
@@ -72,7 +73,9 @@ class MaskedLMHead(nn.Module):
 
 def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLike | None = None, **load_kwargs):
     """An AutoModel encoder from a config (or a pretrained path), whole: with its pooler layer (BERT's dense + tanh
-    over [CLS]) when its architecture has one.
+    over [CLS]) when its architecture has one. From a checkpoint of the architecture's masked-LM model
+    (``bert-base-uncased``'s kind, or ours with a trained MLM head), the head is left out without a load report: the
+    model that has one loads it itself.
 
     When the pooler layer is not used (any ``pooler_type`` but ``cls``) it is frozen: DistributedDataParallel
     rejects trainable parameters that get no gradient, and a frozen layer keeps its pretrained weights, so the saved
@@ -80,7 +83,8 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
     "missing" or "unexpected" pooler report).
     """
     if pretrained is not None:
-        encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **load_kwargs)
+        with masked_lm_head_left_unused(encoder_config):  # the MLM head of a *ForMaskedLM checkpoint is not its part
+            encoder = AutoModel.from_pretrained(pretrained, config=encoder_config, **load_kwargs)
     else:
         with encoder_building_device():  # the meta device when a pretrained encoder replaces it (`assemble`)
             encoder = AutoModel.from_config(encoder_config)

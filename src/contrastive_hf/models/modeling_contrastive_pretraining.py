@@ -1,6 +1,8 @@
 """CLEAR's pre-training model: a `ContrastiveModel` plus an MLM head, trained on MLM + a contrastive loss over the
 views of each sentence (the model ``AutoModelForPreTraining`` gives for a "contrastive" config). Its checkpoint is the
-same folder as `ContrastiveModel`'s, with the MLM head among the heads.
+same folder as `ContrastiveModel`'s; a model that trained its MLM head (``mlm_weight > 0``) saves it with the encoder
+as the architecture's masked-LM model (`masked_lm_checkpoint`), so that ``AutoModelForMaskedLM.from_pretrained`` and
+the fill-mask pipeline predict with it.
 
 This module imports torch, transformers and its siblings only.
 """
@@ -21,6 +23,7 @@ from transformers.utils import ModelOutput
 from .configuration_contrastive import ContrastiveConfig
 from .heads import MaskedLMHead
 from .host_data import host_array, to_device
+from .masked_lm_checkpoint import MaskedLMLayout, masked_lm_layout
 from .modeling_contrastive import ContrastiveModel, ContrastivePreTrainedModel
 from .objectives import cached_gradient_surrogate, in_batch_loss
 
@@ -37,6 +40,11 @@ class ContrastivePreTrainingOutput(ModelOutput):
     Args:
         loss (`torch.FloatTensor` of shape `()`, *optional*):
             mlm_weight * mlm_loss + cl_weight * cl_loss.
+        logits (`torch.FloatTensor` of shape `(batch_size, mlm_length, vocab_size)`, *optional*):
+            The MLM head's scores of every token of `mlm_input_ids` (`(batch_size, num_views, mlm_length,
+            vocab_size)` for a masked copy of each view), as `BertForMaskedLM` returns them: given when the model is
+            not training (or with ``return_mlm_logits=True``), for the Trainer's ``compute_metrics``. Training scores
+            the masked tokens only and returns none.
         cl_loss (`torch.FloatTensor` of shape `()`, *optional*):
             The contrastive loss (NT-Xent or InfoNCE).
         mlm_loss (`torch.FloatTensor` of shape `()`, *optional*):
@@ -49,6 +57,7 @@ class ContrastivePreTrainingOutput(ModelOutput):
     """
 
     loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None  # second, as transformers' Trainer reads a model's predictions first
     cl_loss: torch.FloatTensor | None = None
     mlm_loss: torch.FloatTensor | None = None
     embeddings: torch.FloatTensor | None = None
@@ -105,6 +114,35 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                     fresh[: min(old, new)] = weight[: min(old, new)]
                     self.mlm_head.decoder_weight = nn.Parameter(fresh)
         return embeddings
+
+    def masked_lm_layout(self) -> MaskedLMLayout | None:
+        """Where the encoder and the MLM head lie in a checkpoint of the encoder architecture's masked-LM model
+        (`masked_lm_checkpoint.masked_lm_layout`); None for an architecture without one of this head's form."""
+        head = {
+            "dense.weight": self.mlm_head.dense.weight,
+            "dense.bias": self.mlm_head.dense.bias,
+            "norm.weight": self.mlm_head.layer_norm.weight,
+            "norm.bias": self.mlm_head.layer_norm.bias,
+            "bias": self.mlm_head.bias,
+        }
+        if self.mlm_head.decoder_weight is not None:
+            head["decoder.weight"] = self.mlm_head.decoder_weight
+        parameter_names = {parameter: name for name, parameter in self.named_parameters(remove_duplicate=False)}
+        # a parameter's whole shape: under DeepSpeed ZeRO-3 the module holds an empty shard (`ds_shape` is whole)
+        parts = {
+            part: (parameter_names[parameter], getattr(parameter, "ds_shape", parameter.shape))
+            for part, parameter in head.items()
+        }
+        encoder = self.contrastive.encoder
+        return masked_lm_layout(encoder.config, set(encoder.state_dict()), parts)
+
+    def encoder_head_layout(self, name: str) -> MaskedLMLayout | None:
+        return self.masked_lm_layout() if name == "encoder" else None
+
+    def saved_encoder_head_layout(self, name: str) -> MaskedLMLayout | None:
+        """The MLM head is saved with the encoder when it was trained (``mlm_weight > 0``): a model trained without
+        MLM (SimCSE) would otherwise pass its untrained head for a fill-mask model."""
+        return self.encoder_head_layout(name) if self.config.mlm_weight > 0 else None
 
     def load_heads_from_encoder_checkpoint(self, name_or_path: str | os.PathLike, **download) -> None:
         """The checkpoint's MLM head, when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint)."""
@@ -252,6 +290,34 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         logits = self.mlm_head(hidden, self.get_input_embeddings().weight)  # (M, vocab)
         return F.cross_entropy(logits.float(), targets)
 
+    def mlm_logits(
+        self, mlm_input_ids: torch.Tensor, mlm_attention_mask: torch.Tensor | None = None, mlm_lengths=None
+    ) -> torch.Tensor:
+        """The MLM head's scores of every token, ``(B, L, vocab)`` (``(B, S, L, vocab)`` for a masked copy of each
+        view), as `BertForMaskedLM` returns them: what evaluation's metrics read (training scores the masked tokens
+        only, `compute_mlm_loss`). Padding positions, whose labels are -100, hold the scores of a zero state when
+        the batch is packed (`encoding_policy`), of the padding's state otherwise."""
+        shape = mlm_input_ids.shape
+        input_ids = mlm_input_ids.reshape(-1, shape[-1])  # (rows, L)
+        attention_mask = None if mlm_attention_mask is None else mlm_attention_mask.reshape(-1, shape[-1])
+        model = self.contrastive
+        states, packed = model.encoding_policy().token_states(
+            model.encoder, input_ids, attention_mask, None if mlm_lengths is None else host_array(mlm_lengths)
+        )  # (T or rows * L, h)
+        if packed is not None:  # the real tokens' states back at their padded positions, (rows * L, h)
+            states = states.new_zeros(input_ids.numel(), states.shape[-1]).index_copy(0, packed.flat_index, states)
+        logits = self.mlm_head(states, self.get_input_embeddings().weight)  # (rows * L, vocab)
+        return logits.view(*shape, logits.shape[-1])
+
+    @staticmethod
+    def _mlm_loss_of_logits(logits: torch.Tensor, mlm_labels: torch.Tensor, mlm_positions=None) -> torch.Tensor:
+        """Cross-entropy of `mlm_logits` on the masked tokens, the value `compute_mlm_loss` gives (0 without one)."""
+        masked = len(host_array(mlm_positions)) if mlm_positions is not None else int((mlm_labels != -100).sum())
+        if masked == 0:
+            return logits.sum() * 0.0
+        flat = logits.reshape(-1, logits.shape[-1]).float()  # (rows * L, vocab)
+        return F.cross_entropy(flat, mlm_labels.reshape(-1), ignore_index=-100)
+
     def _no_masked_token(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM loss of a batch without a masked token: a zero that keeps every parameter (the head too) in the
         graph."""
@@ -276,6 +342,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         extra_negative_ids: torch.Tensor | None = None,
         cached_embedding_gradients: torch.Tensor | None = None,
         mlm_loss_share: float = 1.0,
+        return_mlm_logits: bool | None = None,
         return_dict: bool | None = None,
     ) -> ContrastivePreTrainingOutput | tuple:
         r"""
@@ -308,12 +375,21 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             ``cl_weight * sum(embeddings * gradients) + mlm_weight * mlm_loss_share * L_MLM``, whose parameter
             gradient is this chunk's share of the full batch's; ``mlm_loss_share`` is the chunk's fraction of the
             batch's masked tokens.
+        return_mlm_logits (`bool`, *optional*):
+            Return the MLM head's scores of every token of `mlm_input_ids` as ``logits`` (`mlm_logits`; L_MLM is
+            then computed from them). Default: when the model is not training, as transformers' masked-LM models
+            return them for evaluation; a training step scores the masked tokens only. `ContrastiveTrainer` turns
+            them off for an evaluation that reports the loss only.
         """
         embeddings = None
         if not return_loss or self.config.cl_weight > 0 or cached_embedding_gradients is not None:
             # MLM alone (cl_weight 0) uses no view: it does not pay for their forward pass (`embeddings` is None)
             embeddings = self.embed_views(input_ids, attention_mask, token_type_ids, prompt_lengths, input_lengths)
-        cl_loss = mlm_loss = loss = negatives_per_query = None
+        cl_loss = mlm_loss = loss = negatives_per_query = logits = None
+        if return_mlm_logits is None:
+            return_mlm_logits = not self.training
+        if return_mlm_logits and mlm_input_ids is not None:
+            logits = self.mlm_logits(mlm_input_ids, mlm_attention_mask, mlm_lengths)  # (B, L, vocab)
         if return_loss:
             loss = 0.0
             if cached_embedding_gradients is not None:
@@ -324,15 +400,19 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
                 )
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
-                mlm_loss = self.compute_mlm_loss(
-                    mlm_input_ids, mlm_attention_mask, mlm_labels, mlm_lengths, mlm_positions
-                )
+                if logits is not None:  # from the scores of every token: one pass of the MLM copy
+                    mlm_loss = self._mlm_loss_of_logits(logits, mlm_labels, mlm_positions)
+                else:
+                    mlm_loss = self.compute_mlm_loss(
+                        mlm_input_ids, mlm_attention_mask, mlm_labels, mlm_lengths, mlm_positions
+                    )
                 mlm_loss = mlm_loss * mlm_loss_share
                 loss = loss + self.config.mlm_weight * mlm_loss
             if not torch.is_tensor(loss):
                 raise ValueError("mlm_weight > 0 needs mlm_labels, and cl_weight is 0: there is no loss to compute.")
         output = ContrastivePreTrainingOutput(
             loss=loss,
+            logits=logits,
             cl_loss=cl_loss,
             mlm_loss=mlm_loss,
             embeddings=embeddings,

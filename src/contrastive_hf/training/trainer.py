@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import logging
 import math
@@ -15,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 
+from .._files import hub_id_or_none
 from ..data.collators import CollatorEpochCallback
 from ..data.corpus import data_counts_logger
 from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
@@ -75,8 +77,9 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
     Spearman x 100, plus alignment and uniformity) and logged as ``eval_stsb_spearman``, ``eval_stsb_pearson``,
     ``eval_stsb_alignment`` and ``eval_stsb_uniformity``; so ``metric_for_best_model="eval_stsb_spearman"`` with
     ``load_best_model_at_end=True`` keeps the best checkpoint. A `RetrievalData` eval set (dual encoders) is scored
-    the same way, as ``eval_<name>_recall@k`` and ``eval_<name>_mrr``. Other eval datasets get the Trainer's loss
-    evaluation.
+    the same way, as ``eval_<name>_recall@k`` and ``eval_<name>_mrr``. Other eval datasets get the Trainer's
+    evaluation: the loss, and the trainer's ``compute_metrics`` when it has one (run_mlm.py's MLM accuracy, from
+    `ContrastiveForPreTraining`'s MLM ``logits``).
     """
 
     # The metrics `log` reports (see STEP_METRICS); a subclass adds names here, and any model-output field of that
@@ -102,6 +105,7 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         unwrapped = self.accelerator.unwrap_model(self.model)
         # read once: unwrapping the model at every step costs a millisecond (accelerate reads package metadata)
         self._view_input_names = getattr(unwrapped, "view_input_names", ("input_ids",))
+        self._scores_tokens_on_request = "return_mlm_logits" in inspect.signature(unwrapped.forward).parameters
         if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
             # `encode` uses it, and a two-tower checkpoint saves it beside each tower
             unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
@@ -319,6 +323,15 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
         return metrics
 
+    def prediction_step(self, model, inputs, prediction_loss_only: bool, ignore_keys=None):
+        """The Trainer's evaluation step. A model that scores every token for metrics when evaluated (the MLM
+        ``logits`` of `ContrastiveForPreTraining`, as transformers' masked-LM models return them for
+        ``compute_metrics``) is asked not to when the evaluation reports the loss only (``prediction_loss_only``,
+        and any evaluation without ``compute_metrics``): the same loss, without a vocabulary-wide score per token."""
+        if prediction_loss_only and self._scores_tokens_on_request:
+            inputs = {**inputs, "return_mlm_logits": False}
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+
     def create_model_card(
         self,
         language: str | list[str] | None = None,
@@ -339,8 +352,9 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         objective, temperature, negatives, data, hyper-parameters, hardware, framework versions and results, and how
         to load the checkpoint. It is built from the run itself (`hub.model_card.card_info_from_trainer`) unless a
         script set ``model_card_info``; the Trainer's arguments add to it: ``language``, ``license``, ``tags``,
-        ``finetuned_from`` (a Hub id), ``dataset_tags`` (Hub ids of the training data) and ``dataset`` (its name in
-        words). ``tasks`` and ``dataset_args`` are the Trainer's and not used.
+        ``finetuned_from`` (a Hub id; a local path, as run_mlm.py passes its ``--model_name_or_path``, is not
+        written: the card's ``base_model`` names a Hub model or nothing), ``dataset_tags`` (Hub ids of the training
+        data) and ``dataset`` (its name in words). ``tasks`` and ``dataset_args`` are the Trainer's and not used.
         """
         if not self.is_world_process_zero():
             return None
@@ -357,7 +371,7 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
             license=license or info.license,
             language=language or info.language,
             tags=[*info.tags, *as_list(tags)],
-            base_model=finetuned_from or info.base_model,
+            base_model=hub_id_or_none(finetuned_from) or info.base_model,
             datasets=[*info.datasets, *as_list(dataset_tags)],
             training_data=", ".join(as_list(dataset)) or info.training_data,
         )

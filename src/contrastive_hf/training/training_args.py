@@ -140,6 +140,11 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
     The ``training_args.bin`` written with every checkpoint holds no ``--hub_token`` and no absolute local path
     (`SecretFreePickle`).
 
+    Evaluation: ``prediction_loss_only`` keeps transformers' default (False), so a ``compute_metrics`` given to the
+    trainer runs (run_mlm.py's MLM accuracy, from the model's MLM ``logits``); without one the Trainer gathers no
+    predictions and reports the loss. Eval sets that score the model themselves (`STSData`, `RetrievalData`) are
+    scored as they say, whatever this is.
+
     Precision: ``bf16`` left unset (None) is decided by the device (`models.precision.training_precision`): bf16
     autocast on a GPU of compute capability 8.0 or later and on a CPU with bf16 matrix instructions (AMX or AVX-512
     BF16), float32 elsewhere; DeepSpeed's ``"auto"`` follows the decision; ``precision_reason`` says why, and the
@@ -195,11 +200,6 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
             "negatives of its micro-batch."
         },
     )
-    prediction_loss_only: bool = field(
-        default=True,
-        metadata={"help": "Evaluation reports the loss only; embeddings are scored by the STS evaluator instead."},
-    )
-
     # Why this run computes in its precision (`training_precision`): set from ``bf16``, logged by the trainer.
     precision_reason: str = field(init=False, default="", repr=False)
 
