@@ -128,6 +128,16 @@ def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4)
             torch.testing.assert_close(parameter.grad, full[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.fixture(scope="session")
+def zero_launches(tmp_path_factory):
+    """The DeepSpeed ZeRO launches every ZeRO scenario of the suite runs in, one per stage, each launched when a test
+    first asks for it (`helpers/zero_launches.py`); the modules that ask share one pytest-xdist worker (their
+    ``xdist_group`` is ``"zero"``), so that each launch runs once."""
+    from helpers.zero_launches import ZeroLaunches
+
+    return ZeroLaunches(tmp_path_factory)
+
+
 class _NoLaunch(subprocess.Popen):
     def __init__(self, args, *more, **kwargs):
         raise AssertionError(

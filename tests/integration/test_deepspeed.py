@@ -18,12 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from safetensors.torch import load_file
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel
 
 import contrastive_hf
 from contrastive_hf import ContrastiveForPreTraining
 
-from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
+from conftest import REPO_ROOT, tiny_bert_config
 from helpers.launching import (
     CPU_ENV,
     DEEPSPEED_ON_CPU,
@@ -38,13 +38,10 @@ from helpers.launching import (
     train_engines,
     weights,
 )
+from helpers.zero_launches import NO_STS_EVAL, TRAINING
 
-# its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
-pytestmark = pytest.mark.xdist_group("deepspeed")
-
-# A learning rate large enough that 3 Adam steps move every weight by ~2e-3, far above the comparison tolerance.
-TRAINING = ("--pooler_type", "mean", "--learning_rate", "1e-3", "--max_steps", str(MAX_STEPS))
-NO_STS_EVAL = ("--stsb_dev_file", "")  # the final STS-B evaluation runs once, in the ZeRO-3 run
+# its module-scoped launch and the shared ZeRO launches run once, on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("zero")
 
 
 def free_port() -> int:
@@ -87,20 +84,12 @@ def ddp_run(tmp_path_factory, initial_checkpoint):
 
 
 @pytest.fixture(scope="module")
-def zero3_run(tmp_path_factory, initial_checkpoint):
-    """ZeRO-3 with the one-machine config, a checkpoint every 2 steps (so at steps 2 and 3), the final STS-B eval."""
-    tmp_path = tmp_path_factory.mktemp("zero3")
-    result, output_dir = run_clear(
-        REPO_ROOT,
-        tmp_path,
-        *from_initial(initial_checkpoint),
-        *DEEPSPEED_ON_CPU,
-        "--save_strategy", "steps",
-        "--save_steps", "2",
-        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
-        env=CPU_ENV,
-    )  # fmt: skip
-    return result, output_dir
+def zero3_run(zero_launches):
+    """ZeRO-3 with the one-machine config, a checkpoint every 2 steps (so at steps 2 and 3), the final STS-B eval
+    (the job ``zero3_run`` of the shared ZeRO-3 launch): ``(its log, its output folder)``."""
+    launch = zero_launches.run("zero3")
+    assert launch.status("zero3_run") == 0, launch.failure("zero3_run")
+    return launch.log("zero3_run"), launch.output("zero3_run")
 
 
 @pytest.mark.parametrize("name", ["zero2.json", "zero3.json", "zero3_offload.json"])
@@ -139,16 +128,10 @@ def test_configs_fill_their_auto_values_and_pass_deepspeeds_parser(tmp_path, nam
         assert config.optimizer_name is None  # the Trainer's optimizer and scheduler: every --optim flag works
 
 
-def test_zero2_trains_like_ddp_and_saves_a_loadable_model(tmp_path, initial_checkpoint, ddp_run):
-    _, output_dir = run_clear(
-        REPO_ROOT,
-        tmp_path,
-        *from_initial(initial_checkpoint),
-        *NO_STS_EVAL,
-        *DEEPSPEED_ON_CPU,
-        launcher=deepspeed_launch("accelerate_zero2.yaml", "zero2.json"),
-        env=CPU_ENV,
-    )
+def test_zero2_trains_like_ddp_and_saves_a_loadable_model(zero_launches, initial_checkpoint, ddp_run):
+    launch = zero_launches.run("zero2")
+    assert launch.status("like_ddp") == 0, launch.failure("like_ddp")
+    output_dir = launch.output("like_ddp")
     assert json.loads((output_dir / "trainer_state.json").read_text())["global_step"] == MAX_STEPS
     assert "DeepSpeed ZeRO stage 2" in (output_dir / "README.md").read_text()
     assert len(losses_and_grad_norms(output_dir)) == 2 * MAX_STEPS
@@ -164,7 +147,7 @@ def test_zero2_trains_like_ddp_and_saves_a_loadable_model(tmp_path, initial_chec
 def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_checkpoint, ddp_run, zero3_run):
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    result, output_dir = zero3_run
+    log, output_dir = zero3_run
     assert (output_dir / "checkpoint-2" / "global_step2").is_dir()  # sharded DeepSpeed states, one file per rank
     # the last step's shards, consolidated by DeepSpeed's own tool, are the model saved at the end of training
     consolidated = get_fp32_state_dict_from_zero_checkpoint(str(output_dir / f"checkpoint-{MAX_STEPS}"))
@@ -190,7 +173,7 @@ def test_zero3_saves_consolidated_weights_that_load_in_one_process(initial_check
     # the final STS-B evaluation ran on every process (ZeRO-3 forwards are collective) and the script's own reload
     # check passed on the main one
     assert -100 <= json.loads((output_dir / "eval_results.json").read_text())["eval_stsb_spearman"] <= 100
-    assert "gives the trained embeddings" in result.stdout + result.stderr
+    assert "gives the trained embeddings" in log
     assert "DeepSpeed ZeRO stage 3" in (output_dir / "README.md").read_text()
 
 
@@ -238,30 +221,19 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
     assert max_change(weights(output_dir), weights(zero3_dir / "checkpoint-2")) > 1e-4  # step 3 was trained here
 
 
-def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(tmp_path):
+def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(zero_launches):
     """Under ZeRO-3 each process holds a shard of every weight: the LoRA merge at the end gathers them first, and
     run_clear's own check (the merged checkpoint, reloaded, gives the trained embeddings) would fail otherwise."""
-    from transformers import BertForMaskedLM
-
-    base_dir = tmp_path / "base"
-    BertForMaskedLM(tiny_bert_config()).save_pretrained(base_dir)
-    AutoTokenizer.from_pretrained(DEMO_TOKENIZER).save_pretrained(base_dir)
-    result, output_dir = run_clear(
-        REPO_ROOT,
-        tmp_path,
-        "--model_name_or_path", str(base_dir),
-        "--lora_r", "4",
-        "--pooler_type", "mean",
-        *DEEPSPEED_ON_CPU,
-        launcher=deepspeed_launch("accelerate_zero3.yaml", "zero3.json"),
-        env=CPU_ENV,
-    )  # fmt: skip
+    launch = zero_launches.run("zero3")
+    assert launch.status("lora") == 0, launch.failure("lora")
+    output_dir = launch.output("lora")
     assert (output_dir / "adapter_model.safetensors").exists()
-    assert "gives the trained embeddings" in result.stdout + result.stderr
-    merged = weights(tmp_path / "out-merged")
+    assert "gives the trained embeddings" in launch.log("lora")
+    merged = weights(output_dir.parent / "out-merged")
     assert all(value.numel() > 0 for value in merged.values())  # no empty shard saved in place of a weight
     assert isinstance(
-        contrastive_hf.ContrastiveModel.from_pretrained(tmp_path / "out-merged"), contrastive_hf.ContrastiveModel
+        contrastive_hf.ContrastiveModel.from_pretrained(output_dir.parent / "out-merged"),
+        contrastive_hf.ContrastiveModel,
     )
 
 

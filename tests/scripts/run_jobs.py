@@ -3,7 +3,8 @@ one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op bui
 
 Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR [--keep-going]``.
 ``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}`` (and ``"status": N``
-for a job expected to end with exit status N, a run refused or stopped on purpose). Each job's output (stdout and
+for a job expected to end with exit status N, a run refused or stopped on purpose; ``"env": {...}``, environment
+variables set for the job alone). Each job's output (stdout and
 stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job
 ending with another status than expected stops the run with its name (the launcher then stops the other processes,
 which may wait for this one in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the
@@ -28,7 +29,7 @@ def run_job(job: dict, log: Path) -> int:
     """Run ``job`` in this process with its output in ``log``; its exit status (1 for an uncaught exception)."""
     script = str(REPO_ROOT / job["script"])
     sys.argv = [script, *job["argv"]]
-    with output_to(log):
+    with output_to(log), environment(job.get("env") or {}):
         try:
             runpy.run_path(script, run_name="__main__")
         except SystemExit as exit_:
@@ -45,6 +46,21 @@ def settle_garbage() -> None:
     otherwise walk every object of the jobs before it."""
     gc.collect()
     gc.freeze()
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """``values`` in the environment while it lasts."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager
