@@ -227,15 +227,17 @@ def training_worker(rank: int, world: int, port: int, settings: dict, output: st
         Path(output).write_text(json.dumps(steps.tolist()))
 
 
+def launch(worker, args: tuple, processes: int) -> None:
+    """``worker(rank, *args)`` in ``processes`` processes forked from this one, waited for: the workers start with
+    torch and transformers imported (a spawned process would import them again, seconds each); what they time starts
+    after their process group is up, so how they started does not change the figures."""
+    mp.start_processes(worker, args=args, nprocs=processes, join=True, start_method="fork")
+
+
 def run_training(world: int, gather: bool, settings: dict) -> list[list[float]]:
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "steps.json")
-        mp.spawn(
-            training_worker,
-            args=(world, free_port(), {**settings, "gather": gather}, output),
-            nprocs=world,
-            join=True,
-        )
+        launch(training_worker, (world, free_port(), {**settings, "gather": gather}, output), world)
         return json.loads(Path(output).read_text())
 
 
@@ -272,12 +274,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         output = os.path.join(folder, "communication.json")
-        mp.spawn(
-            communication_worker,
-            args=(2, free_port(), args.batch_size, args.comm_iterations, output),
-            nprocs=2,
-            join=True,
-        )
+        launch(communication_worker, (2, free_port(), args.batch_size, args.comm_iterations, output), 2)
         communication = json.loads(Path(output).read_text())
     print(f"\n1. collectives alone, 2 gloo processes, median (and 90th percentile) of {args.comm_iterations}:")
     medians = {}
