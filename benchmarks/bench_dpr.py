@@ -134,7 +134,9 @@ def main() -> None:
     models = {}
     for name in args.towers:
         torch.manual_seed(0)
-        models[name] = DualEncoderModel.from_encoder_pretrained(MINILM, share_encoders=TOWERS[name]).train()
+        models[name] = DualEncoderModel.from_encoder_pretrained(  # DPR's [CLS] and dot product, not the folder's
+            MINILM, share_encoders=TOWERS[name], pooler_type="cls_before_pooler", similarity="dot"
+        ).train()
         if not args.no_parity:
             for line in encoding_parity(models[name], batches[0], args.sub_batch_sizes):
                 print(f"  parity (dropout off), {name}: {line}")

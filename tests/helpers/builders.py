@@ -345,3 +345,26 @@ def run_dpr_in_process(repo_root, tmp_path, *extra, data=()):
     """The script's main(argv) in this process (no second interpreter start-up): the same code path as the CLI."""
     example_script("run_dpr").main(dpr_arguments(repo_root, tmp_path, *extra, data=data))
     return tmp_path / "out"
+
+
+def tiny_encoder_folder(tokenizer, folder, seed: int = 0) -> str:
+    """A tiny BERT (no dropout; weights wide enough that its poolers give different vectors) with ``tokenizer``,
+    saved as a plain transformers checkpoint in ``folder``."""
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    config = tiny_bert_config(
+        vocab_size=len(tokenizer), initializer_range=0.3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def sentence_transformers_folder(folder, modules: list, **options) -> str:
+    """A SentenceTransformer of sentence-transformers ``modules`` (and its ``options``: prompts...) saved by
+    sentence-transformers itself into ``folder``."""
+    from sentence_transformers import SentenceTransformer
+
+    SentenceTransformer(modules=modules, device="cpu", **options).save(str(folder))
+    return str(folder)

@@ -147,7 +147,9 @@ def test_the_demo_command_says_what_it_does_and_nothing_else(repo_root, tmp_path
         "Reading and tokenizing the corpus (wiki1m_sample.txt) ...",
         "Scoring STS-B dev before training (40 pairs) ...",
         "encode runs in float32: this CPU has no bf16",  # the precision and why, once (tests cap the CPU's ISA)
+        # the demo trains the [CLS] vector: beside it, the starting model as its folder defines it (mean pooling)
         "STS-B dev Spearman before training: ",
+        "STS-B dev Spearman of the starting model as its folder defines it (pooler_type='mean'): ",
         "Training runs in float32: this CPU has no bf16",
         "Training for 2 steps ...",
         "Epoch 1: 16 examples, all 16 of the training set once.",  # what it saw
@@ -161,6 +163,9 @@ def test_the_demo_command_says_what_it_does_and_nothing_else(repo_root, tmp_path
     assert found == sorted(found), lines  # in this order
     assert len(lines[: found[-1]]) <= len(phases) + 4, "\n".join(lines)  # little else before the loading lines
     assert "2/2 [" in result.stderr and "cl_loss=" in result.stderr  # the bar, with the elapsed and remaining time
+    # loading said once that the demo's pooler_type replaces the folder's mean pooling
+    replaced = "pooler_type='cls_before_pooler' instead of pooler_type='mean' (1_Pooling)"
+    assert (result.stdout + result.stderr).count(replaced) == 1
     # nothing else: no library bars, no notices about [DEL]'s embedding, DeepSpeed or pinned memory
     for noise in ("Loading weights", "Tokenizing", "Generating train split", "The new embeddings", "DeepSpeed",
                   "Setting accelerator", "pin_memory", "UNEXPECTED", "Writing model shards"):  # fmt: skip

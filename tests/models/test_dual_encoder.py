@@ -48,7 +48,7 @@ def test_config_defaults_and_errors_that_name_the_fix():
     assert separate.passage_encoder is not separate.query_encoder
     with pytest.raises(ValueError, match="leave passage_encoder unset"):
         DualEncoderConfig(share_encoders=True, passage_encoder=tiny_bert_config())
-    with pytest.raises(ValueError, match="choose one of dot, cosine"):
+    with pytest.raises(ValueError, match="choose one of cosine, dot"):
         DualEncoderConfig(similarity="l2")
     with pytest.raises(ValueError, match="temperature must be > 0"):
         DualEncoderConfig(temperature=0.0)

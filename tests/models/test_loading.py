@@ -82,8 +82,8 @@ def test_one_function_says_what_a_model_path_holds(tokenizer, tmp_path):
     (tmp_path / "empty").mkdir()
     holds, saved = what_the_path_holds(tmp_path / "ours")
     assert holds == "saved" and saved["architectures"] == ["ContrastiveForPreTraining"]
-    # for a dual encoder, our checkpoint's root is a plain encoder to wrap, as a BERT checkpoint is
-    assert what_the_path_holds(tmp_path / "ours", DUAL_ENCODER_CONFIG_NAME) == ("encoder", None)
+    # for a dual encoder, our checkpoint is a sentence-transformers model: loaded as the model its modules compute
+    assert what_the_path_holds(tmp_path / "ours", DUAL_ENCODER_CONFIG_NAME) == ("sentence_transformers", None)
     assert what_the_path_holds(tmp_path / "bert") == ("encoder", None)
     assert what_the_path_holds(CHECKPOINTS_0_1 / "contrastive_cls") == ("transformers", None)  # 0.1's layout
     assert what_the_path_holds(tmp_path / "empty") == ("transformers", None)

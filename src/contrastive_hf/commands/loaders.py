@@ -112,9 +112,40 @@ def load_sts_dev(data_args: CorpusArguments, training_args, model, tokenizer):
     announce(f"Scoring STS-B dev before training ({len(stsb):,} pairs) ...")
     # on the device training will use (the Trainer moves the model there later; a GPU run scored on the CPU)
     before = sts_eval_metrics(model.to(training_args.device), stsb, tokenizer, prefix=STSB)
+    replaced, published = _as_its_folder_defines_it(model, training_args)
+    own = None
+    if published is not None:  # the run replaced how the starting model embeds: its own score too
+        own = sts_eval_metrics(published.to(training_args.device), stsb, tokenizer, prefix=STSB)[f"{STSB}_spearman"]
+        del published
     if training_args.should_log:
-        print(f"STS-B dev Spearman before training: {before[f'{STSB}_spearman']:.2f}")
+        spearman = before[f"{STSB}_spearman"]
+        if own is None:
+            print(f"STS-B dev Spearman before training: {spearman:.2f}")
+        else:
+            ours = ", ".join(f"{name}={value!r}" for name, (_, value) in replaced.items())
+            theirs = ", ".join(f"{name}={value!r}" for name, (value, _) in replaced.items())
+            print(f"STS-B dev Spearman before training: {spearman:.2f} (with this run's {ours})")
+            print(f"STS-B dev Spearman of the starting model as its folder defines it ({theirs}): {own:.2f}")
     return stsb, before
+
+
+def _as_its_folder_defines_it(model, training_args):
+    """``(replaced settings, model)``: the starting model as its sentence-transformers folder defines it, where the
+    run's settings replaced how it embeds (`replaced_folder_settings`: the demo pools all-MiniLM-L6-v2's [CLS] token
+    where the folder averages its tokens); ``({}, None)`` otherwise."""
+    import torch
+
+    from ..models.configuration_contrastive import ContrastiveConfig
+    from ..models.modeling_contrastive import ContrastiveModel, replaced_folder_settings
+    from .zero3 import built_whole
+
+    config = getattr(model, "config", None)
+    replaced = replaced_folder_settings(config) if isinstance(config, ContrastiveConfig) else {}
+    if not replaced:
+        return {}, None
+    with built_whole(training_args):
+        published = ContrastiveModel.from_pretrained(config._name_or_path, dtype=torch.float32)
+    return replaced, published
 
 
 STSB = "stsb"  # the eval set's name in metric names (eval_stsb_spearman), as ContrastiveTrainer logs it

@@ -47,6 +47,8 @@ def load_pretraining_model(
     """A `ContrastiveForPreTraining` to train, as run_mlm.py resolves `--model_name_or_path` / `--config_name`:
 
     - a contrastive_hf checkpoint continues training (``config_overrides`` replace its saved settings);
+    - a sentence-transformers model (all-MiniLM-L6-v2) starts as the model its folder defines: its pooling, Dense
+      layers, normalisation and prompts (``config_overrides`` replace them, with a warning naming what it said);
     - any other pretrained checkpoint is wrapped as the encoder (`from_encoder_pretrained`);
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
     """
@@ -61,7 +63,7 @@ def load_pretraining_model(
             if cache_dir is not None:
                 loading["cache_dir"] = cache_dir
             # from_pretrained decides what the path holds (`checkpoint_contents.what_the_path_holds`): our checkpoint
-            # continues, a plain encoder is wrapped (from_encoder_pretrained)
+            # continues, a sentence-transformers folder or a plain encoder is wrapped (from_encoder_pretrained)
             return ContrastiveForPreTraining.from_pretrained(model_name_or_path, **loading)
     if not config_name:
         raise UsageError("Give --model_name_or_path (a pretrained encoder) or --config_name (to train from scratch).")

@@ -317,6 +317,9 @@ def load_encoder(
             raise ValueError(f"{name_or_path} is not a contrastive_hf checkpoint; use backend='transformers'.")
         model = ContrastiveModel.from_pretrained(name_or_path)
     else:
-        model = ContrastiveModel.from_encoder_pretrained(name_or_path, pooler_type=pooler_type, projection_type="none")
+        # the encoder alone, whatever a sentence-transformers folder adds (a warning names what it replaces)
+        model = ContrastiveModel.from_encoder_pretrained(
+            name_or_path, pooler_type=pooler_type, projection_type="none", normalize_embeddings=False
+        )
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, use_bf16=bf16, name=name_or_path)

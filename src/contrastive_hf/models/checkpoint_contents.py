@@ -1,6 +1,6 @@
 """What a model path (a folder or a Hub repository) holds, read from its files without building a model: its model
 type (`checkpoint_model_type`), how a model family loads it (`what_the_path_holds`, the one place that decides
-it), and the files of this layout it carries (`read_json`, `read_heads`).
+it), and the files of this layout it carries (`locate`, `read_json`, `read_heads`).
 
 This module imports only the standard library, torch, safetensors, transformers and this folder, as every module of
 `models/` does (see its `__init__`).
@@ -21,11 +21,11 @@ from .checkpoint_names import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME,
 __all__ = [
     "checkpoint_model_type",
     "what_the_path_holds",
+    "locate",
     "read_json",
     "read_heads",
     "read_named_weights",
     "weight_files",
-    "sentence_transformers_max_seq_length",
 ]
 
 
@@ -41,7 +41,7 @@ def checkpoint_model_type(name_or_path: str | os.PathLike, **download) -> str | 
     return None if config is None else config.get("model_type")
 
 
-def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str | None:
+def locate(name_or_path: str | os.PathLike, filename: str, **download) -> str | None:
     """The local path of ``filename`` in a folder or a Hub repository (downloaded and cached), None when absent."""
     subfolder = download.get("subfolder") or ""
     if os.path.isdir(name_or_path):
@@ -60,7 +60,7 @@ def _locate(name_or_path: str | os.PathLike, filename: str, **download) -> str |
 
 def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dict | None:
     """The JSON content of ``filename`` in a checkpoint (folder or Hub id), or None when the file is absent."""
-    path = _locate(name_or_path, filename, **download)
+    path = locate(name_or_path, filename, **download)
     if path is None:
         return None
     try:
@@ -68,13 +68,6 @@ def read_json(name_or_path: str | os.PathLike, filename: str, **download) -> dic
             return json.load(handle)
     except (OSError, ValueError) as error:
         raise OSError(f"{path} is not readable JSON ({error}); the checkpoint is damaged: save it again.") from error
-
-
-def sentence_transformers_max_seq_length(name_or_path: str | os.PathLike, **download) -> int | None:
-    """The ``max_seq_length`` a sentence-transformers checkpoint reads its inputs at (``sentence_bert_config.json``),
-    or None for a checkpoint that is not one: a model continued from it keeps it."""
-    config = read_json(name_or_path, "sentence_bert_config.json", **download)
-    return (config or {}).get("max_seq_length")
 
 
 def what_the_path_holds(
@@ -85,9 +78,12 @@ def what_the_path_holds(
     the scripts' `commands.loading.load_pretraining_model`).
 
     - ``("saved", configuration)``: a checkpoint of that family in this layout (its configuration file, read);
+    - ``("sentence_transformers", None)``: a sentence-transformers model (a ``modules.json``, and no ``config.json``
+      of our own model type at the root), which the family's ``from_encoder_pretrained`` loads as the model its
+      modules compute (`sentence_transformers_folders`): all-MiniLM-L6-v2, a Router's two towers, and another
+      family's checkpoint in this layout;
     - ``("encoder", None)``: a pretrained encoder to wrap with new heads: the root ``config.json`` is of an
-      architecture contrastive_hf did not register (``bert``, ``roberta``, remote code), as a plain checkpoint's is,
-      and the root of another family's checkpoint in this layout (the encoder a dual encoder's towers share);
+      architecture contrastive_hf did not register (``bert``, ``roberta``, remote code), as a plain checkpoint's is;
     - ``("transformers", None)``: anything else, for transformers' own loader: contrastive_hf 0.1's layout (a
       ``config.json`` of our own model type), or no ``config.json`` at all (its error says what is missing).
     """
@@ -95,7 +91,10 @@ def what_the_path_holds(
     if saved is not None:
         return "saved", saved
     root = read_json(name_or_path, CONFIG_NAME, **download)
-    if root is not None and _is_plain_architecture(root.get("model_type")):
+    plain = root is not None and _is_plain_architecture(root.get("model_type"))
+    if (root is None or plain) and locate(name_or_path, "modules.json", **download) is not None:
+        return "sentence_transformers", None
+    if plain:
         return "encoder", None
     return "transformers", None
 
@@ -115,7 +114,7 @@ def _is_plain_architecture(model_type: str | None) -> bool:
 
 def read_heads(name_or_path: str | os.PathLike, **download) -> dict[str, torch.Tensor]:
     """The weights outside the encoder (`HEADS_WEIGHTS_NAME`), or {} when the checkpoint has none."""
-    path = _locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
+    path = locate(name_or_path, HEADS_WEIGHTS_NAME, **download)
     if path is None:
         return {}
     try:
@@ -142,7 +141,7 @@ def read_named_weights(name_or_path: str | os.PathLike, names, **download) -> di
     """The weights among ``names`` that a checkpoint's ``model.safetensors`` (or its shards) holds, read alone
     (a head saved with the encoder: `masked_lm_checkpoint`), from a folder or a Hub repository; {} when it holds
     none of them."""
-    single = _locate(name_or_path, SAFE_WEIGHTS_NAME, **download)
+    single = locate(name_or_path, SAFE_WEIGHTS_NAME, **download)
     if single is not None:
         files = {single: list(names)}
     else:
@@ -151,7 +150,7 @@ def read_named_weights(name_or_path: str | os.PathLike, names, **download) -> di
         for name in names:
             if name in weight_map:
                 files.setdefault(weight_map[name], []).append(name)
-        files = {_locate(name_or_path, shard, **download): wanted for shard, wanted in files.items()}
+        files = {locate(name_or_path, shard, **download): wanted for shard, wanted in files.items()}
     weights = {}
     for path, wanted in files.items():
         if path is None:

@@ -40,7 +40,6 @@ from .checkpoint_contents import (  # noqa: F401
     read_heads,
     read_json,
     read_named_weights,
-    sentence_transformers_max_seq_length,
     weight_files,
     what_the_path_holds,
 )
@@ -74,7 +73,6 @@ from .sentence_transformers_files import write_json, write_sentence_transformers
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "sentence_transformers_max_seq_length",
     "save_tokenizer",
     "make_tokenizer_config_portable",
     "CONTRASTIVE_CONFIG_NAME",
@@ -375,7 +373,9 @@ class EmbeddingCheckpointMixin:
 
         A plain pretrained encoder (``bert-base-uncased``: no contrastive_hf configuration) is wrapped with new heads
         as ``from_encoder_pretrained`` does, as ``BertForSequenceClassification.from_pretrained`` puts a new head on
-        BERT: the base peft's ``AutoPeftModel`` rebuilds from an adapter's ``base_model_name_or_path``.
+        BERT: the base peft's ``AutoPeftModel`` rebuilds from an adapter's ``base_model_name_or_path``. A
+        sentence-transformers folder (all-MiniLM-L6-v2) loads as the model its modules compute: its pooling, Dense
+        layers, normalisation and prompts (`sentence_transformers_folders`).
 
         A weights file cut short or unreadable is named (`DamagedCheckpointError`), not left to the loader's error.
         """
@@ -388,7 +388,7 @@ class EmbeddingCheckpointMixin:
             pretrained_model_name_or_path, cls.checkpoint_config_name, **download_kwargs(kwargs)
         )
         wrap = getattr(cls, "from_encoder_pretrained", None)
-        if holds == "encoder" and wrap is not None:
+        if holds in ("encoder", "sentence_transformers") and wrap is not None:
             return wrap(pretrained_model_name_or_path, *model_args, **kwargs)
         if holds != "saved":  # the layout of contrastive_hf 0.1: a config.json of our model type
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)

@@ -20,6 +20,7 @@ __all__ = [
     "DOWNLOAD_KWARGS",
     "LOADING_KWARGS",
     "download_kwargs",
+    "in_subfolder",
     "merged_folder",
 ]
 
@@ -50,6 +51,16 @@ LOADING_KWARGS = (
 def download_kwargs(kwargs: dict) -> dict:
     """The download arguments among ``kwargs``, as a new dict (``kwargs`` keeps them)."""
     return {name: kwargs[name] for name in DOWNLOAD_KWARGS if kwargs.get(name) is not None}
+
+
+def in_subfolder(download: dict, folder: str) -> dict:
+    """Download arguments ``download`` for the files of ``folder``, a folder inside the model path (and inside the
+    ``subfolder`` they name, if any); ``folder`` ``""``: the model path itself."""
+    subfolder = os.path.join(download.get("subfolder") or "", folder)
+    return {
+        **{name: value for name, value in download.items() if name != "subfolder"},
+        **({"subfolder": subfolder} if subfolder else {}),
+    }
 
 
 def merged_folder(adapter_folder: str | os.PathLike) -> str:

@@ -6,6 +6,7 @@ import copy
 
 from transformers import AutoConfig, PreTrainedConfig
 
+from .losses import SIMILARITIES
 from .objectives import LOSSES, get_loss
 from .poolers import POOLERS, get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
@@ -130,6 +131,13 @@ class ContrastiveConfig(PreTrainedConfig):
             The longest input, in tokens, that ``encode`` and sentence-transformers read (its ``max_seq_length``, in
             ``sentence_bert_config.json``); `None`: the encoder's position embeddings, at most 512. A model built
             from a sentence-transformers checkpoint keeps that checkpoint's (all-MiniLM-L6-v2: 256).
+        normalize_embeddings (`bool`, defaults to `False`):
+            L2-normalise the embeddings ``encode`` returns (before ``truncate_dim``), as a sentence-transformers
+            ``Normalize`` module does; the checkpoint then writes one. The contrastive loss compares cosines either
+            way.
+        similarity (`str`, defaults to `"cosine"`):
+            How `similarity` compares embeddings, written as sentence-transformers' ``similarity_fn_name``:
+            `cosine` or `dot`. The contrastive loss compares cosines either way.
     """
 
     model_type = "contrastive"
@@ -164,6 +172,8 @@ class ContrastiveConfig(PreTrainedConfig):
     matryoshka_weights: list[float] | None = None
     truncate_dim: int | None = None
     max_seq_length: int | None = None
+    normalize_embeddings: bool = False
+    similarity: str = "cosine"
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -217,6 +227,7 @@ class ContrastiveConfig(PreTrainedConfig):
             )
         validate_embedding_dims(self, self.embedding_size)  # the compared embedding is the returned one (above)
         validate_max_seq_length(self.max_seq_length)
+        validate_similarity(self.similarity)
 
     def to_dict(self) -> dict:
         return without_sub_config_paths(super().to_dict())
@@ -297,7 +308,14 @@ CONFIG_FIELDS = (
     "matryoshka_weights",
     "truncate_dim",
     "max_seq_length",
+    "normalize_embeddings",
+    "similarity",
 )
+
+
+def validate_similarity(value) -> None:
+    if value not in SIMILARITIES:
+        raise ValueError(f"Unknown similarity {value!r}: choose one of {', '.join(SIMILARITIES)}.")
 
 
 def validate_max_seq_length(value) -> None:
@@ -325,5 +343,6 @@ __all__ = [
     "parse_sub_batch_size",
     "parse_encoding_fields",
     "validate_max_seq_length",
+    "validate_similarity",
     "inference_max_length",
 ]

@@ -12,10 +12,10 @@ from .configuration_contrastive import (
     validate_max_seq_length,
     without_sub_config_paths,
 )
+from .losses import SIMILARITIES
 from .poolers import get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
 
-SIMILARITIES = ("dot", "cosine")
 # The temperature each similarity gets when none is given: DPR scores with the raw dot product (no temperature);
 # cosine similarities lie in [-1, 1] and need a small temperature to make a peaked softmax (SimCSE's 0.05).
 DEFAULT_TEMPERATURES = {"dot": 1.0, "cosine": 0.05}
@@ -61,6 +61,10 @@ class DualEncoderConfig(PreTrainedConfig):
             The size `encode` truncates to by default.
         max_seq_length (`int`, *optional*):
             As [`ContrastiveConfig`]'s: the longest input ``encode`` and sentence-transformers read.
+        normalize_embeddings (`bool`, defaults to `False`):
+            As [`ContrastiveConfig`]'s: ``encode`` L2-normalises the query and passage vectors, and each route of
+            the checkpoint ends with a sentence-transformers ``Normalize`` module. DPR's loss compares the vectors as
+            ``similarity`` says, unnormalised.
     """
 
     model_type = "dual_encoder"
@@ -91,6 +95,7 @@ class DualEncoderConfig(PreTrainedConfig):
     matryoshka_weights: list[float] | None = None
     truncate_dim: int | None = None
     max_seq_length: int | None = None
+    normalize_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -177,6 +182,7 @@ DUAL_ENCODER_FIELDS = (
     "matryoshka_weights",
     "truncate_dim",
     "max_seq_length",
+    "normalize_embeddings",
 )
 
-__all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "SIMILARITIES", "DEFAULT_TEMPERATURES"]
+__all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "DEFAULT_TEMPERATURES"]

@@ -197,7 +197,9 @@ class SentenceEmbeddingMixin:
             convert_to_numpy: a float32 numpy array (the default), else a list of tensors.
             convert_to_tensor: one tensor (on the encoding device); wins over ``convert_to_numpy``.
             device: where to encode (default: the model's device); the model is moved there.
-            normalize_embeddings: L2-normalise the embeddings (then dot product = cosine similarity).
+            normalize_embeddings: L2-normalise the embeddings (then dot product = cosine similarity), after
+                ``truncate_dim``. A model whose config says ``normalize_embeddings`` (a sentence-transformers
+                ``Normalize`` module) normalises them before truncating, whatever this says.
             truncate_dim: keep the first ``truncate_dim`` dimensions (Matryoshka embeddings); default: the config's
                 ``truncate_dim`` (none when unset).
             task: for models with several towers, ``"query"`` or ``"document"``; see `encode_query` and
@@ -227,6 +229,8 @@ class SentenceEmbeddingMixin:
         embeddings, token_rows = self._embed_in_batches(
             tokenizer, encoded, batch_size, show_progress_bar, device, bf16, task, prompt_length, with_tokens
         )
+        if getattr(self.config, "normalize_embeddings", False):  # the model's Normalize module, before truncation
+            embeddings = F.normalize(embeddings, dim=-1)
         truncate_dim = truncate_dim or getattr(self.config, "truncate_dim", None)
         if truncate_dim is not None:
             embeddings = embeddings[:, :truncate_dim]

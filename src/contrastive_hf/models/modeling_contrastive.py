@@ -13,6 +13,7 @@ import logging
 import os
 import warnings
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,15 +22,16 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
+from .checkpoint_contents import what_the_path_holds
 from .checkpoint_files import (
     CONTRASTIVE_CONFIG_NAME,
     LOADING_KWARGS,
     EmbeddingCheckpointMixin,
     download_kwargs,
     save_tokenizer,
-    sentence_transformers_max_seq_length,
 )
-from .configuration_contrastive import CONFIG_FIELDS, ContrastiveConfig, inference_max_length
+from .checkpoint_names import in_subfolder
+from .configuration_contrastive import CONFIG_FIELDS, HEAD_FIELDS, ContrastiveConfig, inference_max_length
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import EncodingPolicy, attention_mask_for, encode_with, encoder_inputs
 from .heads import MaskedLMHead, ProjectionHead, build_encoder, init_weights  # noqa: F401  (also re-exported)
@@ -43,6 +45,12 @@ from .poolers import (  # noqa: F401  (the pooling module and reductions are re-
     uses_encoder_pooler_layer,
 )
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
+from .sentence_transformers_folders import (
+    DenseModule,
+    FolderSettings,
+    SentenceTransformersFolder,
+    read_sentence_transformers_folder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +94,89 @@ def dense_stages(model: ContrastiveModel, prefix: str = "") -> list[DenseLayer]:
             activation = config.projection_activation if activated else None
             stages.append(DenseLayer(f"{prefix}projection.layers.{index}", activation))
     return stages
+
+
+# The settings of the projection head: a folder's Dense layers set them together (`folder_settings`).
+PROJECTION_FIELDS = tuple(name for name in HEAD_FIELDS if name.startswith("projection_"))
+
+
+def projection_settings(dense: list[DenseModule]) -> dict | str:
+    """The projection settings computing a sentence-transformers folder's Dense modules after the pooling (the
+    inverse of `dense_stages`), or why none do. One Dense layer is a ``linear`` projection (identity) or a 1-layer
+    ``mlp`` with its activation after it (SimCSE's head: linear + tanh); several are an ``mlp`` with one activation
+    between each two, one inner size, and the last layer's activation that one or none."""
+    if not dense:
+        return {"projection_at_inference": False}
+    first, last = dense[0], dense[-1]
+    settings = {"projection_at_inference": True, "projection_dim": last.out_features}
+    if len(dense) == 1 and first.activation is None:
+        return {**settings, "projection_type": "linear"}
+    between = {module.activation for module in dense[:-1]} or {first.activation}
+    inner = {module.out_features for module in dense[:-1]}
+    if len(between) != 1 or None in between or last.activation not in (None, *between) or len(inner) > 1:
+        layers = ", ".join(f"{module.folder!r} ({module.activation or 'identity'})" for module in dense)
+        return (
+            f"Dense modules {layers} are no projection of ours (one activation between each two layers, one inner "
+            "size, the last one's activation that one or none)"
+        )
+    settings.update(
+        projection_type="mlp",
+        projection_layers=len(dense),
+        projection_activation=between.pop(),
+        projection_output_activation=last.activation is not None,
+    )
+    if inner:
+        settings["projection_hidden_size"] = inner.pop()
+    return settings
+
+
+def folder_settings(folder: SentenceTransformersFolder) -> FolderSettings:
+    """`ContrastiveConfig`'s values for a sentence-transformers folder of one route (the inverse of
+    `ContrastivePreTrainedModel.sentence_transformers_stacks`): its pooler, ``include_prompt``, projection (kept at
+    inference) from its Dense modules, ``normalize_embeddings``, ``max_seq_length``, prompts and similarity."""
+    settings = FolderSettings(folder, groups=(PROJECTION_FIELDS,))
+    settings.refusals.update(folder.refusals)
+    route = folder.routes[""]
+    settings.refusals.update(
+        {"projection_type" if name == "dense" else name: why for name, why in route.refusals.items()}
+    )
+    if route.pooler_type is not None:
+        settings.set("pooler_type", route.pooler_type, route.modules["pooler_type"])
+    if "include_prompt" in route.modules:
+        settings.set("include_prompt", route.include_prompt, route.modules["include_prompt"])
+    settings.set("normalize_embeddings", route.normalize, route.modules.get("normalize", "modules.json"))
+    if route.max_seq_length is not None:
+        settings.set("max_seq_length", route.max_seq_length, route.modules["max_seq_length"])
+    projection = projection_settings(route.dense)
+    dense_folders = ", ".join(module.folder for module in route.dense) or "modules.json"
+    if isinstance(projection, str):
+        settings.refusals.setdefault("projection_type", projection)
+    else:
+        for name, value in projection.items():
+            settings.set(name, value, dense_folders)
+    settings.set_model_settings()
+    return settings
+
+
+def replaced_folder_settings(config: ContrastiveConfig) -> dict[str, tuple[Any, Any]]:
+    """Where a model built on a sentence-transformers folder embeds otherwise than the folder, the settings given at
+    loading having replaced the folder's (`FolderSettings.merged`): ``{field: (the folder's value, the model's)}``.
+    {} for a model of another origin (a checkpoint of ours, a plain encoder), or one built from a folder with
+    something no model of ours computes. Reads the files of ``config._name_or_path`` only."""
+    path = getattr(config, "_name_or_path", "")
+    if not path or what_the_path_holds(path)[0] != "sentence_transformers":
+        return {}
+    folder = read_sentence_transformers_folder(path)
+    if folder is None or folder.is_router:
+        return {}
+    settings = folder_settings(folder)
+    if settings.refusals:
+        return {}
+    return {
+        name: (value, getattr(config, name))
+        for name, value in settings.values.items()
+        if name != "similarity" and getattr(config, name) != value  # similarity: no embedding changes with it
+    }
 
 
 class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixin, PreTrainedModel):
@@ -180,6 +271,7 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
                 max_seq_length=inference_max_length(self.config, self.config.encoder),
                 dense=dense_stages(model, self.sentence_model_prefix()),
                 include_prompt=self.config.include_prompt,
+                normalize=self.config.normalize_embeddings,
             )
         }
 
@@ -231,17 +323,48 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
         ...); anything else is an error listing both. For [`ContrastiveForPreTraining`], the checkpoint's own MLM
         head is kept when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint); otherwise the MLM head
         starts from random weights.
+
+        A sentence-transformers model (a ``modules.json``: all-MiniLM-L6-v2, our own checkpoints) loads as the model
+        its modules compute, with the embeddings ``SentenceTransformer(path).encode`` gives: its pooler, its Dense
+        layers as the projection kept at inference, ``Normalize`` as ``normalize_embeddings``, its prompts,
+        ``include_prompt``, ``max_seq_length`` and similarity (`folder_settings`). A field given here replaces what
+        the folder says, with a warning naming it; a module with no equivalent (a ``weightedmean`` Pooling, a module
+        class of custom code, a Router's two towers) is refused, naming it.
         """
         loading = {name: kwargs.pop(name) for name in LOADING_KWARGS if name in kwargs}
-        overrides = cls.check_config_overrides(kwargs)
+        given = cls.check_config_overrides(kwargs)
         download = download_kwargs(loading)
+        folder = read_sentence_transformers_folder(name_or_path, **download)
+        settings, overrides, encoder_folder = None, dict(given), ""
+        if folder is not None:
+            if folder.is_router:
+                raise folder.refusal(
+                    "its modules.json runs a Router with a query route and a document route (two towers)",
+                    "Load it with contrastive_hf.DualEncoderModel.from_pretrained.",
+                )
+            settings = folder_settings(folder)
+            overrides = settings.merged(given)
+            encoder_folder = folder.routes[""].encoder_folder
+        encoder_download = in_subfolder(download, encoder_folder)
         encoder_config = AutoConfig.from_pretrained(
-            name_or_path, trust_remote_code=loading.get("trust_remote_code", False), **download
+            name_or_path, trust_remote_code=loading.get("trust_remote_code", False), **encoder_download
         )
-        overrides.setdefault("max_seq_length", sentence_transformers_max_seq_length(name_or_path, **download))
+        dense = folder.routes[""].dense if settings is not None and settings.kept(given, "projection_type") else []
+        if dense and dense[0].in_features != encoder_config.hidden_size:
+            raise folder.inconsistent(
+                f"its Dense module {dense[0].folder!r} reads {dense[0].in_features} features, but the encoder gives "
+                f"{encoder_config.hidden_size}"
+            )
         config = ContrastiveConfig(encoder=encoder_config, **overrides)
-        model = cls.assemble(config, {"encoder": (name_or_path, "")}, loading)
-        model.load_heads_from_encoder_checkpoint(name_or_path, **download)
+        model = cls.assemble(config, {"encoder": (name_or_path, encoder_folder)}, loading)
+        if dense:  # the folder's projection, kept at inference
+            layers = model.sentence_model().projection.layers
+            with torch.no_grad():
+                for layer, module in zip(layers, dense, strict=True):
+                    weights = folder.dense_weights(module)
+                    layer.weight.copy_(weights["weight"])
+                    layer.bias.copy_(weights["bias"])
+        model.load_heads_from_encoder_checkpoint(name_or_path, **encoder_download)
         model.config._name_or_path = str(name_or_path)  # in memory only: never written to a saved file
         return model
 
@@ -468,6 +591,8 @@ class ContrastiveForSequenceClassification(ContrastivePreTrainedModel):
 
 
 __all__ = [
+    "folder_settings",
+    "replaced_folder_settings",
     "ContrastiveModel",
     "ContrastiveForSequenceClassification",
     "ContrastivePreTrainedModel",

@@ -29,14 +29,16 @@ from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from .checkpoint_contents import locate
 from .checkpoint_files import (
     DUAL_ENCODER_CONFIG_NAME,
     LOADING_KWARGS,
+    TOKENIZER_CONFIG_NAME,
     EmbeddingCheckpointMixin,
     download_kwargs,
-    sentence_transformers_max_seq_length,
     write_json,
 )
+from .checkpoint_names import in_subfolder
 from .configuration_contrastive import inference_max_length
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
@@ -46,11 +48,77 @@ from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .poolers import SentencePooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
+from .sentence_transformers_folders import (
+    FolderSettings,
+    SentenceTransformersFolder,
+    read_sentence_transformers_folder,
+)
 
 # Where a two-tower checkpoint keeps each encoder: sentence-transformers' Router folder names.
 TOWER_FOLDERS = {"query_encoder": "query_0_Transformer", "passage_encoder": "document_0_Transformer"}
 
-__all__ = ["DualEncoderModel", "DualEncoderPreTrainedModel", "DualEncoderOutput", "dot_logits", "similarity_logits"]
+__all__ = [
+    "DualEncoderModel",
+    "DualEncoderPreTrainedModel",
+    "DualEncoderOutput",
+    "folder_settings",
+    "dot_logits",
+    "similarity_logits",
+]
+# The tower each route of a sentence-transformers Router runs, and the projection after it.
+ROUTE_TOWERS = {"query": ("query_encoder", "query_projection"), "document": ("passage_encoder", "passage_projection")}
+
+
+def folder_settings(folder: SentenceTransformersFolder) -> FolderSettings:
+    """`DualEncoderConfig`'s values for a sentence-transformers folder (the inverse of
+    `DualEncoderModel.sentence_transformers_stacks`): a Router's ``query`` and ``document`` routes are the two towers
+    (one shared encoder where both run the same Transformer module), and a folder of one route is the encoder both
+    towers start from. Every route must pool, normalise and truncate alike, with at most one Dense layer without
+    activation (the towers' linear projection): a dual encoder has one pooler and one ``projection_dim``."""
+    settings = FolderSettings(folder)
+    settings.refusals.update(folder.refusals)
+    routes = folder.routes
+    for route in routes.values():
+        for name, why in route.refusals.items():
+            settings.refusals.setdefault("projection_dim" if name == "dense" else name, why)
+    said = {  # config field: the route's attribute saying it
+        "pooler_type": "pooler_type",
+        "include_prompt": "include_prompt",
+        "normalize_embeddings": "normalize",
+        "max_seq_length": "max_seq_length",
+    }
+    for name, attribute in said.items():
+        values = {route_name or "its": getattr(route, attribute) for route_name, route in routes.items()}
+        if len(set(values.values())) > 1:
+            settings.refusals.setdefault(name, f"routes differ in {name} ({values}), where a dual encoder has one")
+            continue
+        value = next(iter(values.values()))
+        if value is not None:
+            module = next(iter(routes.values())).modules.get(attribute)
+            settings.set(name, value, module or "modules.json")
+    projections = {}
+    for route_name, route in routes.items():
+        if any(module.activation is not None for module in route.dense) or len(route.dense) > 1:
+            layers = ", ".join(f"{module.folder!r} ({module.activation or 'identity'})" for module in route.dense)
+            settings.refusals.setdefault(
+                "projection_dim", f"Dense modules {layers} are no projection of a dual encoder (one linear layer)"
+            )
+        projections[route_name] = route.dense[0].out_features if route.dense else None
+    if len(set(projections.values())) > 1:
+        settings.refusals.setdefault("projection_dim", f"routes project to different sizes ({projections})")
+    elif "projection_dim" not in settings.refusals:
+        dense = [module.folder for route in routes.values() for module in route.dense]
+        settings.set("projection_dim", next(iter(projections.values())), ", ".join(dense) or "modules.json")
+    if folder.is_router:
+        query, document = routes["query"], routes["document"]
+        shared = query.encoder_folder == document.encoder_folder
+        settings.set("share_encoders", shared, "router_config.json")
+        if shared and [module.folder for module in query.dense] != [module.folder for module in document.dense]:
+            settings.refusals.setdefault(
+                "projection_dim", "its routes share their encoder but not their Dense module (one projection)"
+            )
+    settings.set_model_settings()
+    return settings
 
 
 @dataclass
@@ -491,6 +559,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
                 max_seq_length=inference_max_length(self.config, encoder.config),
                 dense=dense,
                 include_prompt=self.config.include_prompt,
+                normalize=self.config.normalize_embeddings,
             )
 
         if self.config.share_encoders:
@@ -527,26 +596,92 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         Keyword arguments are transformers' loading arguments (``dtype``, ``revision``, ``token``, ``cache_dir``,
         ``attn_implementation``...) or [`DualEncoderConfig`] fields (``share_encoders=True``,
         ``similarity="cosine"``, ``pooler_type="mean"``...); anything else is an error listing both.
+
+        A sentence-transformers model (a ``modules.json``) loads as the model its modules compute (`folder_settings`):
+        a Router's ``query`` and ``document`` routes as the two towers, with the tokenizer of their folders; a model
+        of one route as the encoder both towers start from, with its pooling, Dense layer, normalisation, prompts and
+        similarity. A field given here replaces what the folder says, with a warning naming it; what has no
+        equivalent is refused, naming it.
         """
         loading = {name: kwargs.pop(name) for name in LOADING_KWARGS if name in kwargs}
-        overrides = cls.check_config_overrides(kwargs)
+        given = cls.check_config_overrides(kwargs)
         download = download_kwargs(loading)
+        folder = read_sentence_transformers_folder(name_or_path, **download)
+        settings, overrides = None, dict(given)
+        folders = {"query": "", "document": ""}
+        if folder is not None:
+            if folder.is_router and passage_name_or_path is not None:
+                raise ValueError(
+                    f"{name_or_path} is a sentence-transformers Router holding both towers: do not give "
+                    "passage_name_or_path."
+                )
+            settings = folder_settings(folder)
+            overrides = settings.merged(given)
+            folders = {route: folder.routes.get(route, folder.routes.get("")).encoder_folder for route in folders}
         share = overrides.get("share_encoders", False)
         if share and passage_name_or_path is not None:
             raise ValueError("share_encoders=True has a single encoder: do not give passage_name_or_path.")
         passage_source = passage_name_or_path or name_or_path
+        passage_folder = "" if passage_name_or_path is not None else folders["document"]
         trust = loading.get("trust_remote_code", False)
-        overrides.setdefault("max_seq_length", sentence_transformers_max_seq_length(name_or_path, **download))
         config = DualEncoderConfig(
-            query_encoder=AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust, **download),
+            query_encoder=AutoConfig.from_pretrained(
+                name_or_path, trust_remote_code=trust, **in_subfolder(download, folders["query"])
+            ),
             passage_encoder=None
             if share
-            else AutoConfig.from_pretrained(passage_source, trust_remote_code=trust, **download),
+            else AutoConfig.from_pretrained(
+                passage_source, trust_remote_code=trust, **in_subfolder(download, passage_folder)
+            ),
             **overrides,
         )
-        sources = {"query_encoder": (name_or_path, "")}
+        sources = {"query_encoder": (name_or_path, folders["query"])}
         if not share:
-            sources["passage_encoder"] = (passage_source, "")
+            sources["passage_encoder"] = (passage_source, passage_folder)
         model = cls.assemble(config, sources, loading)
+        if settings is not None and settings.kept(given, "projection_dim"):
+            model._load_dense_projections(folder)
+        if folder is not None and folder.is_router:
+            model.tokenizer = _routes_tokenizer(folder, download)
         model.config._name_or_path = str(name_or_path)  # in memory only: never written to a saved file
         return model
+
+    def _load_dense_projections(self, folder: SentenceTransformersFolder) -> None:
+        """The towers' linear projections from the Dense module of each route of ``folder`` (`folder_settings`)."""
+        with torch.no_grad():
+            for route_name, route in folder.routes.items():
+                towers = [ROUTE_TOWERS[route_name]] if route_name else list(ROUTE_TOWERS.values())
+                for _, projection_name in towers:
+                    projection = getattr(self, projection_name)
+                    if projection is None or not route.dense:
+                        continue
+                    weights = folder.dense_weights(route.dense[0])
+                    if projection.weight.shape != weights["weight"].shape:
+                        raise folder.inconsistent(
+                            f"its Dense module {route.dense[0].folder!r} maps {weights['weight'].shape[1]} features "
+                            f"to {weights['weight'].shape[0]}, but the tower projects {projection.weight.shape[1]}"
+                        )
+                    projection.weight.copy_(weights["weight"])
+                    projection.bias.copy_(weights["bias"])
+
+
+def _routes_tokenizer(folder: SentenceTransformersFolder, download: dict):
+    """The tokenizer of a Router's towers (each route's Transformer folder holds one), which a dual encoder reads for
+    both: the folder's root's where it has one, else the query route's, refused where the routes' differ."""
+    from transformers import AutoTokenizer
+
+    name_or_path = folder.name_or_path
+    if locate(name_or_path, TOKENIZER_CONFIG_NAME, **download) is not None:
+        return AutoTokenizer.from_pretrained(name_or_path, **download)
+    tokenizers = {
+        route: AutoTokenizer.from_pretrained(
+            name_or_path, **in_subfolder(download, folder.routes[route].encoder_folder)
+        )
+        for route in ("query", "document")
+    }
+    if tokenizers["query"].get_vocab() != tokenizers["document"].get_vocab():
+        raise folder.refusal(
+            "its routes tokenize with different vocabularies, where a dual encoder reads one tokenizer",
+            "Load it with sentence_transformers.SentenceTransformer.",
+        )
+    return tokenizers["query"]

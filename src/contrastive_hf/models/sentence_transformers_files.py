@@ -9,7 +9,10 @@ module and optional ``Dense`` modules. Each pooler writes its own Pooling config
 - ``cls_before_pooler``, ``mean``, ``max``: Pooling in that mode;
 - ``cls``: Pooling on the [CLS] token, then a Dense layer holding BERT's pooler weights with tanh (a pooler that
   ``uses_encoder_pooler_layer``);
-- a projection kept at inference (``projection_at_inference=True``): one Dense layer per projection layer.
+- a projection kept at inference (``projection_at_inference=True``): one Dense layer per projection layer;
+- embeddings L2-normalised (``normalize_embeddings=True``): a ``Normalize`` module last.
+
+`sentence_transformers_folders` reads such a folder back (ours or any sentence-transformers model's).
 
 ``config_sentence_transformers.json`` records the similarity function (``cosine``, or ``dot`` for DPR's inner
 product: what sentence-transformers and MTEB compare embeddings with) and the prompts.
@@ -48,6 +51,8 @@ from .poolers import PoolerSpec, get_pooler
 
 __all__ = [
     "MODULE_FILES",
+    "TORCH_ACTIVATIONS",
+    "IDENTITY",
     "DenseLayer",
     "SentenceTransformersStack",
     "sentence_transformers_unsupported_reason",
@@ -55,15 +60,16 @@ __all__ = [
     "write_sentence_transformers_files",
 ]
 
-# Activations sentence-transformers can rebuild from a class name (its Dense config stores one).
-_TORCH_ACTIVATIONS = {
+# Activations sentence-transformers can rebuild from a class name (its Dense config stores one), by their names in
+# transformers' ACT2FN (a projection's ``projection_activation``).
+TORCH_ACTIVATIONS = {
     "relu": "torch.nn.modules.activation.ReLU",
     "tanh": "torch.nn.modules.activation.Tanh",
     "gelu": "torch.nn.modules.activation.GELU",
     "silu": "torch.nn.modules.activation.SiLU",
     "sigmoid": "torch.nn.modules.activation.Sigmoid",
 }
-_IDENTITY = "torch.nn.modules.linear.Identity"
+IDENTITY = "torch.nn.modules.linear.Identity"
 # Where an activation without a torch class is named, so that sentence-transformers fails to import it, naming it.
 _UNAVAILABLE = "torch.nn.modules.activation"
 MODULE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "router_config.json")
@@ -90,6 +96,7 @@ class SentenceTransformersStack:
         dense: each Dense module after pooling (`DenseLayer`), in order; the encoder's own pooler layer (BERT's dense +
             tanh) first for ``cls``.
         include_prompt: whether the prompt's tokens are pooled (sentence-transformers' ``include_prompt``).
+        normalize: whether the embedding is L2-normalised last (a ``Normalize`` module).
     """
 
     pooler_type: str
@@ -97,6 +104,7 @@ class SentenceTransformersStack:
     max_seq_length: int = 512
     dense: list[DenseLayer] = field(default_factory=list)
     include_prompt: bool = True
+    normalize: bool = False
 
     @property
     def pooler(self) -> PoolerSpec:
@@ -107,7 +115,7 @@ class SentenceTransformersStack:
         if refusal is not None:
             return refusal
         for _, activation in self.dense:
-            if activation is not None and activation not in _TORCH_ACTIVATIONS:
+            if activation is not None and activation not in TORCH_ACTIVATIONS:
                 return f"the activation {activation!r} has no torch.nn class"
         return None
 
@@ -149,7 +157,9 @@ def write_sentence_transformers_files(
         if os.path.exists(path):
             os.remove(path)
     for entry in os.listdir(save_directory):  # nor stale module folders
-        if entry.split("_")[-1] in ("Pooling", "Dense") and os.path.isdir(os.path.join(save_directory, entry)):
+        if entry.split("_")[-1] in ("Pooling", "Dense", "Normalize") and os.path.isdir(
+            os.path.join(save_directory, entry)
+        ):
             shutil.rmtree(os.path.join(save_directory, entry))
     if not stacks:
         return False
@@ -209,13 +219,16 @@ def _write_stack(
                 "in_features": in_features,
                 "out_features": out_features,
                 "bias": "linear.bias" in tensors,
-                "activation_function": _TORCH_ACTIVATIONS.get(activation, f"{_UNAVAILABLE}.{activation}")
+                "activation_function": TORCH_ACTIVATIONS.get(activation, f"{_UNAVAILABLE}.{activation}")
                 if activation
-                else _IDENTITY,
+                else IDENTITY,
             },
         )
         tensors = {key: tensor.detach().float().cpu().contiguous() for key, tensor in tensors.items()}
         save_file(tensors, os.path.join(save_directory, folder, "model.safetensors"))
+    if stack.normalize:  # a module without configuration or weights: its folder is not written (nor read)
+        index = start + 1 + len(stack.dense)
+        modules.append(_module(index, "Normalize", f"{prefix}{index}_Normalize"))
     return modules
 
 
