@@ -47,7 +47,8 @@ def walk_of(value: str, from_pretrained: bool = False) -> list[tuple[str, str]]:
     def holds(local) -> bool:
         if isinstance(local, str):
             return local == value
-        return isinstance(local, dict) and any(isinstance(item, str) and item == value for item in local.values())
+        # plain dicts only: a mapping of transformers' (MODEL_MAPPING) imports every model class when walked
+        return type(local) is dict and any(isinstance(item, str) and item == value for item in local.values())
 
     def note(frame) -> None:
         code = frame.f_code
