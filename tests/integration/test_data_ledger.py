@@ -482,19 +482,6 @@ def _layout_jobs(folder: Path, files: dict[str, Path]) -> dict[int, dict[str, di
         "processes_stream": job("processes_stream", streamed, "saved_stream", 2),
         "multitask_processes": multitask("multitask_processes", "multitask_saved", 2),
     }
-    one_process = {
-        "saved": job("saved", map_style),
-        "saved_stream": job("saved_stream", streamed),
-        "batch": job("batch", [*map_style, "--per_device_train_batch_size", "8"], "saved", 2),
-        "accumulation": job("accumulation", [*map_style, "--gradient_accumulation_steps", "2"], "saved", 2),
-        "streaming_on": job("streaming_on", streamed, "saved", 2),
-        "streaming_off": job("streaming_off", map_style, "saved_stream", 2),
-        "workers": job("workers", [*streamed, "--dataloader_num_workers", str(WORKERS)], "saved_stream", 2),
-    }
-    two_processes = {
-        "processes": job("processes", map_style, "saved", 2),
-        "processes_stream": job("processes_stream", streamed, "saved_stream", 2),
-    }
     return {
         processes: {f"layout-{name}": job for name, job in jobs.items()}
         for processes, jobs in ((1, one_process), (2, two_processes))

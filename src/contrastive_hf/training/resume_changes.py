@@ -159,6 +159,8 @@ def changed_data_layout(checkpoint: str, layout: dict) -> list[tuple[str, object
                 continue
         if old != new:
             changes.append((name, old, new))
+    if any(name == "rows" for name, _, _ in changes):  # other rows have another digest: one change, said once
+        changes = [change for change in changes if change[0] != "rows_digest"]
     return changes
 
 
@@ -204,10 +206,11 @@ def refuse_changed_data_layout(
     state = read_json(checkpoint, TRAINER_STATE_NAME) or {}
     step = state.get("global_step")
     changed = ", ".join(
-        f"{_LAYOUT_FLAGS[name][0]} {old!r} -> {new!r}" for name, old, new in changes if name != "rows_digest"
+        "other training rows (the same number, other content)"
+        if name == "rows_digest"
+        else f"{_LAYOUT_FLAGS[name][0]} {old!r} -> {new!r}"
+        for name, old, new in changes
     )
-    if any(name == "rows_digest" for name, _, _ in changes) and not any(name == "rows" for name, _, _ in changes):
-        changed = ", ".join(filter(None, [changed, "other training rows (the same number, other content)"]))
     restore = ", ".join(
         dict.fromkeys(_LAYOUT_FLAGS[name][1].format(old=str(old).lower() if isinstance(old, bool) else old)
                       for name, old, _ in changes)
