@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SAMPLES = REPO_ROOT / "examples" / "demo" / "data"
 # Modules the scripts import, not benchmarks of their own.
-HELPERS = {"data_files.py", "machine_info.py", "parity.py"}
+HELPERS = {"data_files.py", "machine_info.py", "parity.py", "preloaded.py"}
 
 # script: (arguments, text its output must hold at the end of every part)
 SMOKE_RUNS = {
