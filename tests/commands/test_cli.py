@@ -120,6 +120,7 @@ def tiny_checkpoint(tmp_path, tokenizer):
     return str(tmp_path / "model")
 
 
+@pytest.mark.slow  # every STS and transfer task: 3 s of CPU
 def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
     senteval_dir, tiny_checkpoint, tmp_path, capsys
 ):
@@ -205,6 +206,7 @@ def test_evaluate_names_a_truncated_weights_file(tiny_checkpoint, tmp_path, caps
     assert f"Cannot load the model in {tiny_checkpoint}: model.safetensors is truncated or corrupt" in error
 
 
+@pytest.mark.slow  # a run and two evaluated models drawn: 3 s of CPU
 def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, capsys):
     history = [
         {"loss": 9.0 - step, "mlm_loss": 6.0 - step / 2, "cl_loss": 3.0 - step / 2, "step": step}

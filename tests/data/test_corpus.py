@@ -169,6 +169,7 @@ def test_a_file_that_is_not_utf8_is_named_with_the_byte_and_line(tmp_path, cache
     assert "iconv" in message
 
 
+@pytest.mark.slow  # a stream read to its bad byte: 4 s of CPU
 def test_a_streamed_text_file_that_is_not_utf8_is_named_with_the_byte(tmp_path):
     path = tmp_path / "corpus.txt"
     offset, _ = _latin1_in_the_middle(path)

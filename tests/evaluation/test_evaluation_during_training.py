@@ -75,6 +75,7 @@ def test_best_checkpoint_by_stsb_spearman_is_kept(repo_root, tokenizer, tmp_path
     assert rescored["eval_alignment"] == pytest.approx(best["eval_stsb_alignment"], abs=1e-5)
 
 
+@pytest.mark.slow  # run_clear with STS-B evaluations, then plotted: 3 s of CPU
 def test_run_clear_evaluates_every_eval_steps_and_plot_draws_the_run(repo_root, tmp_path, monkeypatch, capsys):
     encoder_config = tmp_path / "encoder.json"
     encoder_config.write_text(json.dumps({**tiny_bert_config().to_dict(), "model_type": "bert"}))

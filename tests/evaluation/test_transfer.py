@@ -376,6 +376,7 @@ def test_pytorch_kfold_chooses_the_weight_decay_as_the_reference():
     np.testing.assert_array_equal(result["predictions"], predictions)
 
 
+@pytest.mark.slow  # inner k-fold of the PyTorch classifier: 2 s of CPU
 def test_pytorch_inner_kfold_and_split_match_the_reference():
     features, labels = overlapping_clusters(90, seed=11, scale=SMALL)
     result = inner_kfold_accuracy(features, labels, kfold=3, protocol="simcse")
@@ -432,6 +433,7 @@ def small_senteval_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow  # every transfer task with scikit-learn: 5 s of CPU
 def test_sklearn_suite_runs_every_task_in_senteval_s_order_and_matches_the_references(small_senteval_dir):
     results = evaluate_transfer(
         BagOfWordsEncoder(), small_senteval_dir, kfold=3, protocol="sklearn", show_progress=False
@@ -483,6 +485,7 @@ def test_sklearn_suite_runs_every_task_in_senteval_s_order_and_matches_the_refer
     assert results["tasks"]["TREC"]["accuracy"] == 100.0
 
 
+@pytest.mark.slow  # every transfer task: 3 s of CPU
 def test_simcse_protocol_is_the_default_and_runs_every_task(small_senteval_dir):
     results = evaluate_transfer(BagOfWordsEncoder(), small_senteval_dir, kfold=3, show_progress=False)
     assert results["protocol"] == "simcse" and results["classifier"]["tenacity"] == 5

@@ -36,6 +36,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+@pytest.mark.slow  # all-MiniLM-L6-v2 in float32 and bf16 on the shipped paragraphs: 5 s of CPU
 def test_bf16_embeddings_within_cosine_0999_of_float32(minilm, paragraphs):
     model, tokenizer = minilm
     fp32 = model.encode(paragraphs, tokenizer=tokenizer, max_length=256, bf16=False)
@@ -51,6 +52,7 @@ def bf16_cpu(monkeypatch):
     monkeypatch.setattr(precision, "cpu_bf16_units", lambda: "avx512_bf16")
 
 
+@pytest.mark.slow  # all-MiniLM-L6-v2 encodes the shipped paragraphs: 4 s of CPU
 def test_encode_default_follows_the_cpu_and_says_so_once(minilm, paragraphs, bf16_cpu, caplog):
     model, tokenizer = minilm
     sentences = paragraphs[:6]
