@@ -1,18 +1,24 @@
 """Every benchmark's smoke run (a tiny configuration on the repository's own samples), so that none breaks unseen.
 
-Each script under benchmarks/ runs as a user runs it, in a subprocess, with its smoke flag; the figures mean nothing,
-the test checks that every part ran to its end. The full runs and their figures are in docs/benchmarks.md.
+Each script under benchmarks/ runs as a user runs it, in a process of its own, with its smoke flag (all of them in one
+launch: each forked from an interpreter that imported torch and transformers once); the figures mean nothing, the
+test checks that every part ran to its end. The full runs and their figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
+
+# the smoke runs' one launch runs once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("benchmarks")
 
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SAMPLES = REPO_ROOT / "examples" / "demo" / "data"
@@ -91,15 +97,26 @@ def test_every_benchmark_has_a_smoke_run():
     assert scripts == {name.split()[0] for name in SMOKE_RUNS} | set(SMOKED_WITHIN)
 
 
-@pytest.mark.parametrize("name", list(SMOKE_RUNS))
-def test_benchmark_smoke_run(name, tmp_path):
-    arguments, expected = SMOKE_RUNS[name]
-    if name == "bench_grad_cache.py":
-        arguments = [*arguments, "--plot", str(tmp_path / "grad_cache.png")]
-    if name == "glue_data.py":
-        arguments = [*arguments, "--output", str(tmp_path / "glue_data")]
-    if name == "gpu_check.py":
-        arguments = [*arguments, "--out", str(tmp_path / "gpu-check")]
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict[str, tuple[dict, Path]]:
+    """Every smoke run, each in its own folder, in one launch: tests/scripts/run_blocks.py imports torch,
+    transformers and the other libraries once and forks a fresh child per benchmark, which runs it as
+    ``python benchmarks/<script> ...`` would (its arguments, its folder, its own process). ``{name: (its result:
+    exit status and output, its folder)}``."""
+    root = tmp_path_factory.mktemp("smoke")
+    scripts, folders = [], {}
+    for index, (name, (arguments, _)) in enumerate(SMOKE_RUNS.items()):
+        folder = root / f"{index:02d}-{name.split()[0].removesuffix('.py')}"
+        folder.mkdir()
+        if name == "bench_grad_cache.py":
+            arguments = [*arguments, "--plot", str(folder / "grad_cache.png")]
+        if name == "glue_data.py":
+            arguments = [*arguments, "--output", str(folder / "glue_data")]
+        if name == "gpu_check.py":
+            arguments = [*arguments, "--out", str(folder / "gpu-check")]
+        scripts.append({"script": str(BENCHMARKS / name.split()[0]), "argv": arguments, "cwd": str(folder)})
+        folders[name] = folder
+    (root / "scripts.json").write_text(json.dumps(scripts))
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")])),
@@ -108,14 +125,24 @@ def test_benchmark_smoke_run(name, tmp_path):
         "OMP_NUM_THREADS": "1",
         "TQDM_DISABLE": "1",
     }
-    command = [sys.executable, str(BENCHMARKS / name.split()[0]), *arguments]
-    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=1200)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-4000:]
+    runner = REPO_ROOT / "tests" / "scripts" / "run_blocks.py"
+    command = [sys.executable, str(runner), str(root / "scripts.json"), str(root), str(root / "results.json")]
+    launch = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=root, timeout=3600)
+    assert launch.returncode == 0, (launch.stdout + launch.stderr)[-4000:]
+    results = json.loads((root / "results.json").read_text())
+    return {name: (result, folders[name]) for name, result in zip(SMOKE_RUNS, results, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(SMOKE_RUNS))
+def test_benchmark_smoke_run(name, smoke_runs):
+    _, expected = SMOKE_RUNS[name]
+    result, folder = smoke_runs[name]
+    output = result["output"]
+    assert result["status"] == 0, output[-4000:]
     for text in expected:
         assert text in output, f"{text!r} missing from the output of {name}:\n{output[-4000:]}"
     for inner, (outer, texts) in SMOKED_WITHIN.items():
         if outer == name:
-            log = (tmp_path / "gpu-check" / "gpu_check.log").read_text()
+            log = (folder / "gpu-check" / "gpu_check.log").read_text()
             for text in texts:
                 assert text in log, f"{text!r} missing from the output of {inner} within {name}:\n{log[-4000:]}"

@@ -1,18 +1,22 @@
-"""Run Python blocks of the documentation each in a process of its own, as pasted into a fresh interpreter: one
-interpreter imports the third-party libraries the blocks use (torch, transformers, sentence-transformers, datasets,
-peft: seconds of start-up), then each block runs in a child forked from it, with a fresh namespace, in ``cwd``.
-contrastive_hf itself is not imported ahead: a block imports what it uses, as a reader's interpreter would.
+"""Run Python blocks of the documentation, or scripts, each in a process of its own, as pasted into (or run by) a
+fresh interpreter: one interpreter imports the third-party libraries they use (torch, transformers,
+sentence-transformers, datasets, peft: seconds of start-up), then each runs in a child forked from it, with a fresh
+namespace, in ``cwd``. contrastive_hf itself is not imported ahead: a block imports what it uses, as a reader's
+interpreter would.
 
-Usage: ``python run_blocks.py BLOCKS.json CWD RESULTS.json``, BLOCKS.json a list of source texts; RESULTS.json gets,
-for each block in order, ``{"status": exit status, "output": what it wrote}``.
+Usage: ``python run_blocks.py BLOCKS.json CWD RESULTS.json``, BLOCKS.json a list of source texts, or of scripts as
+``{"script": path, "argv": [...], "cwd": folder}`` (run as ``python path argv...`` in that folder, default CWD);
+RESULTS.json gets, for each in order, ``{"status": exit status, "output": what it wrote, "seconds": wall time}``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import runpy
 import sys
 import tempfile
+import time
 import traceback
 
 import datasets  # noqa: F401
@@ -25,18 +29,26 @@ from transformers import modeling_utils  # noqa: F401  (transformers' lazy modul
 transformers.AutoModel  # noqa: B018
 
 
-def run_block(source: str, cwd: str, log) -> int:
-    """``source`` in a forked child, its output into ``log``: the child's exit status."""
+def run_block(source: str | dict, cwd: str, log) -> int:
+    """``source`` (a block's text, or a script: see the module docstring) in a forked child, its output into
+    ``log``: the child's exit status."""
     pid = os.fork()
     if pid == 0:  # the child
+        script = source if isinstance(source, dict) else None
+        cwd = script.get("cwd", cwd) if script else cwd
         os.chdir(cwd)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        sys.path.insert(0, cwd)  # what `python -c` puts first: the folder it runs in
         try:
-            exec(compile(source, "<block>", "exec"), {"__name__": "__main__"})
+            if script:  # what `python path argv...` sets: its arguments, and its folder first on the path
+                sys.argv = [script["script"], *script.get("argv", [])]
+                sys.path.insert(0, os.path.dirname(os.path.abspath(script["script"])))
+                runpy.run_path(script["script"], run_name="__main__")
+            else:
+                sys.path.insert(0, cwd)  # what `python -c` puts first: the folder it runs in
+                exec(compile(source, "<block>", "exec"), {"__name__": "__main__"})
             status = 0
         except SystemExit as exit_:
             status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -54,9 +66,10 @@ def main(blocks_file: str, cwd: str, results_file: str) -> None:
     results = []
     for source in json.loads(open(blocks_file).read()):
         with tempfile.TemporaryFile("w+") as log:
+            began = time.monotonic()
             status = run_block(source, cwd, log)
             log.seek(0)
-            results.append({"status": status, "output": log.read()})
+            results.append({"status": status, "output": log.read(), "seconds": round(time.monotonic() - began, 1)})
     with open(results_file, "w") as handle:
         json.dump(results, handle)
 
