@@ -116,6 +116,20 @@ def test_an_output_dir_the_run_cannot_write_is_one_usage_line_before_anything_lo
     assert "Traceback" not in error and not (tmp_path / "ro" / "run").exists()
 
 
+def test_an_unknown_augmentation_is_one_usage_line_before_anything_loads(tmp_path, capsys):
+    # a model that is nowhere: loading it would be another error
+    arguments = ["--model_name_or_path", "nobody/no-such-model", "--augmentations", "subs+nope", "--output_dir",
+                 str(tmp_path / "out"), "--train_file", str(DEMO_DATA / "wiki1m_sample.txt")]  # fmt: skip
+    usage, error = usage_error("run_clear", arguments, capsys).splitlines()  # argparse's one-line usage, the error
+    assert usage.startswith("usage: ")
+    assert error.split(": error: ", 1)[1] == (
+        "Unknown augmentation 'nope': choose one of dropout, del_word, del_span, reorder, subs, "
+        "composed with '+' (CLEAR's names, e.g. subs+del_span) or mixed with ',' (each view draws one, e.g. "
+        "del_word,reorder); one of your own: register it with "
+        "contrastive_hf.data.augmentations.register_augmentation."
+    )
+
+
 # ----------------------------------------------------------------------------------------------------
 # b. --truncate_dim wider than the embedding
 # ----------------------------------------------------------------------------------------------------
