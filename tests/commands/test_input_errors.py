@@ -392,6 +392,28 @@ def test_mine_names_a_pairs_or_corpus_file_without_rows(content, checkpoint, tmp
     )
 
 
+@pytest.mark.parametrize("command", ["evaluate", "evaluate-glue", "mine"])
+def test_a_max_length_beyond_the_models_positions_is_one_usage_line(command, checkpoint, tmp_path, capsys):
+    # it crashed with an index error in the embeddings at the first sentence longer than the 64 positions
+    from conftest import TEST_DATA
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = {
+        "evaluate": ["evaluate", str(checkpoint), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "evaluate-glue": ["evaluate", str(checkpoint), "--tasks", "glue/sst2", "--data-dir", str(TEST_DATA / "glue")],
+        "mine": ["mine", str(pairs), "--model", str(checkpoint), "--output", str(tmp_path / "mined.csv")],
+    }[command]
+    consequence = "example would stop fine-tuning" if command == "evaluate-glue" else "input would stop encoding"
+    assert cli_error([*arguments, "--max-length", "100000", "--output", str(tmp_path / "out.json")], capsys) == (
+        f"contrastive-hf {command.split('-')[0]}: error: max_length=100000 (--max-length) is longer than the "
+        f"encoder's position embeddings, which take at most 64 tokens: the first longer {consequence} with an index "
+        "error. Set --max-length to 64 or less, or use an encoder with more positions (max_position_embeddings in "
+        "its config)."
+    )
+    assert not (tmp_path / "out.json").exists()
+
+
 # ----------------------------------------------------------------------------------------------------
 # f. More negatives than there are candidates
 # ----------------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ import logging
 
 import pytest
 from datasets import Dataset
-from transformers import RobertaConfig, RobertaModel, TrainerControl, TrainerState
+from transformers import TrainerControl, TrainerState
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
 from contrastive_hf.evaluation import STSData
-from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup, usable_positions
+from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -142,15 +142,6 @@ def test_a_max_length_beyond_the_position_embeddings_is_refused(tokenizer, tmp_p
     make_trainer(
         tokenizer, tmp_path, Dataset.from_dict({"text": WIKI}), ContrastiveDataCollator(tokenizer, max_length=64)
     )
-
-
-def test_roberta_style_position_tables_lose_the_padding_offset():
-    # RoBERTa numbers positions from padding_idx + 1: 66 rows with padding_idx 1 take 64 tokens
-    config = RobertaConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, max_position_embeddings=66
-    )
-    assert usable_positions(RobertaModel(config)) == 64
-    assert usable_positions(ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config()))) == 64
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -240,8 +240,9 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
     """``(encode_queries, encode_documents, similarity)`` of a checkpoint: a dual encoder's two towers (with their
     prompts) and its similarity, or any checkpoint `evaluation.encoders.load_encoder` takes (a contrastive_hf model,
     a sentence-transformers folder, a transformers encoder with mean pooling) for both sides, with cosine."""
-    from ..evaluation.encoders import check_model_source
+    from ..evaluation.encoders import MAX_LENGTH_FLAG, check_model_source
     from ..models.checkpoint_files import checkpoint_model_type
+    from ..models.positions import check_max_length
 
     check_model_source(name_or_path)  # one line for a model that is nowhere, before any loader's traceback
     if checkpoint_model_type(name_or_path) == "dual_encoder":
@@ -250,6 +251,7 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
         from ..models.modeling_dual_encoder import DualEncoderModel
 
         model = DualEncoderModel.from_pretrained(name_or_path).eval()
+        check_max_length(model, max_length, flag=MAX_LENGTH_FLAG)
         if device is not None:
             model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)

@@ -41,6 +41,7 @@ from transformers.trainer_utils import IntervalStrategy
 
 from ..evaluation.training import TrainingEvalSet
 from ..models.checkpoint_files import refuse_non_finite
+from ..models.positions import check_max_length
 
 __all__ = [
     "COLLAPSED_UNIFORMITY",
@@ -48,7 +49,6 @@ __all__ = [
     "TrainingSanityCallback",
     "check_training_setup",
     "hard_negatives_in_batches",
-    "usable_positions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -136,37 +136,19 @@ def hard_negatives_in_batches(collator, dataset) -> bool | None:
     return collator.hard_negatives_in_batches(dataset) if isinstance(collator, Collator) else None
 
 
-def usable_positions(model: nn.Module) -> int | None:
-    """The most tokens ``model``'s encoders take: the smallest learned position table (an embedding named
-    ``position_embeddings``) of any of them. RoBERTa-style tables, whose positions start after the padding index,
-    lose ``padding_idx + 1`` rows (514 rows: 512 tokens). None when there is no learned table (rotary or relative
-    positions)."""
-    limits = [
-        module.num_embeddings - (0 if module.padding_idx is None else module.padding_idx + 1)
-        for name, module in model.named_modules()
-        if name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(module, nn.Embedding)
-    ]
-    return min(limits, default=None)
-
-
 # The collators' truncation lengths, by the name of the attribute holding each.
 _MAX_LENGTH_ATTRIBUTES = ("max_length", "max_query_length", "max_passage_length")
 
 
 def _check_positions(model: nn.Module, collator) -> None:
-    limit = usable_positions(model)
-    if limit is None:
-        return
     for name in _MAX_LENGTH_ATTRIBUTES:
-        length = getattr(collator, name, None)
-        if length is not None and length > limit:
-            flag = "--max_seq_length" if name == "max_length" else f"--{name}"
-            raise ValueError(
-                f"{type(collator).__name__}'s {name}={length} ({flag}) is longer than the encoder's position "
-                f"embeddings, which take at most {limit} tokens: the first batch with a longer sentence would stop "
-                f"training with a tensor-size error. Set {flag} to {limit} or less, or use an encoder with more "
-                "positions (max_position_embeddings in its config)."
-            )
+        check_max_length(
+            model,
+            getattr(collator, name, None),
+            f"{type(collator).__name__}'s {name}",
+            "--max_seq_length" if name == "max_length" else f"--{name}",
+            "the first batch with a longer sentence would stop training with a tensor-size error",
+        )
 
 
 class TrainingSanityCallback(TrainerCallback):
