@@ -4,6 +4,8 @@ and the fix.
 
 Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
 
+* a ``contrastive_loss`` nobody registered (a checkpoint trained with a user's loss loads and encodes without it,
+  but trains only once the module registering it is imported);
 * no negatives: a contrastive batch of one sentence (``per_device_train_batch_size`` 1, on one process or without
   gathering across processes) with no hard negatives (each collator says whether its batches have them:
   ``hard_negatives_in_batches(dataset)``) and no pre-batch queue; the loss of a query whose only candidate is its own
@@ -40,7 +42,8 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
 
 from ..evaluation.training import TrainingEvalSet
-from ..models.checkpoint_files import refuse_non_finite
+from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, refuse_non_finite
+from ..models.objectives import LOSSES
 from ..models.positions import check_max_length
 
 __all__ = [
@@ -74,6 +77,7 @@ def check_training_setup(trainer) -> None:
     """Refuse a `ContrastiveTrainer` whose training can never learn (see the module docstring), with an error that
     names the value and what to set instead."""
     model = trainer.accelerator.unwrap_model(trainer.model)
+    _check_loss(model)
     _check_negatives(trainer, model)
     _check_positions(model, trainer.data_collator)
     _check_best_model_metric(trainer.args, trainer.eval_dataset)
@@ -102,6 +106,19 @@ def _check_best_model_metric(args, eval_dataset) -> None:
         "Set --metric_for_best_model to one of their metrics"
         + (f": {', '.join(choices)} (as SimCSE selects checkpoints by STS-B dev Spearman)" if choices else "")
         + "."
+    )
+
+
+def _check_loss(model) -> None:
+    config = getattr(model, "config", None)
+    name = getattr(config, "contrastive_loss", None)
+    if name is None or name in LOSSES or getattr(config, "cl_weight", 1.0) == 0:
+        return
+    raise ValueError(
+        f"The model to train has contrastive_loss {name!r} (set in its config, or in the checkpoint's "
+        f"{CONTRASTIVE_CONFIG_NAME} it was loaded from), which is not registered: import the module that registers "
+        f"it (contrastive_hf.models.objectives.register_loss) before training, or train with one of "
+        f"{', '.join(LOSSES.names())} (--contrastive_loss)."
     )
 
 
