@@ -256,6 +256,24 @@ def test_evaluate_names_the_line_of_an_sts_file_that_is_not_utf8(checkpoint, tmp
     )
 
 
+@pytest.mark.parametrize("which", ["pairs", "corpus"])
+def test_mine_names_the_file_and_the_byte_that_is_not_utf8(which, checkpoint, tmp_path, capsys):
+    # the pairs file's error named no file: "'utf-8' codec can't decode byte 0xe9 in position 24"
+    latin = tmp_path / f"{which}.csv"
+    header = b"query,positive\n" if which == "pairs" else b"text\n"
+    latin.write_bytes(header + b"who is it?,Someone.\nwho is th\xe9re?,Someone is there.\n")
+    pairs = tmp_path / "utf8.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = ["mine", str(latin if which == "pairs" else pairs), "--model", str(checkpoint)]
+    arguments += ["--output", str(tmp_path / "mined.csv")] + (["--corpus", str(latin)] if which == "corpus" else [])
+    offset = latin.read_bytes().index(b"\xe9")
+    assert cli_error(arguments, capsys) == (
+        f"contrastive-hf mine: error: {latin} is not UTF-8 text: the bytes b'\\xe9' at byte {offset} (line 3) cannot "
+        f"be decoded. Convert the file to UTF-8 and give the converted file (e.g. `iconv -f latin1 -t utf-8 "
+        f"{which}.csv > utf8-{which}.csv` for Latin-1 text)."
+    )
+
+
 def test_plot_names_the_line_and_column_of_malformed_json(tmp_path, capsys):
     state = tmp_path / "trainer_state.json"
     state.write_text('{\n  "log_history": [\n    {"loss": 1.0 "step": 1}\n  ]\n}\n')

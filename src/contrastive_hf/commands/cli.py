@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 from .._atomic import write_atomically
 from .._files import read_json_file
@@ -215,8 +216,12 @@ def _read_rows(path: str, expected: str):
         return load_corpus(path)
     except EmptyCorpusError:  # 0 bytes: its message is about training files
         raise no_rows from None
-    except ValueError:
-        if next(iter(load_corpus(path, streaming=True)), None) is None:
+    except ValueError as error:
+        try:
+            empty = next(iter(load_corpus(path, streaming=True)), None) is None
+        except ValueError:  # the file cannot be read (bytes that are not UTF-8): ``error`` says why, naming it
+            raise error from None
+        if empty:
             raise no_rows from None
         raise
 
@@ -224,7 +229,7 @@ def _read_rows(path: str, expected: str):
 def mine_command(args: argparse.Namespace) -> int:
     from ..data.columns import resolve_query_passage_columns
     from ..data.corpus import drop_incomplete_rows
-    from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
+    from ..data.mining import TiedScoresWarning, load_mining_encoder, mine_hard_negatives, write_mined
 
     _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)
@@ -250,24 +255,28 @@ def mine_command(args: argparse.Namespace) -> int:
         f"each query's {args.num_negatives} negative(s) ...",
         flush=True,
     )
-    mined = mine_hard_negatives(
-        pairs[columns[0]],
-        pairs[columns[1]],
-        encode_queries,
-        encode_documents,
-        corpus=corpus,
-        num_negatives=args.num_negatives,
-        similarity=similarity,
-        skip_top=args.skip_top,
-        max_candidates=args.max_candidates,
-        margin=args.margin,
-        max_score=args.max_score,
-        duplicate_threshold=args.duplicate_threshold,
-        sampling=args.sampling,
-        seed=args.seed,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TiedScoresWarning)  # said below, as this command's own warning, at the end
+        mined = mine_hard_negatives(
+            pairs[columns[0]],
+            pairs[columns[1]],
+            encode_queries,
+            encode_documents,
+            corpus=corpus,
+            num_negatives=args.num_negatives,
+            similarity=similarity,
+            skip_top=args.skip_top,
+            max_candidates=args.max_candidates,
+            margin=args.margin,
+            max_score=args.max_score,
+            duplicate_threshold=args.duplicate_threshold,
+            sampling=args.sampling,
+            seed=args.seed,
+        )
     write_mined(mined.rows, args.output)
     print(mined.summary())
+    if mined.ties_warning:
+        print(f"contrastive-hf mine: warning: {mined.ties_warning}", file=sys.stderr)
     negatives = ", ".join(f"negative_{index}" for index in range(1, args.num_negatives + 1))
     print(f"Wrote {args.output} (columns query, positive, {negatives}).")
     return 0
