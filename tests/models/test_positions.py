@@ -36,10 +36,14 @@ def test_a_length_the_model_takes_passes_and_a_longer_one_names_the_value_the_li
     )
 
 
-def test_encode_refuses_a_max_length_beyond_the_positions_before_encoding(tokenizer):
-    # it stopped with "index out of range in self" in the position embeddings, at the first long sentence
+def test_load_encoder_refuses_a_max_length_beyond_the_positions_before_encoding(tokenizer, tmp_path):
+    # `contrastive-hf evaluate --max-length` stopped with "index out of range in self" at the first long sentence
+    from contrastive_hf.evaluation import load_encoder
+
     model = ContrastiveModel(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
-    long_sentence = " ".join(["word"] * 100)
-    with pytest.raises(ValueError, match=r"^max_length=100000 is longer .* Set max_length to 64 or less"):
-        model.encode([long_sentence], tokenizer=tokenizer, max_length=100000)
-    assert model.encode([long_sentence], tokenizer=tokenizer).shape == (1, 32)  # truncated at the 64 positions
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"^max_length=100000 \(--max-length\) is longer .* at most 64 tokens"):
+        load_encoder(tmp_path, max_length=100000, device="cpu")
+    encoder = load_encoder(tmp_path, device="cpu")  # truncated at the 64 positions
+    assert encoder.max_length == 64 and encoder.encode([" ".join(["word"] * 100)]).shape == (1, 32)

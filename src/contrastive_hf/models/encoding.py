@@ -35,7 +35,7 @@ from .encoding_policy import (  # noqa: F401  (re-exported from their former hom
     encoder_inputs,
     keeps_a_token,
 )
-from .positions import check_max_length, usable_positions
+from .positions import usable_positions
 from .precision import encoding_precision, log_precision_once
 from .prompts import (  # noqa: F401  (re-exported from their former home)
     DEFAULT_PROMPT_NAMES,
@@ -223,7 +223,6 @@ class SentenceEmbeddingMixin:
         if device is not None:
             self.to(device)
         device = next(self.parameters()).device
-        check_max_length(self, max_length)
         max_length = max_length or self._max_length(tokenizer)
         refuse_prompt_filling(tokenizer, prompt, max_length)
         encoded = tokenizer(sentences, truncation=True, max_length=max_length)

@@ -2,8 +2,10 @@
 
 An input longer than an encoder's learned position table stops with an index error deep in its embeddings, at the
 first sentence that long, after loading and reading everything before it. Every length a user sets is checked here
-first, with one message: a training collator's (``--max_seq_length``, `training/sanity.py`), ``encode``'s
-``max_length``, and ``--max-length`` of ``contrastive-hf evaluate`` and ``mine``.
+first, with one message: a training collator's (``--max_seq_length``, `training/sanity.py`), and the ``max_length``
+of `evaluation.load_encoder` and `data.mining.load_mining_encoder`: ``--max-length`` of ``contrastive-hf evaluate``
+(GLUE's fine-tuning too) and ``mine``. ``encode`` itself truncates at most at the positions by default
+(`usable_positions`), and takes a caller's ``max_length`` as given (DPR's 256-token passages on any encoder).
 
 This module imports only torch, as every module of `models/` imports only torch, numpy, transformers and this folder.
 """
