@@ -94,8 +94,9 @@ def _check_best_model_metric(args, eval_dataset) -> None:
     eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
     if not eval_sets or not all(isinstance(eval_set, TrainingEvalSet) for eval_set in eval_sets.values()):
         return  # a set evaluated by the Trainer logs its loss
-    choices = [
-        f"{name}_{primary}" if name else primary
+    choices = [  # each set's own metric, in its own words: STS-B dev's Spearman, DPR's held-out MRR...
+        (f"{name}_{primary}" if name else primary)
+        + (f" ({description})" if (description := getattr(eval_set, "primary_metric_description", None)) else "")
         for name, eval_set in eval_sets.items()
         if (primary := getattr(eval_set, "primary_metric", None))
     ]
@@ -103,9 +104,7 @@ def _check_best_model_metric(args, eval_dataset) -> None:
     raise ValueError(
         f"load_best_model_at_end keeps the checkpoint with the best metric_for_best_model, which is "
         f"{args.metric_for_best_model!r} (transformers' default), but {named} score(s) the model and log no loss. "
-        "Set --metric_for_best_model to one of their metrics"
-        + (f": {', '.join(choices)} (as SimCSE selects checkpoints by STS-B dev Spearman)" if choices else "")
-        + "."
+        "Set --metric_for_best_model to one of their metrics" + (f": {'; '.join(choices)}" if choices else "") + "."
     )
 
 
