@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_files import SHARED_DATA, exit_missing_data, require_files
+from preloaded import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 OUTPUT = REPO / "outputs" / "reproduce"
@@ -170,16 +171,21 @@ def run_script(script: str, flags: list[str], log: Path, threads: int) -> None:
     run_logged([sys.executable, str(REPO / "examples" / script), *flags], log, threads)
 
 
-def run_logged(command: list[str], log: Path, threads: int) -> None:
-    """Run ``command`` offline with ``threads`` torch threads, its output (after the command line) in ``log``."""
+def run_logged(command: list[str], log: Path, threads: int, fresh: bool = False) -> None:
+    """Run ``command`` offline with ``threads`` torch threads, its output (after the command line) in ``log``: in a
+    process that starts with torch, transformers and contrastive_hf imported (`preloaded.run_python`), or with
+    ``fresh`` in a fresh interpreter, as a user's command runs (what `measure_step` times)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as handle:
         handle.write(" ".join(command) + "\n")
         handle.flush()
-        result = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    if result.returncode:
-        raise RuntimeError(f"{' '.join(command[1:3])} ... failed ({result.returncode}); see {log}")
+        if fresh:
+            status = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
+    if not fresh:
+        status = run_python(command, log, env, REPO)
+    if status:
+        raise RuntimeError(f"{' '.join(command[1:3])} ... failed ({status}); see {log}")
 
 
 def score(model_dir: Path, data: Path, poolers: tuple[str, ...] | None = None) -> dict:
@@ -828,7 +834,7 @@ def measure_step(args) -> None:
     checkpoint = folder / f"{MEASURED_VARIANT}_{steps}steps"
     command = _train_command(variants[MEASURED_VARIANT], 0, steps, corpus, checkpoint, TABLE_BATCH)
     wall, cpu = time.perf_counter(), _children_cpu()
-    run_logged(command, folder / "measure.train.log", args.threads)
+    run_logged(command, folder / "measure.train.log", args.threads, fresh=True)
     train_wall, train_cpu = time.perf_counter() - wall, _children_cpu() - cpu
     runtime = json.loads((checkpoint / "all_results.json").read_text())["train_runtime"]
     budget = TABLE_EVALUATION["smoke" if args.smoke else "full"]
@@ -837,6 +843,7 @@ def measure_step(args) -> None:
         _evaluate_command(str(checkpoint), data, folder / "measure.eval.json", budget),
         folder / "measure.eval.log",
         args.threads,
+        fresh=True,
     )
     eval_wall, eval_cpu = time.perf_counter() - wall, _children_cpu() - cpu
     print(

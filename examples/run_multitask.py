@@ -27,6 +27,7 @@ from __future__ import annotations
 from transformers import HfArgumentParser
 
 from contrastive_hf.commands.scripts import (
+    as_usage_error,
     exit_on_usage_error,
     log_before_after,
     parse_arguments,
@@ -55,14 +56,15 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(training_args, logger)
     run = build(arguments)  # the tasks' data (train, dev, test), the tokenizer, the multitask model, the collator
 
-    trainer = MultitaskTrainer(
-        model=run.model,
-        args=training_args,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        data_collator=run.data_collator,
-        processing_class=run.tokenizer,
-    )
+    with as_usage_error():  # settings the trainer refuses (e.g. a --metric_for_best_model it does not log)
+        trainer = MultitaskTrainer(
+            model=run.model,
+            args=training_args,
+            train_dataset=run.train_dataset,
+            eval_dataset=run.eval_dataset,
+            data_collator=run.data_collator,
+            processing_class=run.tokenizer,
+        )
     train_result = run_training(trainer)
     save_trained_model(
         trainer, train_result, train_samples=sum(len(dataset) for dataset in run.train_dataset.values())

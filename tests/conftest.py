@@ -154,12 +154,29 @@ def _quick_tests_launch_no_process(request, monkeypatch):
 
 
 def pytest_collection_finish(session):
-    """What the imports and the collection made (millions of objects: torch, transformers, every test module) moves
-    out of the garbage collector's reach (`gc.freeze`): transformers' Trainer collects garbage at the start of every
-    `train` (accelerate's `free_memory`), which otherwise walks all of it, most of a second each time in a test
-    process, about a third of the quick tests' CPU time."""
+    """What the imports and the collection made
+    (millions of objects: torch, transformers, every test module) moves out of the garbage collector's reach
+    (`gc.freeze`): transformers' Trainer collects garbage at the start of every `train` (accelerate's
+    `free_memory`), which otherwise walks all of it, most of a second each time in a test process, about a third of
+    the quick tests' CPU time."""
     gc.collect()
     gc.freeze()
+
+
+def pytest_runtest_setup(item):
+    """In a pytest-xdist worker under ``--dist loadgroup`` (`make test`), pytest-xdist names each test of an
+    ``xdist_group`` by its group (a ``@<group>`` suffix of its node id, which its scheduler groups by): such a test
+    fails before its fixtures run when it was not named so. Nothing else would fail: the groups' tests spread over
+    the workers, and each worker runs the launches a group shares (the data ledger's, the ZeRO ones), doubling the
+    suite's time (pytest 9.2 with pytest-xdist 3.8, pytest-dev/pytest-xdist#1386)."""
+    if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group"):
+        if "@" not in item.nodeid:
+            pytest.fail(
+                f"pytest-xdist's --dist loadgroup did not group {item.nodeid}: this pytest and pytest-xdist do not "
+                "work together (pytest-dev/pytest-xdist#1386), and the launches a group shares would run on every "
+                'worker. Install the versions setup.py\'s dev extra allows (pip install -e ".[dev]").',
+                pytrace=False,
+            )
 
 
 INTEGRATION = Path(__file__).resolve().parent / "integration"

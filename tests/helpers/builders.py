@@ -120,7 +120,9 @@ QUEUE_SENTENCES = [
 ]
 
 
-def make_queue_trainer(tokenizer, output_dir, max_steps, **extra_args):
+def make_queue_trainer(tokenizer, output_dir, max_steps, sentences=QUEUE_SENTENCES, views="dropout", **extra_args):
+    """A `ContrastiveTrainer` of a tiny model on ``sentences`` (24 by default), batches of 4 in views ``views``
+    (an augmentation, as ``--augmentations`` names it); ``extra_args``: training arguments."""
     torch.manual_seed(0)
     model = ContrastiveForPreTraining(
         ContrastiveConfig(
@@ -134,12 +136,11 @@ def make_queue_trainer(tokenizer, output_dir, max_steps, **extra_args):
         report_to="none",
         disable_tqdm=True,
         use_cpu=True,
-        seed=0,
-        **{"per_device_train_batch_size": 4, **extra_args},
+        **{"per_device_train_batch_size": 4, "seed": 0, **extra_args},
     )
-    collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=16, seed=0)
+    collator = ContrastiveDataCollator(tokenizer, augmentation=views, mlm=False, max_length=16, seed=0)
     return ContrastiveTrainer(
-        model=model, args=args, train_dataset=Dataset.from_dict({"text": QUEUE_SENTENCES}), data_collator=collator
+        model=model, args=args, train_dataset=Dataset.from_dict({"text": list(sentences)}), data_collator=collator
     )
 
 

@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 BENCHMARKS = REPO_ROOT / "benchmarks"
 SAMPLES = REPO_ROOT / "examples" / "demo" / "data"
 # Modules the scripts import, not benchmarks of their own.
-HELPERS = {"data_files.py", "machine_info.py", "parity.py"}
+HELPERS = {"data_files.py", "machine_info.py", "parity.py", "preloaded.py"}
 
 # script: (arguments, text its output must hold at the end of every part)
 SMOKE_RUNS = {
@@ -39,14 +39,6 @@ SMOKE_RUNS = {
     "bench_evaluation.py": (["--smoke"], ["ratio st-distinct / contrastive_hf", "STS-B:"]),
     "bench_distributed.py": (["--smoke"], ["gather of negatives, per step", "2 processes (gather off) vs 1"]),
     "bench_grad_cache.py": (["--smoke"], ["| 8 | 4 |", "| 8 | none |", "plot:"]),
-    "bench_gpu.py": (
-        ["--device", "cpu", "--tiny", "--corpus_file", str(SAMPLES / "enwiki_paragraphs_sample.txt")],
-        [
-            "sub_batch_size packed (packed) vs padded",
-            "minimal-loop-simcse",
-            "contrastive_hf-clear sub_batch_size=packed",
-        ],
-    ),
     "bench_gpu.py --check_flops": (
         ["--check_flops", "--corpus_file", str(SAMPLES / "wiki1m_sample.txt")],
         ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
@@ -80,9 +72,23 @@ SMOKE_RUNS = {
 }
 
 
+# A benchmark whose smoke run is a step of another's: gpu_check.py's dry run runs bench_gpu.py on the CPU, a tiny
+# model and the shipped paragraphs, and its log must hold this output of it.
+SMOKED_WITHIN = {
+    "bench_gpu.py": (
+        "gpu_check.py",
+        [
+            "sub_batch_size packed (packed) vs padded",
+            "minimal-loop-simcse",
+            "contrastive_hf-clear sub_batch_size=packed",
+        ],
+    ),
+}
+
+
 def test_every_benchmark_has_a_smoke_run():
     scripts = {path.name for path in BENCHMARKS.glob("*.py")} - HELPERS
-    assert scripts == {name.split()[0] for name in SMOKE_RUNS}
+    assert scripts == {name.split()[0] for name in SMOKE_RUNS} | set(SMOKED_WITHIN)
 
 
 @pytest.mark.parametrize("name", list(SMOKE_RUNS))
@@ -108,3 +114,8 @@ def test_benchmark_smoke_run(name, tmp_path):
     assert result.returncode == 0, output[-4000:]
     for text in expected:
         assert text in output, f"{text!r} missing from the output of {name}:\n{output[-4000:]}"
+    for inner, (outer, texts) in SMOKED_WITHIN.items():
+        if outer == name:
+            log = (tmp_path / "gpu-check" / "gpu_check.log").read_text()
+            for text in texts:
+                assert text in log, f"{text!r} missing from the output of {inner} within {name}:\n{log[-4000:]}"

@@ -1,7 +1,8 @@
 """Every example exactly once per epoch: a data ledger over every reader of the example scripts, in 1 and 2 processes,
 with 0 and 2 dataloader workers, fresh and resumed from a checkpoint in the middle of an epoch; and a resume with
-another number of processes, batch size, gradient accumulation, streaming or dataloader workers refused before it
-trains.
+another number of processes, batch size, gradient accumulation, streaming or dataloader workers, a grown corpus,
+another seed or other views refused before it trains (run_multitask's as run_clear's), or resumed anyway with
+--resume_with_changed_data, saying what the epoch skips.
 
 Each text of row N of the training files begins with the word ``ledgerN``; `scripts/ledger.py` runs the scripts and
 records, for every batch the trainer takes to train on, in order, the ``ledgerN`` numbers of each example (decoded
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, free_port, tiny_bert_config
+from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, tiny_bert_config
 
 # its module-scoped launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("data_ledger")
@@ -427,19 +428,40 @@ def test_empty_lines_are_skipped_and_counted(run):
 SAVED_STEP = 5  # the checkpoint resumed, in the first epoch
 
 
+GROWN_ROWS = 8  # grown.txt: text.txt and 8 more rows
+
+
 def _layout_jobs(folder: Path, files: dict[str, Path]) -> dict[int, dict[str, dict]]:
-    """Checkpoints of two 1-process runs (map-style, streamed), each resumed with another data layout: in 1 process
-    with another batch size, gradient accumulation, streaming on or off, or dataloader workers, and in 2 processes.
-    ``{processes: {job: ...}}``, the jobs named ``layout-<name>``."""
+    """Checkpoints of two 1-process runs of run_clear (map-style, streamed) and one of run_multitask, each resumed
+    with another data layout: in 1 process with another batch size, gradient accumulation, streaming on or off,
+    dataloader workers, a grown corpus, another seed or other views (and the grown corpus resumed anyway), and in 2
+    processes. ``{processes: {job: ...}}``, the jobs named ``layout-<name>``."""
     common = _common_arguments(folder)
     text = ["--train_file", str(files["text"]), "--max_seq_length", "24", "--save_steps", str(SAVED_STEP)]
     map_style = [*text, "--num_train_epochs", "1"]
     streamed = [*text, "--streaming", "true", "--max_steps", "10"]
+    grown = folder / "grown.txt"
+    more = (f"ledger{TEXT_ROWS + i} {sentence}" for i, sentence in enumerate(_sentences(GROWN_ROWS, 900)))
+    grown.write_text(files["text"].read_text() + "\n".join(more) + "\n")
+    grown_style = [*map_style, "--train_file", str(grown)]
 
     def job(name: str, argv: list[str], resume: str | None = None, status: int = 0) -> dict:
         resumed = ["--resume_from_checkpoint", str(folder / resume / f"checkpoint-{SAVED_STEP}")] if resume else []
         argv = [*common, *argv, "--output_dir", str(folder / name), *resumed]
         return {"script": "examples/run_clear.py", "argv": argv, "status": status}
+
+    def multitask(name: str, resume: str | None = None, status: int = 0) -> dict:
+        resumed = ["--resume_from_checkpoint", str(folder / resume / f"checkpoint-{SAVED_STEP}")] if resume else []
+        argv = [
+            "--model_name_or_path", str(_encoder_folder(folder)),
+            "--sst_dir", str(TEST_DATA / "senteval" / "SST" / "Binary"),
+            "--mrpc_dir", str(TEST_DATA / "senteval" / "MRPC"),
+            "--max_train_samples", "24", "--max_eval_samples", "8", "--max_seq_length", "24",
+            "--max_steps", str(SAVED_STEP + 1), "--save_strategy", "steps", "--save_steps", str(SAVED_STEP),
+            "--per_device_train_batch_size", str(BATCH), "--report_to", "none", "--use_cpu", "true",
+            "--output_dir", str(folder / name), *resumed,
+        ]  # fmt: skip
+        return {"script": "examples/run_multitask.py", "argv": argv, "status": status}
 
     one_process = {
         "saved": job("saved", map_style),
@@ -449,15 +471,33 @@ def _layout_jobs(folder: Path, files: dict[str, Path]) -> dict[int, dict[str, di
         "streaming_on": job("streaming_on", streamed, "saved", 2),
         "streaming_off": job("streaming_off", map_style, "saved_stream", 2),
         "workers": job("workers", [*streamed, "--dataloader_num_workers", str(WORKERS)], "saved_stream", 2),
+        "grown": job("grown", grown_style, "saved", 2),
+        "seed": job("seed", [*map_style, "--seed", "7"], "saved", 2),
+        "views": job("views", [*map_style, "--augmentations", "reorder"], "saved", 2),
+        "grown_anyway": job("grown_anyway", [*grown_style, "--resume_with_changed_data", "true"], "saved"),
+        "multitask_saved": multitask("multitask_saved"),
     }
     two_processes = {
         "processes": job("processes", map_style, "saved", 2),
         "processes_stream": job("processes_stream", streamed, "saved_stream", 2),
+        "multitask_processes": multitask("multitask_processes", "multitask_saved", 2),
     }
     return {
         processes: {f"layout-{name}": job for name, job in jobs.items()}
         for processes, jobs in ((1, one_process), (2, two_processes))
     }
+
+
+def _encoder_folder(folder: Path) -> Path:
+    """A tiny BERT encoder with the demo tokenizer, saved as a pretrained model (run_multitask starts from one)."""
+    from transformers import AutoTokenizer, BertModel
+
+    saved = folder / "encoder_model"
+    if not saved.exists():
+        tokenizer = AutoTokenizer.from_pretrained(DEMO_TOKENIZER)
+        BertModel(tiny_bert_config(vocab_size=len(tokenizer))).save_pretrained(saved)
+        tokenizer.save_pretrained(saved)
+    return saved
 
 
 REFUSALS = {  # job: (the processes it ran in, its checkpoint, what changed, the settings to give back)
@@ -469,6 +509,12 @@ REFUSALS = {  # job: (the processes it ran in, its checkpoint, what changed, the
                 "--dataloader_num_workers 0"),
     "processes": (2, "saved", "processes (world size) 1 -> 2", "accelerate launch --num_processes 1"),
     "processes_stream": (2, "saved_stream", "processes (world size) 1 -> 2", "accelerate launch --num_processes 1"),
+    "grown": (1, "saved", f"training rows {TEXT_ROWS} -> {TEXT_ROWS + GROWN_ROWS}",
+              f"the same training data ({TEXT_ROWS} rows: the same files and --max_train_samples)"),
+    "seed": (1, "saved", "--seed 0 -> 7", "--seed 0"),
+    "views": (1, "saved", "views (--augmentations) 'del_word' -> 'reorder'", "its views (del_word)"),
+    "multitask_processes": (2, "multitask_saved", "processes (world size) 1 -> 2",
+                            "accelerate launch --num_processes 1"),
 }  # fmt: skip
 
 
@@ -482,16 +528,47 @@ def test_a_resume_with_another_data_layout_is_refused_before_training(launches, 
     run = launches[processes]
     folder = launches[1]["folder"].parent / "layout"
     checkpoint = folder / saved / f"checkpoint-{SAVED_STEP}"
-    assert len(_batches(launches[1], f"layout-{saved}", 0)) == (10 if saved == "saved_stream" else 12)  # trained
+    script = "run_multitask.py" if saved.startswith("multitask") else "run_clear.py"
+    if script == "run_clear.py":
+        assert len(_batches(launches[1], f"layout-{saved}", 0)) == (10 if saved == "saved_stream" else 12)  # trained
     for rank in range(processes):
         log = _job_log(run, f"layout-{job}", rank)
         assert (
-            f"run_clear.py: error: Cannot resume from {checkpoint} with another data layout than it was trained with: "
-            f"{changed}. The checkpoint counts where training is at step {SAVED_STEP} of its own batches; resumed "
-            "with other batches, some examples of the epoch (or stream) would never be trained on and others twice. "
-            f"Resume with its settings ({restore}), or start a new run from its weights (--model_name_or_path "
-            f"{checkpoint}, without --resume_from_checkpoint)."
+            f"{script}: error: Cannot resume from {checkpoint} with other data than it was trained with: {changed}. "
+            f"The checkpoint counts where training is at step {SAVED_STEP} of its own batches; resumed on other "
+            "batches, some examples of the epoch (or stream) would never be trained on and others twice, or seen "
+            f"with other views. Resume with its settings ({restore}), or start a new run from its weights "
+            f"(--model_name_or_path {checkpoint}, without --resume_from_checkpoint), or resume anyway with "
+            "--resume_with_changed_data true (the log says what the epoch skips or repeats)."
         ) in log, log[-3000:]
-        assert _batches(run, f"layout-{job}", rank) == []  # nothing trained
+        if script == "run_clear.py":
+            assert _batches(run, f"layout-{job}", rank) == []  # nothing trained
     output = folder / job
     assert not list(output.glob("checkpoint-*")) and not (output / "trainer_state.json").exists()
+
+
+def test_a_resume_anyway_onto_a_grown_corpus_says_what_its_epoch_skips_and_the_ledger_counts_it(launches):
+    """--resume_with_changed_data: the run trains on, and its log gives the rows its epoch skips and repeats; the
+    ledger counts what happened: of the grown corpus, the rows neither the saved run (before its checkpoint) nor the
+    resumed run trained on, and the rows both did."""
+    run = launches[1]
+    folder = run["folder"].parent / "layout"
+    checkpoint = folder / "saved" / f"checkpoint-{SAVED_STEP}"
+    trained = SAVED_STEP * BATCH
+    log = _job_log(run, "layout-grown_anyway")
+    rows = TEXT_ROWS + GROWN_ROWS
+    assert (
+        f"Resuming from {checkpoint} with other data than it was trained with (--resume_with_changed_data): "
+        f"training rows {TEXT_ROWS} -> {rows}. At step {SAVED_STEP} the saved run had trained {trained} of the "
+        f"{TEXT_ROWS} rows of its epoch 1; this run skips the first {trained} of its {rows} rows in its own order "
+        f"and trains the rest. In another order, up to {trained} rows go untrained this epoch and up to {trained} "
+        f"train twice (about {trained * (1 - trained / rows):.0f} and {trained * (1 - trained / rows):.0f} for "
+        "random orders)."
+    ) in log, log[-3000:]
+    saved = _batches(run, "layout-saved", 0)[:SAVED_STEP]
+    before = [_row_id(row, "input_ids") for batch in saved for row in batch["rows"]]
+    after = [_row_id(row, "input_ids") for batch in _batches(run, "layout-grown_anyway", 0) for row in batch["rows"]]
+    untrained = set(range(rows)) - set(before) - set(after)
+    twice = set(before) & set(after)
+    assert len(after) == rows - trained  # the rest of the epoch
+    assert 0 < len(untrained) <= trained and 0 < len(twice) <= trained  # what the log warned of, counted

@@ -399,3 +399,59 @@ def test_training_logs_per_task_losses_and_conflicts(tokenizer, tmp_path):
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert all({"loss_sst", "loss_mrpc", "loss_stsb", "pcgrad_conflict_fraction"} <= set(entry) for entry in logged)
     assert all(0.0 <= entry["pcgrad_conflict_fraction"] <= 1.0 for entry in logged)
+
+
+def test_a_multitask_resume_is_checked_as_every_trainer_s(tokenizer, tmp_path):
+    """The reported defect: run_multitask resumed on another number of processes trained 0 more steps and exited 0
+    with a model that never saw 28 of its 60 rows; MultitaskTrainer had none of ContrastiveTrainer's resume checks.
+    It shares them (`CheckedResume`): another layout or other rows are refused before training, a checkpoint is
+    marked incomplete until written, and resume_from_checkpoint=True skips an incomplete one."""
+    from contrastive_hf.training.checkpoints import INCOMPLETE_MARKER, DataLayoutChangedError
+
+    data = multitask_toy_data(8)
+    multitask_trainer(
+        tiny_multitask_model(tokenizer), tokenizer, tmp_path, data, save_strategy="steps", save_steps=1
+    ).train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    for change, message in [
+        ({"per_device_train_batch_size": 2}, "--per_device_train_batch_size 4 -> 2"),
+        ({"seed": 1}, "--seed 42 -> 1"),
+    ]:
+        resumed = multitask_trainer(tiny_multitask_model(tokenizer), tokenizer, tmp_path, data, max_steps=4, **change)
+        with pytest.raises(DataLayoutChangedError, match=message):
+            resumed.train(resume_from_checkpoint=str(checkpoint))
+    grown = {**data, "sst": multitask_toy_data(12)["sst"]}
+    resumed = multitask_trainer(tiny_multitask_model(tokenizer), tokenizer, tmp_path, grown, max_steps=4)
+    with pytest.raises(DataLayoutChangedError, match="training rows 24 -> 28"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    # the newest checkpoint cut short: resume_from_checkpoint=True resumes the one before it, for 1 more step
+    (tmp_path / "out" / "checkpoint-3" / INCOMPLETE_MARKER).write_text("")
+    resumed = multitask_trainer(
+        tiny_multitask_model(tokenizer), tokenizer, tmp_path, data, save_strategy="steps", save_steps=1
+    )
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.state.global_step == 3 and not (tmp_path / "out" / "checkpoint-3" / INCOMPLETE_MARKER).exists()
+
+
+def test_load_best_model_at_end_ranks_by_a_metric_the_multitask_evaluation_logs(tokenizer, tmp_path):
+    """The reported defect: --load_best_model_at_end with the default metric (transformers': the eval loss, which
+    the multitask evaluation does not log) failed with a KeyError after training started. The default is now the
+    tasks' average, and a metric it does not log is refused when the trainer is built."""
+    data = multitask_toy_data(8)
+    every_step = dict(eval_strategy="steps", eval_steps=1, save_strategy="steps", save_steps=1)
+    trainer = multitask_trainer(
+        tiny_multitask_model(tokenizer), tokenizer, tmp_path, data, load_best_model_at_end=True, **every_step
+    )
+    trainer.eval_dataset = data
+    trainer.train()
+    assert trainer.args.metric_for_best_model == "average" and trainer.state.best_metric is not None
+    with pytest.raises(ValueError, match="--metric_for_best_model loss is not a metric the multitask evaluation"):
+        multitask_trainer(
+            tiny_multitask_model(tokenizer),
+            tokenizer,
+            tmp_path,
+            data,
+            load_best_model_at_end=True,
+            metric_for_best_model="loss",
+            **every_step,
+        )

@@ -17,6 +17,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.training import trainer as trainer_module
 from contrastive_hf.training.checkpoints import (
     INCOMPLETE_MARKER,
@@ -27,7 +28,7 @@ from contrastive_hf.training.checkpoints import (
 )
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
 
-from helpers.builders import make_dual_encoder_trainer, make_queue_trainer
+from helpers.builders import QUEUE_SENTENCES, make_dual_encoder_trainer, make_queue_trainer
 
 LAYOUT = CheckpointLayout()
 
@@ -234,8 +235,11 @@ def test_a_resume_with_another_data_layout_is_refused_before_training(tokenizer,
     _train(tokenizer, tmp_path / "run", max_steps=2)
     checkpoint = tmp_path / "run" / "checkpoint-2"
     recorded = json.loads((checkpoint / "trainer_state.json").read_text())["stateful_callbacks"]["DataLayout"]
+    digest = recorded["args"].pop("rows_digest")
     assert recorded["args"] == {"world_size": 1, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
-                                "streaming": False, "dataloader_num_workers": 0}  # fmt: skip
+                                "streaming": False, "dataloader_num_workers": 0, "seed": 0, "data_seed": None,
+                                "rows": 24, "views": "dropout", "max_length": 16}  # fmt: skip
+    assert len(digest) == 16
     counter = _CountSteps()
     for name, old, new in [("per_device_train_batch_size", 4, 8), ("gradient_accumulation_steps", 1, 2)]:
         trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, **{name: new})
@@ -243,11 +247,12 @@ def test_a_resume_with_another_data_layout_is_refused_before_training(tokenizer,
         with pytest.raises(DataLayoutChangedError) as caught:
             trainer.train(resume_from_checkpoint=str(checkpoint))
         assert str(caught.value) == (
-            f"Cannot resume from {checkpoint} with another data layout than it was trained with: --{name} {old} -> "
-            f"{new}. The checkpoint counts where training is at step 2 of its own batches; resumed with other "
-            "batches, some examples of the epoch (or stream) would never be trained on and others twice. Resume "
-            f"with its settings (--{name} {old}), or start a new run from its weights (--model_name_or_path "
-            f"{checkpoint}, without --resume_from_checkpoint)."
+            f"Cannot resume from {checkpoint} with other data than it was trained with: --{name} {old} -> {new}. The "
+            "checkpoint counts where training is at step 2 of its own batches; resumed on other batches, some "
+            "examples of the epoch (or stream) would never be trained on and others twice, or seen with other views. "
+            f"Resume with its settings (--{name} {old}), or start a new run from its weights (--model_name_or_path "
+            f"{checkpoint}, without --resume_from_checkpoint), or resume anyway with --resume_with_changed_data true "
+            "(the log says what the epoch skips or repeats)."
         )
     # what a unit test cannot launch, recorded by the checkpoint: 2 processes; streaming (the launches are in
     # tests/integration/test_data_ledger.py)
@@ -277,3 +282,83 @@ def test_a_checkpoint_without_a_recorded_layout_is_compared_by_its_arguments_and
     shutil.copy(checkpoint / "rng_state_0.pth", checkpoint / "rng_state_1.pth")
     with pytest.raises(DataLayoutChangedError, match=r"trained with: processes \(world size\) 2 -> 1\."):
         _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint))
+
+
+def test_a_resume_on_other_rows_seed_or_views_is_refused_and_resume_anyway_says_what_the_epoch_skips(
+    tokenizer, tmp_path, caplog
+):
+    """The reported defects: a resume after the corpus grew (or another --max_train_samples) skipped 2 batches of a
+    new order (19 of 80 rows never trained in that epoch and 19 twice), saying nothing; another --seed was warned
+    about without saying that rows are skipped; other --augmentations or --max_seq_length, nothing. Each is refused
+    before training with the value to give back; --resume_with_changed_data resumes, saying what the epoch skips."""
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+
+    _train(tokenizer, tmp_path / "run", max_steps=2)
+    checkpoint = str(tmp_path / "run" / "checkpoint-2")
+    grown = [*QUEUE_SENTENCES, *(f"an appended sentence {i}" for i in range(8))]
+    edited = [sentence.replace("topic", "subject") for sentence in QUEUE_SENTENCES]
+    cases = [
+        ({"sentences": grown}, "training rows 24 -> 32", "the same training data (24 rows: the same files and"),
+        ({"sentences": edited}, "other training rows (the same number, other content)", "the same rows"),
+        ({"seed": 1}, "--seed 0 -> 1", "--seed 0"),
+        ({"views": "reorder"}, "views (--augmentations) 'dropout' -> 'reorder'", "its views (dropout)"),
+    ]
+    counter = _CountSteps()
+    for change, changed, restore in cases:
+        trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, **change)
+        trainer.add_callback(counter)
+        with pytest.raises(DataLayoutChangedError) as caught:
+            trainer.train(resume_from_checkpoint=checkpoint)
+        assert f"with other data than it was trained with: {changed}." in str(caught.value)
+        assert f"Resume with its settings ({restore}" in str(caught.value)
+    trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4)
+    trainer.data_collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=12)
+    trainer.add_callback(counter)
+    with pytest.raises(DataLayoutChangedError, match="trained with: --max_seq_length 16 -> 12."):
+        trainer.train(resume_from_checkpoint=checkpoint)
+    assert counter.steps == 0  # each refused before a step
+
+    # resumed anyway: 8 rows of 24 trained before the save, 8 of 32 skipped in the new order
+    trainer = make_queue_trainer(
+        tokenizer, tmp_path / "anyway", max_steps=4, sentences=grown, resume_with_changed_data=True
+    )
+    trainer.add_callback(counter)
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf"):
+        trainer.train(resume_from_checkpoint=checkpoint)
+    assert counter.steps == 2
+    assert (
+        f"Resuming from {checkpoint} with other data than it was trained with (--resume_with_changed_data): training "
+        "rows 24 -> 32. At step 2 the saved run had trained 8 of the 24 rows of its epoch 1; this run skips the "
+        "first 8 of its 32 rows in its own order and trains the rest. In another order, up to 8 rows go untrained "
+        "this epoch and up to 8 train twice (about 6 and 6 for random orders)."
+    ) in caplog.text
+    # what it trained on is recorded: a later resume compares with the new data; the card names the change
+    state = json.loads((tmp_path / "anyway" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["DataLayout"]["args"]["rows"] == 32
+    card = card_info_from_trainer(trainer)
+    assert card.hyperparameters["data changed when resumed"] == "at step 2: training rows 24 -> 32"
+
+    caplog.clear()  # only the views changed: the same rows in the same order
+    trainer = make_queue_trainer(
+        tokenizer, tmp_path / "views", max_steps=3, views="reorder", resume_with_changed_data=True
+    )
+    with caplog.at_level(logging.WARNING, logger="contrastive_hf"):
+        trainer.train(resume_from_checkpoint=checkpoint)
+    assert "views (--augmentations) 'dropout' -> 'reorder'. The rows and their order are the same" in caplog.text
+
+
+def test_a_checkpoint_recorded_before_rows_seed_and_views_were_compared_by_what_it_recorded(tokenizer, tmp_path):
+    """A checkpoint whose layout record predates rows, views and seeds: the seed from its training_args.bin, the
+    rest not compared, so it resumes onto grown data (the resume cannot tell) and refuses another seed."""
+    _train(tokenizer, tmp_path, max_steps=2)
+    checkpoint = tmp_path / "checkpoint-2"
+    path = checkpoint / "trainer_state.json"
+    state = json.loads(path.read_text())
+    for name in ("seed", "data_seed", "rows", "rows_digest", "views", "max_length"):
+        del state["stateful_callbacks"]["DataLayout"]["args"][name]
+    path.write_text(json.dumps(state))
+    with pytest.raises(DataLayoutChangedError, match="trained with: --seed 0 -> 3."):
+        _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint), seed=3)
+    grown = [*QUEUE_SENTENCES, "one more sentence"]
+    _, steps = _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint), sentences=grown)
+    assert steps == 2

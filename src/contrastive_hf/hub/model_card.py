@@ -109,6 +109,12 @@ class ModelCardInfo:
     frameworks: str | None = None
 
 
+def _data_changes_at_resume(trainer) -> list[str]:
+    """What resumes with ``--resume_with_changed_data`` changed in the run's data (its `DataLayout`'s record)."""
+    layout = getattr(trainer, "data_layout", None)
+    return list(layout.layout.get("changed_at_resume", [])) if layout is not None else []
+
+
 def card_info_from_trainer(
     trainer, model_name: str | None = None, hyperparameters: dict | None = None, **fields
 ) -> ModelCardInfo:
@@ -132,6 +138,9 @@ def card_info_from_trainer(
     )
     if getattr(collator, "max_length", None):
         hyperparameters["max length"] = collator.max_length
+    changed = _data_changes_at_resume(trainer)
+    if changed:  # --resume_with_changed_data: what the run trained on before, beside what the collator makes now
+        hyperparameters["data changed when resumed"] = "; ".join(changed)
     results = {}
     for entry in trainer.state.log_history:
         for key, value in entry.items():

@@ -9,12 +9,11 @@ import logging
 import math
 import os
 import warnings
-from contextlib import contextmanager
 
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
+from transformers.trainer_utils import has_length
 
 from .._files import hub_id_or_none
 from ..data.collators import CollatorEpochCallback
@@ -28,20 +27,13 @@ from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
 from ..models.objectives import get_loss, loss_names
 from ..models.precision import Precision, log_precision_once
-from .checkpoints import (
-    CheckpointLayout,
-    recorded_best_checkpoint,
-    resolve_resume_checkpoint,
-    rotate_checkpoints,
-    saving_checkpoint,
-)
 from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
-from .resume_changes import DataLayout, refuse_changed_data_layout, warn_of_changed_settings
+from .resuming import CheckedResume
 from .sanity import NonFiniteLossWatch, TrainingSanityCallback, check_training_setup
-from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs
+from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs, arguments_set
 
 __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE", "means_over_processes"]
 
@@ -58,7 +50,7 @@ LOSS_COMPONENTS = ("mlm_loss", "cl_loss")
 STEP_METRICS = (*LOSS_COMPONENTS, "alignment", "uniformity", "negatives_per_query", "queue_fill")
 
 
-class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
+class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Trainer):
     """A `Trainer` for [`ContrastiveForPreTraining`]-style models.
 
     `compute_loss` runs the model's objective (L = mlm_weight * L_MLM + cl_weight * L_CL) and the trainer logs
@@ -378,11 +370,6 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         write_model_card(output_dir or self.args.output_dir, self.saved_model(), info)
         return None
 
-    def saved_model(self):
-        """The model `save_model` writes (the card describes it): the trained model itself here; a trainer whose
-        training model wraps the one it saves (SG-BERT) returns the saved one."""
-        return self.accelerator.unwrap_model(self.model)
-
     def init_hf_repo(self, *args, **kwargs) -> None:
         """Create the Hub repository (at construction when `push_to_hub=True`), with an error that says what to do.
         Arguments as the installed `Trainer.init_hf_repo`'s: ``token``, and ``private`` from transformers 5.23 on."""
@@ -395,51 +382,13 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
                 "without --push_to_hub and upload the output directory later. Nothing has been trained or written yet."
             ) from error
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, ignore_keys_for_eval=None):
-        """`Trainer.train`, resuming only from a complete checkpoint (`contrastive_hf.training.checkpoints`):
-        ``resume_from_checkpoint=True`` skips newer incomplete ones with a warning, a folder given by name that is
-        incomplete raises an error listing what is missing or cut short, and one trained with another number of
-        processes, batch size, gradient accumulation or streaming is refused (`refuse_changed_data_layout`)."""
-        resume_from_checkpoint = resolve_resume_checkpoint(
-            resume_from_checkpoint, self.args.output_dir, self.checkpoint_layout()
-        )
-        layout = DataLayout.of(self.args, self.train_dataset)  # recorded in each checkpoint
-        self.remove_callback(DataLayout)
-        self.add_callback(layout)
-        refuse_changed_data_layout(resume_from_checkpoint, layout.layout)
-        warn_of_changed_settings(resume_from_checkpoint, self.saved_model(), self.args)
-        self._resumed_best_checkpoint = recorded_best_checkpoint(resume_from_checkpoint)
-        return super().train(resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
-
-    def _load_callback_state(self) -> None:
-        """The resumed state's callbacks, and its best checkpoint: saved states name it by its folder alone (no local
-        path in a saved file), which the Trainer, looking for it from the working directory, drops as gone; it is
-        the folder of that name beside the checkpoint resumed (`checkpoints.recorded_best_checkpoint`)."""
-        best = getattr(self, "_resumed_best_checkpoint", None)
-        if best is not None and self.state.best_model_checkpoint is None:
-            self.state.best_model_checkpoint = best
-            logger.info("The best checkpoint so far is %s (score %s): kept.", best, self.state.best_metric)
-        super()._load_callback_state()
-
     def _init_training_state(self, max_steps, *args, **kwargs):
         """The Trainer's state, fresh or read from the checkpoint resumed, with the logging, eval and save steps given
         as a fraction of the run (``--logging_steps 0.02``, the default) resolved to steps first, as the state
         stores them: resuming then compares like with like, and transformers warns of a mismatch only when the
         resolved steps differ (not ``logging_steps: 0.02 (from args) != 1`` at every resume)."""
-        with _arguments_set(self.args, **_resolved_step_fractions(self.args, max_steps)):
+        with arguments_set(self.args, **_resolved_step_fractions(self.args, max_steps)):
             return super()._init_training_state(max_steps, *args, **kwargs)
-
-    def checkpoint_layout(self) -> CheckpointLayout:
-        """What this trainer's checkpoints hold: the Trainer's files (the weights where the saved model puts its
-        encoders) and the pre-batch queue when there is one."""
-        extra_files = (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
-        saved = self.saved_model()
-        folders = (
-            [folder for folder, _, _ in saved.checkpoint_encoders().values()]
-            if isinstance(saved, EmbeddingCheckpointMixin)
-            else [""]
-        )
-        return CheckpointLayout(self.is_deepspeed_enabled, extra_files, weight_folders=tuple(folders))
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """`Trainer.save_model` (under DeepSpeed, the float32 master weights: `SavesMasterWeights`), and when called
@@ -456,25 +405,17 @@ class ContrastiveTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
         make_tokenizer_config_portable(output_dir if output_dir is not None else self.args.output_dir)
 
     def _save_checkpoint(self, model, trial) -> None:
-        """The Trainer's checkpoint, marked incomplete until every process has written it; the push and the
-        ``save_total_limit`` rotation come after, so that neither sees (nor keeps instead of a complete one) a
-        half-written checkpoint. A run whose loss went NaN since the last log stops before saving its weights."""
+        """The checkpoint (`CheckedResume`); a run whose loss went NaN since the last log stops before saving its
+        weights."""
         self._nonfinite.raise_if_any(self.state.epoch)
-        run_dir = self._get_output_dir(trial=trial)
-        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        layout = self.checkpoint_layout()
-        with saving_checkpoint(
-            folder, layout, is_saver=self.args.should_save, wait_for_everyone=self.accelerator.wait_for_everyone
-        ):
-            with _arguments_set(self.args, push_to_hub=False, save_total_limit=None):
-                super()._save_checkpoint(model, trial)
-            if self.prebatch_queue is not None and self.args.should_save:  # the queue is part of an exact resume
-                save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
-        if self.args.push_to_hub:
-            self._push_from_checkpoint(folder)
-        if self.args.should_save:
-            keep = (folder, self.state.best_model_checkpoint)
-            rotate_checkpoints(run_dir, self.args.save_total_limit, keep, layout)
+        super()._save_checkpoint(model, trial)
+
+    def checkpoint_extra_files(self) -> tuple[str, ...]:
+        return (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
+
+    def save_checkpoint_extras(self, folder: str) -> None:
+        if self.prebatch_queue is not None:  # the queue is part of an exact resume
+            save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         super()._load_rng_state(checkpoint)
@@ -561,19 +502,6 @@ def _resolved_step_fractions(args, max_steps: int) -> dict[str, int]:
         if value is not None and value < 1:
             resolved[name] = math.ceil(max_steps * value)
     return resolved
-
-
-@contextmanager
-def _arguments_set(args, **values):
-    """Training arguments set to ``values`` while the context lasts."""
-    saved = {name: getattr(args, name) for name in values}
-    for name, value in values.items():
-        setattr(args, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(args, name, value)
 
 
 class _EpochExampleCount(TrainerCallback):

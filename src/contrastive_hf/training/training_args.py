@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copyreg
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -16,6 +17,7 @@ from ..models.precision import Precision, training_precision
 __all__ = [
     "ContrastiveTrainingArguments",
     "RunDefaults",
+    "arguments_set",
     "SecretFreePickle",
     "SecretFreeOutputs",
     "secret_free",
@@ -64,6 +66,19 @@ def secret_free(args: TrainingArguments) -> TrainingArguments:
     return args
 
 
+@contextmanager
+def arguments_set(args, **values):
+    """Training arguments set to ``values`` while the context lasts."""
+    saved = {name: getattr(args, name) for name in values}
+    for name, value in values.items():
+        setattr(args, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(args, name, value)
+
+
 class SecretFreeOutputs:
     """Trainer mixin: nothing the Trainer writes into ``output_dir`` (and pushes from it) holds the Hub token or an
     absolute local path: ``training_args.bin`` pickles without them (`secret_free`), and every ``trainer_state.json``
@@ -109,14 +124,25 @@ class SecretFreeOutputs:
 @dataclass
 class RunDefaults:
     """What this package's training arguments change in `TrainingArguments` for every run: losses logged often
-    enough to plot (every 2% of the steps), and no pinned memory without an accelerator (torch warns about it at
-    every DataLoader). It goes before `TrainingArguments` among the bases: ``A(RunDefaults, TrainingArguments)``."""
+    enough to plot (every 2% of the steps), no pinned memory without an accelerator (torch warns about it at every
+    DataLoader), and a resume that would train other rows than the saved run refused unless asked for
+    (``resume_with_changed_data``). It goes before `TrainingArguments` among the bases:
+    ``A(RunDefaults, TrainingArguments)``."""
 
     logging_steps: float = field(
         default=0.02,
         metadata={
             "help": "Log the losses every N steps, or, below 1, every this fraction of the run: the default logs "
             "every 2%% of the steps, 50 points for `contrastive-hf plot` however long the run (transformers: 500)."
+        },
+    )
+    resume_with_changed_data: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume even when the training data, its views (--augmentations, --max_seq_length), the seed or "
+            "the data layout (processes, batch size, gradient accumulation) differ from the checkpoint's. The "
+            "Trainer resumes by skipping the steps already taken in batches of the new data, so some rows of that "
+            "epoch go untrained and others train twice: the log says how many. Without it such a resume is refused."
         },
     )
 

@@ -20,13 +20,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from ...data import seeding
 from ...data.batch_groups import grouped_dataloader, loader_options
 from ...training.deepspeed_weights import SavesMasterWeights
 from ...training.progress import show_losses_on_progress_bar
-from ...training.resume_changes import warn_of_changed_settings
+from ...training.resuming import CheckedResume
 from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
 from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
@@ -77,6 +76,9 @@ class MultitaskTrainingArguments(RunDefaults, TrainingArguments):
     )
 
     def __post_init__(self):
+        if self.load_best_model_at_end and self.metric_for_best_model is None:
+            # the figure the multitask evaluation is judged by (it logs no overall loss, transformers' default)
+            self.metric_for_best_model, self.greater_is_better = "average", True
         super().__post_init__()
         if self.task_schedule not in SCHEDULES:
             raise ValueError(f"Unknown --task_schedule {self.task_schedule!r}; choose one of {', '.join(SCHEDULES)}.")
@@ -130,7 +132,7 @@ def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) ->
     return scores
 
 
-class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
+class MultitaskTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Trainer):
     """A `Trainer` for [`MultitaskModel`]: ``train_dataset`` and ``eval_dataset`` are ``{task name: dataset}``
     (columns as `task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
 
@@ -177,6 +179,7 @@ class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
             eval_dataset=eval_dataset,
             **kwargs,
         )
+        self._check_best_model_metric()
         show_losses_on_progress_bar(self)
         self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts: dict[str, int] = {}
@@ -191,14 +194,25 @@ class MultitaskTrainer(SecretFreeOutputs, SavesMasterWeights, Trainer):
                 self.args.gradient_accumulation_steps,
             )
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """`Trainer.train`, warning when it resumes with settings other than the checkpoint's (the task weights,
-        the seed, the schedule: `changed_settings`)."""
-        checkpoint = resume_from_checkpoint
-        if checkpoint is True:
-            checkpoint = get_last_checkpoint(self.args.output_dir)
-        warn_of_changed_settings(checkpoint or None, self.accelerator.unwrap_model(self.model), self.args)
-        return super().train(resume_from_checkpoint, trial=trial, **kwargs)
+    def _check_best_model_metric(self) -> None:
+        """``load_best_model_at_end`` ranks checkpoints by a metric `evaluate` logs: refused before training
+        otherwise (the Trainer would stop with a KeyError at the first evaluation)."""
+        if not self.args.load_best_model_at_end:
+            return
+        metrics = ["average"] + [
+            f"{name}_{metric}"
+            for name, spec in self.task_specs.items()
+            for metric in ("loss", *(("spearman", "pearson") if spec.is_regression else ("accuracy",)))
+        ]
+        metrics += [f"{name}_f1" for name, spec in self.task_specs.items() if spec.num_labels == 2]
+        given = self.args.metric_for_best_model
+        if given.removeprefix("eval_") not in metrics:
+            raise ValueError(
+                f"--metric_for_best_model {given} is not a metric the multitask evaluation logs (it logs each "
+                "task's loss and scores, and their average, no overall loss): --load_best_model_at_end could not "
+                f"rank checkpoints. Give one of {', '.join(metrics)} (average, the default with "
+                "--load_best_model_at_end, is the mean of the tasks' main scores)."
+            )
 
     def _check_task_names(self, names, what: str) -> None:
         unknown = [name for name in names if name not in self.task_specs]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from safetensors.torch import save_file
 from transformers.trainer import TRAINING_ARGS_NAME
 
 from ...models.checkpoint_files import save_tokenizer
-from ...training.checkpoints import CheckpointLayout
 from ...training.trainer import STEP_METRICS, ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .modeling import HEAD_FILE, SelfGuidedModel
@@ -102,9 +101,8 @@ class SelfGuidedTrainer(ContrastiveTrainer):
         finally:
             self._saving_checkpoint = False
 
-    def checkpoint_layout(self) -> CheckpointLayout:
-        layout = super().checkpoint_layout()
-        return replace(layout, extra_files=(*layout.extra_files, HEAD_FILE))  # the head f resumes too
+    def checkpoint_extra_files(self) -> tuple[str, ...]:
+        return (*super().checkpoint_extra_files(), HEAD_FILE)  # the head f resumes too (`_save` writes it)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         if self.is_fsdp_enabled:
