@@ -206,6 +206,62 @@ def test_evaluate_names_a_truncated_weights_file(tiny_checkpoint, tmp_path, caps
     assert f"Cannot load the model in {tiny_checkpoint}: model.safetensors is truncated or corrupt" in error
 
 
+USERS_MODULE = """
+from contrastive_hf.models.poolers import register_pooler
+
+
+def pool_first_token(inputs):
+    return inputs.first(inputs.last_hidden)
+
+
+register_pooler("cli_users_pooler", pool_first_token, "the first token's state (a user's pooler)")
+"""
+
+
+def test_include_module_imports_a_users_module_before_the_model_loads(tokenizer, tmp_path, capsys, monkeypatch):
+    """A checkpoint naming a user's pooler loads only once the module registering it is imported; the CLI said to
+    register it and had no way to: --include-module imports it, found in the current folder as python -m finds it."""
+    import sys
+
+    from contrastive_hf.models.poolers import POOLERS, register_pooler, unregister_pooler
+
+    register_pooler("cli_users_pooler", lambda inputs: inputs.first(inputs.last_hidden), "registered to save")
+    try:
+        model = ContrastiveModel(
+            ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="cli_users_pooler")
+        )
+        model.save_pretrained(tmp_path / "model")
+    finally:
+        unregister_pooler("cli_users_pooler")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "users_poolers.py").write_text(USERS_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder the module is found in is added to it
+    stsb = TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"
+    evaluate = ["evaluate", str(tmp_path / "model"), "--stsb-file", str(stsb), "--output", str(tmp_path / "r.json")]
+
+    assert main(evaluate) == 2
+    assert "Unknown pooler_type 'cli_users_pooler'" in capsys.readouterr().err
+    assert main([*evaluate, "--include-module", "no_such_module"]) == 2
+    assert capsys.readouterr().err == (
+        f"contrastive-hf evaluate: error: --include-module no_such_module: no module named 'no_such_module' in the "
+        f"current folder ({tmp_path}) or on the Python path: run from the folder holding it, or add its folder to "
+        "PYTHONPATH.\n"
+    )
+    try:
+        assert main([*evaluate, "--include-module", "users_poolers"]) == 0
+        assert "cli_users_pooler" in POOLERS
+        pairs = tmp_path / "pairs.csv"
+        pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\nwhere?,Here.\n")
+        mine = ["mine", str(pairs), "--model", str(tmp_path / "model"), "--output", str(tmp_path / "mined.csv")]
+        assert main([*mine, "--num-negatives", "1", "--include-module", "users_poolers"]) == 0
+    finally:
+        if "cli_users_pooler" in POOLERS:
+            unregister_pooler("cli_users_pooler")
+        sys.modules.pop("users_poolers", None)
+    assert json.loads((tmp_path / "r.json").read_text())["sts"]["tasks"]["STS-B"]["pairs"] == 40
+
+
 @pytest.mark.slow  # a run and two evaluated models drawn: 3 s of CPU
 def test_plot_draws_both_pictures_from_a_run_and_evaluated_models(tmp_path, capsys):
     history = [

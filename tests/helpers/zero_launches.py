@@ -86,7 +86,8 @@ CHECKPOINT_RUNS = {
         3,
     ),
 }  # fmt: skip
-# ZeRO-3 without stage3_gather_16bit_weights_on_model_save: refused before training (exit status 1 on each process)
+# ZeRO-3 without stage3_gather_16bit_weights_on_model_save: refused before training, a usage error (exit status 2 on
+# each process)
 NOT_GATHERED = "zero3_not_gathered"
 
 
@@ -274,4 +275,4 @@ def _not_gathered_job(folder: Path) -> dict:
     path = folder / "zero3_not_gathered.json"
     path.write_text(json.dumps(config))
     env = {"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(path)}
-    return _run_clear_job(folder, NOT_GATHERED, "--stsb_dev_file", "", env=env, status=1)
+    return _run_clear_job(folder, NOT_GATHERED, "--stsb_dev_file", "", env=env, status=2)

@@ -76,9 +76,11 @@ def test_a_checkpoint_saved_under_zero_loads_whole_with_the_trained_weights(zero
 def test_zero3_that_cannot_gather_its_weights_is_refused_before_training(zero_launches):
     """Without stage3_gather_16bit_weights_on_model_save the Trainer has nothing whole to save: the run would train,
     then fail at its first save with the trained weights lost. It stops before the first step instead, on each
-    process (the job of the ZeRO-3 launch expects its exit status 1)."""
+    process, as a usage error: one line and exit status 2 (which the job of the ZeRO-3 launch expects)."""
     launch = zero_launches.run("zero3")
-    assert launch.status(NOT_GATHERED) == 1, launch.failure(NOT_GATHERED)
-    message = 'ZeRO-3 without "stage3_gather_16bit_weights_on_model_save": true cannot save the model'
-    assert message in launch.log(NOT_GATHERED) and message in launch.log(NOT_GATHERED, rank=1)
+    assert launch.status(NOT_GATHERED) == 2, launch.failure(NOT_GATHERED)
+    message = 'run_clear.py: error: DeepSpeed ZeRO-3 without "stage3_gather_16bit_weights_on_model_save": true cannot'
+    for rank in (0, 1):
+        log = launch.log(NOT_GATHERED, rank=rank)
+        assert message in log and "Traceback" not in log, log[-3000:]
     assert not (launch.output(NOT_GATHERED) / "trainer_state.json").exists()

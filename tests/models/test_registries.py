@@ -223,8 +223,49 @@ def test_a_registered_loss_is_accepted_by_the_config_and_trains_the_model():
     assert torch.isfinite(output.loss) and model.contrastive.encoder.embeddings.word_embeddings.weight.grad is not None
     card = card_of(model)
     assert "L_CL (toy_info_nce: InfoNCE with nothing masked (a toy))" in card
-    with pytest.raises(ValueError, match=r"Unknown contrastive_loss 'toy_missing'.*toy_info_nce"):
-        ContrastiveConfig(contrastive_loss="toy_missing")
+    with pytest.raises(ValueError, match=r"Unknown contrastive_loss 'toy_missing'.*toy_info_nce.* before training"):
+        in_batch_loss(views, "toy_missing", temperature=0.05)
+
+
+def test_a_checkpoint_trained_with_a_users_loss_loads_and_encodes_without_it_and_trains_only_with_it(
+    tokenizer, tmp_path
+):
+    """Loading a checkpoint refused a loss nobody had registered, though loading and encoding never compute it; only
+    training needs it, and is refused before the first step, naming it and what to import."""
+    from datasets import Dataset
+
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    register_loss("toy_users_loss", plain_info_nce, "a user's loss (a toy)")
+    try:
+        model = ContrastiveForPreTraining(
+            ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), contrastive_loss="toy_users_loss")
+        )
+        model.save_pretrained(tmp_path / "trained")
+        tokenizer.save_pretrained(tmp_path / "trained")
+    finally:
+        unregister_loss("toy_users_loss")
+    expected = model.contrastive.eval().encode(SENTENCES, tokenizer=tokenizer)
+    for model_class in (ContrastiveModel, ContrastiveForPreTraining):
+        loaded = model_class.from_pretrained(tmp_path / "trained")
+        assert loaded.config.contrastive_loss == "toy_users_loss"
+        np.testing.assert_allclose(loaded.encode(SENTENCES), expected, atol=1e-5)
+    with pytest.raises(ValueError) as error:
+        ContrastiveTrainer(
+            model=ContrastiveForPreTraining.from_pretrained(tmp_path / "trained"),
+            args=ContrastiveTrainingArguments(output_dir=str(tmp_path / "run"), report_to="none", use_cpu=True),
+            train_dataset=Dataset.from_dict({"text": SENTENCES}),
+            data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False),
+            processing_class=tokenizer,
+        )
+    assert str(error.value) == (
+        "The model to train has contrastive_loss 'toy_users_loss' (set in its config, or in the checkpoint's "
+        "contrastive_config.json it was loaded from), which is not registered: import the module that registers it "
+        "(contrastive_hf.models.objectives.register_loss) before training, or train with one of nt_xent, info_nce "
+        "(--contrastive_loss)."
+    )
 
 
 # --- an augmentation ---------------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ import logging
 
 import pytest
 from datasets import Dataset
-from transformers import RobertaConfig, RobertaModel, TrainerControl, TrainerState
+from transformers import TrainerControl, TrainerState
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
 from contrastive_hf.evaluation import STSData
-from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup, usable_positions
+from contrastive_hf.training.sanity import TrainingSanityCallback, check_training_setup
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
@@ -78,13 +78,31 @@ def test_keeping_the_best_model_by_a_loss_that_no_eval_set_logs_is_refused(token
     dataset = Dataset.from_dict({"text": WIKI})
     stsb = STSData(WIKI[:8], WIKI[8:16], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 1.5])
     best = dict(load_best_model_at_end=True, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2)
-    with pytest.raises(ValueError, match=r"which is 'loss' .*'stsb' .*--metric_for_best_model .*: stsb_spearman"):
+    with pytest.raises(ValueError, match=r"which is 'loss' .*'stsb' .*--metric_for_best_model .*: stsb_spearman \(the "
+                       r"Spearman correlation .* as SimCSE selects checkpoints on STS-B dev\)\.$"):  # fmt: skip
         make_trainer(tokenizer, tmp_path, dataset, eval_dataset={"stsb": stsb}, **best)
     trainer = make_trainer(
         tokenizer, tmp_path, dataset, eval_dataset={"stsb": stsb}, metric_for_best_model="stsb_spearman", **best
     )
     trainer.train()
     assert trainer.state.best_metric is not None and trainer.state.best_model_checkpoint is not None
+
+
+def test_keeping_the_best_dual_encoder_by_the_loss_names_its_own_retrieval_metric(tokenizer, tmp_path):
+    # run_dpr's refusal suggested held_out_mrr "as SimCSE selects checkpoints by STS-B dev Spearman"
+    from contrastive_hf.evaluation.retrieval import RetrievalData
+    from contrastive_hf.recipes.dpr.run import HeldOutRetrieval
+
+    held_out = HeldOutRetrieval(RetrievalData(WIKI[:4], WIKI[4:8], [[0], [1], [2], [3]], name="held_out"), {})
+    best = dict(load_best_model_at_end=True, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2)
+    with pytest.raises(ValueError) as error:
+        make_dual_encoder_trainer(tokenizer, tmp_path, eval_dataset={"held_out": held_out}, **best)
+    message = str(error.value)
+    assert message.endswith(
+        "Set --metric_for_best_model to one of their metrics: held_out_mrr (the mean reciprocal rank of each query's "
+        "first relevant passage among the held-out pairs)."
+    )
+    assert "SimCSE" not in message and "STS-B" not in message
 
 
 def test_a_batch_of_one_is_allowed_where_there_are_other_negatives(tokenizer, tmp_path):
@@ -142,15 +160,6 @@ def test_a_max_length_beyond_the_position_embeddings_is_refused(tokenizer, tmp_p
     make_trainer(
         tokenizer, tmp_path, Dataset.from_dict({"text": WIKI}), ContrastiveDataCollator(tokenizer, max_length=64)
     )
-
-
-def test_roberta_style_position_tables_lose_the_padding_offset():
-    # RoBERTa numbers positions from padding_idx + 1: 66 rows with padding_idx 1 take 64 tokens
-    config = RobertaConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37, max_position_embeddings=66
-    )
-    assert usable_positions(RobertaModel(config)) == 64
-    assert usable_positions(ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config()))) == 64
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -270,3 +270,33 @@ def test_logged_means_are_gathered_in_one_shape_whatever_each_process_counted():
     means = means_over_processes(accelerator, ["a", "b"], {"a": torch.tensor(3.0)}, {"a": 3}, torch.device("cpu"))
     assert means == {"a": 1.0, "b": 3.0} and accelerator.shapes == [(1, 2, 2)]
     assert means_over_processes(accelerator, ["a", "b"], {}, {}, "cpu") == {"b": 3.0}  # nothing counted here
+
+
+def test_zero3_that_cannot_save_whole_weights_is_refused_as_one_usage_line(capsys):
+    """The refusal of ZeRO-3 without stage3_gather_16bit_weights_on_model_save (launched under DeepSpeed by
+    tests/integration/test_zero_checkpoints.py) ended the scripts with a ValueError's traceback and exit status 1; it
+    is the user's setting to fix: one line and exit status 2, as the scripts' other refusals of a user's settings."""
+    from types import SimpleNamespace
+
+    from contrastive_hf.commands.errors import exit_on_usage_error
+
+    plugin = SimpleNamespace(zero_stage=3, deepspeed_config={"zero_optimization": {"stage": 3}})
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)), model=torch.nn.Linear(2, 2)
+    )
+
+    @exit_on_usage_error
+    def script_main():
+        ContrastiveTrainer._check_zero3_can_save(trainer)  # what ContrastiveTrainer.__init__ calls
+
+    with pytest.raises(SystemExit) as exit_:
+        script_main()
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        'test_trainer.py: error: DeepSpeed ZeRO-3 without "stage3_gather_16bit_weights_on_model_save": true cannot '
+        "save the model: each process holds only a shard of every weight, and a checkpoint of shards would not load. "
+        'Set it to true in the DeepSpeed config\'s "zero_optimization" (as ds_configs/zero3.json does), or '
+        "zero3_save_16bit_model: true in the Accelerate config.\n"
+    )
+    plugin.deepspeed_config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
+    script_main()  # gathered: saved whole, nothing refused

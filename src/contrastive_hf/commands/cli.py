@@ -4,6 +4,9 @@ contrastive-hf evaluate MODEL --tasks sts,transfer,align --data-dir DIR [--outpu
 contrastive-hf evaluate MODEL --tasks glue [--data-dir GLUE_DIR] [--learning-rates 2e-5 --seeds 0 1 ...]
 contrastive-hf plot RUN_DIR [RESULTS.json ...] [--output-dir DIR]
 contrastive-hf mine PAIRS --model MODEL --output MINED.csv [--num-negatives 3 --margin 0.05 ...]
+
+``evaluate`` and ``mine`` take ``--include-module MODULE`` (repeatable): a module of the user's imported before the
+model loads, e.g. one registering the pooler a checkpoint names.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 from .._atomic import write_atomically
 from .._files import read_json_file
@@ -54,6 +58,47 @@ def _check_output_file(path: str) -> None:
 def _write_json(path: str, payload: dict) -> None:
     """Write through a temporary file, so that a failure never leaves a half-written results file."""
     write_atomically(path, lambda handle: json.dump(payload, handle, indent=2))
+
+
+def _include_modules(names: list[str] | None) -> None:
+    """Import each ``--include-module`` before any model loads, so that what it registers (a pooler, a loss, an
+    augmentation: `register_pooler`, `register_loss`, `register_augmentation`) is known. Found as ``python -m`` finds a
+    module: in the current folder first, then on the Python path. A module that is nowhere is the user's to fix."""
+    import importlib
+
+    if not names:
+        return
+    if os.getcwd() not in sys.path:  # ``python -m`` puts it first; the ``contrastive-hf`` command does not
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        if name.endswith(".py") or os.sep in name or name.startswith("."):
+            raise ValueError(
+                f"--include-module {name}: give a module's dotted name, as python -m takes it (my_losses for "
+                "./my_losses.py, my_package.poolers for my_package/poolers.py), not a file path."
+            )
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            missing = error.name or name
+            where = (
+                f"no module named {missing!r} in the current folder ({os.getcwd()}) or on the Python path: run from "
+                "the folder holding it, or add its folder to PYTHONPATH."
+                if name == missing or name.startswith(f"{missing}.")
+                else f"importing it failed: {error} (a module it imports): install it, or fix the import."
+            )
+            raise ValueError(f"--include-module {name}: {where}") from None
+
+
+def _add_include_module(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--include-module",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="Import MODULE (a dotted name, found as python -m finds it: the current folder first) before the model "
+        "loads, e.g. the module registering a pooler, loss or augmentation of your own that the checkpoint names "
+        "(register_pooler, register_loss, register_augmentation). Repeatable.",
+    )
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
@@ -171,8 +216,12 @@ def _read_rows(path: str, expected: str):
         return load_corpus(path)
     except EmptyCorpusError:  # 0 bytes: its message is about training files
         raise no_rows from None
-    except ValueError:
-        if next(iter(load_corpus(path, streaming=True)), None) is None:
+    except ValueError as error:
+        try:
+            empty = next(iter(load_corpus(path, streaming=True)), None) is None
+        except ValueError:  # the file cannot be read (bytes that are not UTF-8): ``error`` says why, naming it
+            raise error from None
+        if empty:
             raise no_rows from None
         raise
 
@@ -180,7 +229,7 @@ def _read_rows(path: str, expected: str):
 def mine_command(args: argparse.Namespace) -> int:
     from ..data.columns import resolve_query_passage_columns
     from ..data.corpus import drop_incomplete_rows
-    from ..data.mining import load_mining_encoder, mine_hard_negatives, write_mined
+    from ..data.mining import TiedScoresWarning, load_mining_encoder, mine_hard_negatives, write_mined
 
     _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)
@@ -206,24 +255,28 @@ def mine_command(args: argparse.Namespace) -> int:
         f"each query's {args.num_negatives} negative(s) ...",
         flush=True,
     )
-    mined = mine_hard_negatives(
-        pairs[columns[0]],
-        pairs[columns[1]],
-        encode_queries,
-        encode_documents,
-        corpus=corpus,
-        num_negatives=args.num_negatives,
-        similarity=similarity,
-        skip_top=args.skip_top,
-        max_candidates=args.max_candidates,
-        margin=args.margin,
-        max_score=args.max_score,
-        duplicate_threshold=args.duplicate_threshold,
-        sampling=args.sampling,
-        seed=args.seed,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TiedScoresWarning)  # said below, as this command's own warning, at the end
+        mined = mine_hard_negatives(
+            pairs[columns[0]],
+            pairs[columns[1]],
+            encode_queries,
+            encode_documents,
+            corpus=corpus,
+            num_negatives=args.num_negatives,
+            similarity=similarity,
+            skip_top=args.skip_top,
+            max_candidates=args.max_candidates,
+            margin=args.margin,
+            max_score=args.max_score,
+            duplicate_threshold=args.duplicate_threshold,
+            sampling=args.sampling,
+            seed=args.seed,
+        )
     write_mined(mined.rows, args.output)
     print(mined.summary())
+    if mined.ties_warning:
+        print(f"contrastive-hf mine: warning: {mined.ties_warning}", file=sys.stderr)
     negatives = ", ".join(f"negative_{index}" for index in range(1, args.num_negatives + 1))
     print(f"Wrote {args.output} (columns query, positive, {negatives}).")
     return 0
@@ -321,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .glue_options import add_glue_options  # GlueArguments' fields, their defaults and help
 
     add_glue_options(evaluate)
+    _add_include_module(evaluate)
     evaluate.set_defaults(handler=evaluate_command)
 
     plot = commands.add_parser(
@@ -389,6 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-length", type=_integer_at_least(1), default=None, help="Truncation in tokens (default: the model's)."
     )
     mine.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when available).")
+    _add_include_module(mine)
     mine.set_defaults(handler=mine_command)
     return parser
 
@@ -396,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _include_modules(getattr(args, "include_module", None))  # the sub-commands that load a model
         return args.handler(args)
     except (ValueError, FileNotFoundError, OSError) as error:
         print(f"contrastive-hf {args.command}: error: {error}", file=sys.stderr)

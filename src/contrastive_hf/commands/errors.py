@@ -33,9 +33,11 @@ def as_usage_error(hint: str = ""):
 
 
 def exit_on_usage_error(main: _Main) -> _Main:
-    """Decorate an example script's ``main(argv=None)``: a `UsageError`, a missing file or a corpus without text
-    (`EmptyCorpusError`) ends the run with one line on stderr, ``<script>: error: <what was wrong>``, and exit status
-    2 (argparse's for a bad command line), whether the script runs as a command or ``main`` is called in process."""
+    """Decorate an example script's ``main(argv=None)``: a `UsageError`, a missing file, a corpus without text
+    (`EmptyCorpusError`) or a DeepSpeed ZeRO-3 configuration that could not save the model (`ZeroCannotSaveError`,
+    refused when the trainer is built) ends the run with one line on stderr, ``<script>: error: <what was wrong>``,
+    and exit status 2 (argparse's for a bad command line), whether the script runs as a command or ``main`` is called
+    in process."""
     module = sys.modules.get(main.__module__)
     return _ending_usage_errors(main, lambda: getattr(module, "__file__", None) or sys.argv[0])
 
@@ -49,10 +51,11 @@ def _ending_usage_errors(main: _Main, script_path: Callable[[], str]) -> _Main:
     @functools.wraps(main)
     def checked(*args, **kwargs):
         from ..data.reading import EmptyCorpusError
+        from ..training.deepspeed_weights import ZeroCannotSaveError
 
         try:
             return main(*args, **kwargs)
-        except (UsageError, FileNotFoundError, EmptyCorpusError) as error:
+        except (UsageError, FileNotFoundError, EmptyCorpusError, ZeroCannotSaveError) as error:
             print(f"{os.path.basename(script_path())}: error: {error}", file=sys.stderr)
             sys.exit(2)
 

@@ -56,6 +56,7 @@ __all__ = [
     "get_augmentation",
     "augmentation_names",
     "augmentation_help",
+    "check_augmentation",
     "describe_augmentation",
     "needs_synonyms",
     "Augmentation",
@@ -569,6 +570,13 @@ def _parse(spec: str) -> list[list[str]]:
                     "contrastive_hf.data.augmentations.register_augmentation."
                 )
     return mixture
+
+
+def check_augmentation(spec: str) -> None:
+    """A `ValueError` for an ``--augmentations`` value that names no registered augmentation (or nothing), naming the
+    value, the registered names and how to register one: what a script checks when it reads its arguments, before
+    any model loads."""
+    _parse(spec)
 
 
 def _named(spec: str) -> list[AugmentationSpec]:

@@ -13,6 +13,14 @@ the CPU, in blocks of queries so that memory stays bounded (`select_negatives`);
 3. a candidate must score below the positive's score minus ``margin``, and at most ``max_score``, when given;
 4. the ``num_negatives`` best of them are the negatives (``sampling="top"``), or that many drawn at random among
    them (``"random"``, seeded per query). A query with fewer eligible candidates is left out (and counted).
+
+A model that scores every passage alike (embeddings collapsed to nearly one vector: an encoder never trained, or
+trained from scratch with [CLS] pooling) ranks nothing: its "hardest" negatives are ties, picked in corpus order, no
+harder than random passages. When most rows tie (`TIED_FRACTION` of them, each negative within `TIE_TOLERANCE` of its
+positive's score) `mine_hard_negatives` warns (`TiedScoresWarning`), with the figures. It warns rather than refuses, as
+sentence-transformers' ``mine_hard_negatives`` reports its score statistics and writes its rows whatever they are:
+the scores alone cannot tell a collapsed model from passages that are all near-paraphrases of each other, and the
+user decides.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import json
 import logging
 import os
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,7 +44,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "SAMPLING_STRATEGIES",
+    "TIE_TOLERANCE",
+    "TIED_FRACTION",
     "MinedNegatives",
+    "TiedScoresWarning",
     "select_negatives",
     "mine_hard_negatives",
     "load_mining_encoder",
@@ -43,6 +55,14 @@ __all__ = [
 ]
 
 SAMPLING_STRATEGIES = ("top", "random")
+# A row ties when each of its negatives scores within this of its positive (times the positive's magnitude for dot
+# products, where it exceeds 1): the same number at the 3 decimals the summary prints. A model whose embeddings
+# collapsed ties every row (the tests' untrained hidden-32 encoder with [CLS] pooling: every score 1.000); one that
+# ranks ties rarely: all-MiniLM-L6-v2 on the demo's NLI sample (2,000 pairs, its hard negatives as more passages, no
+# margin; measured 2026-11-28) ties 11 rows (0.6%) with one negative each, none with three.
+TIE_TOLERANCE = 1e-3
+# The share of the kept rows that must tie for the mined negatives to be called picked among ties (`MinedNegatives`).
+TIED_FRACTION = 0.9
 # Scores held at once (64 MiB of float32): the number of queries scored per block is this over the corpus size.
 BLOCK_ELEMENTS = 1 << 24
 _SPACES = re.compile(r"\s+")
@@ -134,6 +154,10 @@ def select_negatives(
     return negatives, scores_out, positive_scores
 
 
+class TiedScoresWarning(UserWarning):
+    """Most mined rows' negatives score as their positive does: the model ranked nothing (`MinedNegatives`)."""
+
+
 @dataclass
 class MinedNegatives:
     """What `mine_hard_negatives` found: the rows to train on and how they came about."""
@@ -145,12 +169,29 @@ class MinedNegatives:
     positive_score: float  # mean score of the kept pairs' positives
     negative_score: float  # mean score of their negatives
     settings: dict = field(default_factory=dict)
+    tied: int = 0  # kept pairs whose every negative scores as its positive does (within `TIE_TOLERANCE`)
 
     def summary(self) -> str:
         return (
             f"Mined {len(self.rows)} of {self.queries} pairs against {self.corpus_size} passages "
             f"({self.dropped} left out with too few eligible candidates); mean positive score "
             f"{self.positive_score:.3f}, mean negative score {self.negative_score:.3f}."
+        )
+
+    @property
+    def ties_warning(self) -> str | None:
+        """What `mine_hard_negatives` warns of when `TIED_FRACTION` of the rows or more tie (the module docstring),
+        with the figures; None otherwise."""
+        if not self.rows or self.tied < TIED_FRACTION * len(self.rows):
+            return None
+        return (
+            f"The model scores the positives and the mined negatives alike: in {self.tied} of {len(self.rows)} rows "
+            f"({self.tied / len(self.rows):.0%}) every negative scores within {TIE_TOLERANCE:g} of the positive (mean "
+            f"positive score {self.positive_score:.3f}, mean negative score {self.negative_score:.3f}), so the "
+            "negatives were picked among ties, not by the model: no harder than random passages. A model whose "
+            "embeddings collapsed to one vector does this (one never trained, or trained from scratch with [CLS] "
+            "pooling): check it with `contrastive-hf evaluate` (a uniformity near 0 says it) and mine with a trained "
+            "model. The rows are written all the same, as sentence-transformers' mine_hard_negatives writes them."
         )
 
 
@@ -217,6 +258,8 @@ def mine_hard_negatives(
         **selection,
     )
     kept = (negatives >= 0).all(dim=1)
+    scale = positive_scores.abs().clamp(min=1.0)[:, None]  # (Q, 1): dot products are compared relatively
+    tied = ((scores - positive_scores[:, None]).abs() <= TIE_TOLERANCE * scale).all(dim=1) & kept  # (Q,)
     rows = [
         {
             "query": queries[row],
@@ -225,7 +268,7 @@ def mine_hard_negatives(
         }
         for row in torch.nonzero(kept).flatten().tolist()
     ]
-    return MinedNegatives(
+    mined = MinedNegatives(
         rows=rows,
         queries=len(queries),
         dropped=int((~kept).sum()),
@@ -233,15 +276,20 @@ def mine_hard_negatives(
         positive_score=float(positive_scores[kept].mean()) if kept.any() else float("nan"),
         negative_score=float(scores[kept].mean()) if kept.any() else float("nan"),
         settings={"num_negatives": num_negatives, "similarity": similarity, **selection},
+        tied=int(tied.sum()),
     )
+    if mined.ties_warning:
+        warnings.warn(mined.ties_warning, TiedScoresWarning, stacklevel=2)
+    return mined
 
 
 def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int | None = None, device=None):
     """``(encode_queries, encode_documents, similarity)`` of a checkpoint: a dual encoder's two towers (with their
     prompts) and its similarity, or any checkpoint `evaluation.encoders.load_encoder` takes (a contrastive_hf model,
     a sentence-transformers folder, a transformers encoder with mean pooling) for both sides, with cosine."""
-    from ..evaluation.encoders import check_model_source
+    from ..evaluation.encoders import MAX_LENGTH_FLAG, check_model_source
     from ..models.checkpoint_files import checkpoint_model_type
+    from ..models.positions import check_max_length
 
     check_model_source(name_or_path)  # one line for a model that is nowhere, before any loader's traceback
     if checkpoint_model_type(name_or_path) == "dual_encoder":
@@ -250,6 +298,7 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
         from ..models.modeling_dual_encoder import DualEncoderModel
 
         model = DualEncoderModel.from_pretrained(name_or_path).eval()
+        check_max_length(model, max_length, flag=MAX_LENGTH_FLAG)
         if device is not None:
             model.to(device)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)

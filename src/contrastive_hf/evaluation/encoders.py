@@ -20,6 +20,7 @@ import torch
 
 from .._files import written_as_local_path
 from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, merged_folder
+from ..models.positions import check_max_length
 
 __all__ = [
     "BACKENDS",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "contrastive", "transformers", "sentence-transformers")
+# The option of `contrastive-hf evaluate` and `mine` that sets `load_encoder`'s ``max_length``: its refusal names it.
+MAX_LENGTH_FLAG = "--max-length"
 
 
 class SentenceEncoder:
@@ -285,7 +288,8 @@ def load_encoder(
             own encode), or ``auto``: contrastive_hf checkpoints first, then folders with modules.json, then
             transformers.
         pooler_type: the pooling for ``transformers``: cls, cls_before_pooler, mean, max, avg_first_last, avg_top2.
-        max_length: truncation in tokens (default: what the model takes).
+        max_length: truncation in tokens (default: what the model takes); more than the encoder's position
+            embeddings take is refused (`models.positions.check_max_length`).
         device: ``cpu``, ``cuda``, ... (default: CUDA when available).
         bf16: True or False forces bf16 autocast or float32 for our models and transformers encoders; None
             (default): `encode`'s choice for the device (`models.precision.encoding_precision`). A
@@ -302,6 +306,7 @@ def load_encoder(
         from sentence_transformers import SentenceTransformer
 
         model = SentenceTransformer(name_or_path, device=device)
+        check_max_length(model, max_length, flag=MAX_LENGTH_FLAG)
         if max_length is not None:
             model.max_seq_length = max_length
         return SentenceTransformerEncoder(model, name=name_or_path)
@@ -321,5 +326,6 @@ def load_encoder(
         model = ContrastiveModel.from_encoder_pretrained(
             name_or_path, pooler_type=pooler_type, projection_type="none", normalize_embeddings=False
         )
+    check_max_length(model, max_length, flag=MAX_LENGTH_FLAG)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return ModelEncoder(model.to(device).eval(), tokenizer, max_length=max_length, use_bf16=bf16, name=name_or_path)

@@ -433,11 +433,20 @@ def summarise_runs(runs: Sequence[dict]) -> dict:
 
 
 def _max_length(tokenizer, name_or_path: str, requested: int | None) -> int:
-    if requested is not None:
-        return requested
-    from transformers import AutoConfig
+    import torch
+    from transformers import AutoConfig, AutoModel
 
-    limit = getattr(AutoConfig.from_pretrained(name_or_path), "max_position_embeddings", 512) or 512
+    from ..models.positions import check_max_length
+    from .encoders import MAX_LENGTH_FLAG
+
+    config = AutoConfig.from_pretrained(name_or_path)
+    if requested is not None:  # refused before any fine-tuning when the encoder has fewer positions
+        with torch.device("meta"):  # its modules alone: nothing allocated, no weights read
+            encoder = AutoModel.from_config(config)
+        consequence = "the first longer example would stop fine-tuning with an index error"
+        check_max_length(encoder, requested, flag=MAX_LENGTH_FLAG, consequence=consequence)
+        return requested
+    limit = getattr(config, "max_position_embeddings", 512) or 512
     return min(tokenizer.model_max_length, limit, 512)
 
 
@@ -467,10 +476,10 @@ def evaluate_glue(
 
     arguments = arguments or GlueArguments()
     name_or_path = os.fspath(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    max_length = _max_length(tokenizer, name_or_path, arguments.max_length)  # a length it cannot take: before the data
     if datasets is None:
         datasets = load_glue_tasks(tasks, data_dir, arguments.hub_dataset)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    max_length = _max_length(tokenizer, name_or_path, arguments.max_length)
     configurations = arguments.configurations()
     results = {}
     for name, data in datasets.items():

@@ -58,8 +58,9 @@ class RetrievalData:
     relevant: list[list[int]]
     name: str = "retrieval"
 
-    # the metric that ranks models on it, for ``metric_for_best_model``: ``eval_<name>_mrr``
+    # the metric that ranks models on it, for ``metric_for_best_model``: ``eval_<name>_mrr``, and what it is
     primary_metric = "mrr"
+    primary_metric_description = "the mean reciprocal rank of each query's first relevant passage"
 
     def __post_init__(self):
         if len(self.relevant) != len(self.queries):

@@ -70,9 +70,11 @@ class STSData:
     sentences2: list[str]
     scores: list[float]
 
-    # the metric that ranks models on it (SimCSE selects checkpoints by STS-B dev Spearman), for
-    # ``metric_for_best_model``: ``eval_<name>_spearman``
+    # the metric that ranks models on it, for ``metric_for_best_model``: ``eval_<name>_spearman``, and what it is
     primary_metric = "spearman"
+    primary_metric_description = (
+        "the Spearman correlation of the similarities with the gold scores, as SimCSE selects checkpoints on STS-B dev"
+    )
 
     def __len__(self) -> int:
         return len(self.scores)

@@ -22,8 +22,9 @@ class TrainingEvalSet(Protocol):
     ``training_metrics(model, tokenizer, batch_size, prefix)`` encodes what it needs with ``model`` (in eval mode,
     restoring the model's mode afterwards) and returns the metrics to log. Every process of a distributed run calls
     it (under DeepSpeed ZeRO-3 each forward needs all of them) and must return the same figures. A set may name the
-    metric that ranks models on it (``primary_metric``, e.g. ``"spearman"``), which the trainer suggests for
-    ``metric_for_best_model``: such a set logs no loss, transformers' default.
+    metric that ranks models on it (``primary_metric``, e.g. ``"spearman"``) and say what it is
+    (``primary_metric_description``), which the trainer suggests for ``metric_for_best_model``: such a set logs no
+    loss, transformers' default.
     """
 
     def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]: ...

@@ -31,7 +31,7 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers.utils import CONFIG_NAME
 
 # What a model path holds, read from its files.
@@ -65,6 +65,7 @@ from .checkpoint_names import (  # noqa: F401
     download_kwargs,
     merged_folder,
 )
+from .checkpoint_writes import save_safetensors, transformers_saves_replacing
 from .masked_lm_checkpoint import MaskedLMLayout
 
 # write_json: the one JSON format of every file we write, defined beside its main user (re-exported here).
@@ -185,7 +186,7 @@ def write_heads(save_directory: str | os.PathLike, state: dict[str, torch.Tensor
             os.remove(path)
         return
     # contiguous CPU copies; tied tensors (an MLM head sharing the input embeddings) are not among them
-    save_file({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, path)
+    save_safetensors({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, path)
 
 
 def split_state_dict(
@@ -331,7 +332,8 @@ class EmbeddingCheckpointMixin:
             if layout is not None:  # its head goes with it, out of the heads' file
                 state = layout.to_checkpoint(state, heads)
             saved_dtype = weights_dtype(state)  # transformers empties the state dict as it writes
-            encoder.save_pretrained(location, state_dict=state, max_shard_size=max_shard_size)
+            with transformers_saves_replacing():  # each weights file replaced once written whole
+                encoder.save_pretrained(location, state_dict=state, max_shard_size=max_shard_size)
             record_saved_dtype(location, saved_dtype)
             if layout is not None:
                 record_architecture(location, layout.architecture)

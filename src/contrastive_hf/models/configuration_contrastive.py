@@ -7,7 +7,7 @@ import copy
 from transformers import AutoConfig, PreTrainedConfig
 
 from .losses import SIMILARITIES
-from .objectives import LOSSES, get_loss
+from .objectives import LOSSES
 from .poolers import POOLERS, get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
 
@@ -83,7 +83,7 @@ class ContrastiveConfig(PreTrainedConfig):
         contrastive_loss (`str`, defaults to `"nt_xent"`):
             A registered in-batch loss (`objectives.py`, `register_loss`): `nt_xent` (CLEAR/SimCLR: 2N views, each
             one's negatives are the other 2N-2 views) or `info_nce` (SimCSE: first views against second views and
-            hard negatives).
+            hard negatives). Training needs it registered; loading and encoding the model do not.
         mlm_weight (`float`, defaults to 1.0), cl_weight (`float`, defaults to 1.0):
             Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
         hard_negative_weight (`float`, defaults to 0.0):
@@ -191,7 +191,13 @@ class ContrastiveConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown projection_type {self.projection_type!r}: choose one of {', '.join(PROJECTION_TYPES)}."
             )
-        get_loss(self.contrastive_loss)  # a ValueError naming the registered losses
+        # a loss registered by a user's module need not be registered to load and encode the model: training checks
+        # it (`training/sanity.py`, `in_batch_loss`)
+        if not isinstance(self.contrastive_loss, str) or not self.contrastive_loss:
+            raise ValueError(
+                f"contrastive_loss must name an in-batch loss ({', '.join(LOSSES.names())}, or one registered with "
+                f"register_loss), got {self.contrastive_loss!r}."
+            )
         if not self.temperature > 0:
             raise ValueError(
                 f"temperature must be > 0, got {self.temperature}; SimCSE and CLEAR use values around 0.05."

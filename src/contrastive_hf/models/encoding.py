@@ -35,6 +35,7 @@ from .encoding_policy import (  # noqa: F401  (re-exported from their former hom
     encoder_inputs,
     keeps_a_token,
 )
+from .positions import usable_positions
 from .precision import encoding_precision, log_precision_once
 from .prompts import (  # noqa: F401  (re-exported from their former home)
     DEFAULT_PROMPT_NAMES,
@@ -356,19 +357,19 @@ class SentenceEmbeddingMixin:
         return prompt, prompt_token_count(tokenizer, prompt)
 
     def _max_length(self, tokenizer) -> int:
-        """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings and
-        by the config's ``max_seq_length`` (what sentence-transformers truncates at)."""
+        """The longest input the model takes: the tokenizer's limit, capped by the encoder's position embeddings
+        (`positions.usable_positions`) and by the config's ``max_seq_length`` (what sentence-transformers truncates
+        at)."""
         limits = [self.config.max_seq_length] if getattr(self.config, "max_seq_length", None) else []
         model_max = getattr(tokenizer, "model_max_length", None)
         if model_max is not None and model_max < 1_000_000:  # transformers uses ~1e30 for "unset"
             limits.append(int(model_max))
-        for encoder_config in self.encoder_configs():
-            positions = getattr(encoder_config, "max_position_embeddings", None)
-            if positions:
-                # RoBERTa-style models reserve padding_idx + 1 positions before the first token
-                roberta_like = encoder_config.model_type in ("roberta", "xlm-roberta", "camembert")
-                offset = (getattr(encoder_config, "pad_token_id", None) or 0) + 1 if roberta_like else 0
-                limits.append(int(positions) - offset)
+        positions = usable_positions(self)
+        if positions is None:  # no learned position table (rotary, relative): the configs' nominal length
+            nominal = [getattr(config, "max_position_embeddings", None) for config in self.encoder_configs()]
+            positions = min((int(value) for value in nominal if value), default=None)
+        if positions is not None:
+            limits.append(positions)
         return min(limits) if limits else 512
 
     def encoder_configs(self) -> list:

@@ -100,7 +100,12 @@ class LossSpec:
     takes_extra_negatives: bool = False
 
 
-LOSSES: Registry[LossSpec] = Registry("contrastive_loss", "contrastive_hf.models.objectives.register_loss")
+# A checkpoint names its loss, but loading and encoding it never compute the loss: only training needs it registered.
+LOSSES: Registry[LossSpec] = Registry(
+    "contrastive_loss",
+    "contrastive_hf.models.objectives.register_loss",
+    needed="training with it (loading and encoding a model do not need it)",
+)
 
 
 def register_loss(

@@ -23,11 +23,13 @@ class Registry(Generic[Spec]):
         kind: what an entry is, as a user names it in a setting (``"pooler_type"``, ``"contrastive_loss"``...), for
             the error messages.
         register_with: the function a user calls to add one (named in the error for an unknown name).
+        needed: what needs an entry registered first, for the same error (a loss: training, not loading).
     """
 
-    def __init__(self, kind: str, register_with: str):
+    def __init__(self, kind: str, register_with: str, needed: str = "the model or data using it is built or loaded"):
         self.kind = kind
         self.register_with = register_with
+        self.needed = needed
         self._specs: dict[str, Spec] = {}
 
     def add(self, name: str, spec: Spec, replace: bool = False) -> Spec:
@@ -53,7 +55,7 @@ class Registry(Generic[Spec]):
         except (KeyError, TypeError):
             raise ValueError(
                 f"Unknown {self.kind} {name!r}: choose one of {', '.join(self._specs)} (one of your own: register it "
-                f"with {self.register_with} before the model or data using it is built or loaded)."
+                f"with {self.register_with} before {self.needed})."
             ) from None
 
     def names(self) -> tuple[str, ...]:

@@ -31,8 +31,7 @@ has no class for, the modules are written all the same, naming what is missing (
 is the pooler's name), so that sentence-transformers refuses the folder with that name instead of loading it as a
 mean-pooling model. Use ``ContrastiveModel.from_pretrained`` for those checkpoints.
 
-This module imports only the standard library, torch and safetensors (and transformers for a version number), and its
-siblings.
+This module imports only the standard library and torch (and transformers for a version number), and its siblings.
 """
 
 from __future__ import annotations
@@ -45,8 +44,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import NamedTuple
 
 import torch
-from safetensors.torch import save_file
 
+from .checkpoint_writes import replace_on_success, save_safetensors
 from .poolers import PoolerSpec, get_pooler
 
 __all__ = [
@@ -152,16 +151,17 @@ def write_sentence_transformers_files(
     Returns whether the modules express the embedding; when they cannot (see `SentenceTransformersStack`), they are
     written naming what is missing, so that sentence-transformers refuses the folder rather than load another model.
     """
-    for name in MODULE_FILES:  # never leave stale files from an earlier save with another pooler
-        path = os.path.join(save_directory, name)
-        if os.path.exists(path):
-            os.remove(path)
-    for entry in os.listdir(save_directory):  # nor stale module folders
-        if entry.split("_")[-1] in ("Pooling", "Dense", "Normalize") and os.path.isdir(
-            os.path.join(save_directory, entry)
-        ):
-            shutil.rmtree(os.path.join(save_directory, entry))
+    # what an earlier save wrote (with another pooler, head or towers): removed once this save is written, so that a
+    # save that fails halfway leaves the earlier files, each of them whole (`checkpoint_writes`)
+    earlier = [name for name in MODULE_FILES if os.path.exists(os.path.join(save_directory, name))]
+    earlier += [
+        entry
+        for entry in os.listdir(save_directory)
+        if entry.split("_")[-1] in ("Pooling", "Dense", "Normalize")
+        and os.path.isdir(os.path.join(save_directory, entry))
+    ]
     if not stacks:
+        _remove(save_directory, earlier)
         return False
     _write_config(save_directory, similarity, prompts, default_prompt_name, truncate_dim)
     # An embedding sentence-transformers cannot compute (a pooler averaging two layers, an activation without a torch
@@ -173,8 +173,10 @@ def write_sentence_transformers_files(
         modules = _write_stack(save_directory, "", stacks[""], state_dict, start=1)
         transformer = [_module(0, "Transformer", "")]
         write_json(os.path.join(save_directory, "modules.json"), transformer + modules)
+        written = {"config_sentence_transformers.json", "modules.json", "sentence_bert_config.json"}
+        _remove(save_directory, [name for name in earlier if name not in written | _folders(modules)])
         return expressed
-    types, structure = {}, {}
+    types, structure, folders_written = {}, {}, set()
     for route, stack in stacks.items():
         tower = tower_folders[route]
         modules = _write_stack(save_directory, route, stack, state_dict, start=1)
@@ -182,6 +184,7 @@ def write_sentence_transformers_files(
         _write_json_module_config(os.path.join(save_directory, tower), stack)
         structure[route] = folders
         types.update({folder: _module_type(folder.rsplit("_", 1)[-1]) for folder in folders})
+        folders_written |= _folders(modules)
     write_json(
         os.path.join(save_directory, "router_config.json"),
         {
@@ -191,7 +194,23 @@ def write_sentence_transformers_files(
         },
     )
     write_json(os.path.join(save_directory, "modules.json"), [_module(0, "Router", "")])
+    written = {"config_sentence_transformers.json", "router_config.json", "modules.json"}
+    _remove(save_directory, [name for name in earlier if name not in written | folders_written])
     return expressed
+
+
+def _folders(modules: list[dict]) -> set[str]:
+    """The module folders a stack's save wrote (a Normalize module has none)."""
+    return {entry["path"] for entry in modules if not entry["type"].endswith("Normalize")}
+
+
+def _remove(save_directory: str, names: list[str]) -> None:
+    for name in names:
+        path = os.path.join(save_directory, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def _write_stack(
@@ -225,7 +244,7 @@ def _write_stack(
             },
         )
         tensors = {key: tensor.detach().float().cpu().contiguous() for key, tensor in tensors.items()}
-        save_file(tensors, os.path.join(save_directory, folder, "model.safetensors"))
+        save_safetensors(tensors, os.path.join(save_directory, folder, "model.safetensors"))
     if stack.normalize:  # a module without configuration or weights: its folder is not written (nor read)
         index = start + 1 + len(stack.dense)
         modules.append(_module(index, "Normalize", f"{prefix}{index}_Normalize"))
@@ -274,8 +293,13 @@ def _module(index: int, kind: str, path: str) -> dict:
 
 
 def write_json(path: str | os.PathLike, content) -> None:
-    """Write ``content`` as indented JSON with sorted keys (every JSON file of a checkpoint), creating the folder."""
+    """Write ``content`` as indented JSON with sorted keys (every JSON file of a checkpoint), creating the folder; the
+    file at ``path`` is replaced only once the new one is written whole (`checkpoint_writes.replace_on_success`)."""
     os.makedirs(os.path.dirname(os.fspath(path)) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(content, handle, indent=2, sort_keys=True)
-        handle.write("\n")
+
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(content, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+
+    replace_on_success(path, write)

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["master_state_dict", "SavesMasterWeights"]
+__all__ = ["master_state_dict", "SavesMasterWeights", "ZeroCannotSaveError"]
+
+
+class ZeroCannotSaveError(ValueError):
+    """A DeepSpeed ZeRO-3 configuration under which the trained model could not be saved whole (no
+    ``stage3_gather_16bit_weights_on_model_save``), refused before training: a setting the user fixes, which the
+    example scripts end with as a usage error (one line, exit status 2)."""
 
 
 @torch.no_grad()

@@ -4,6 +4,8 @@ and the fix.
 
 Refused by `check_training_setup` (called by `ContrastiveTrainer.__init__`):
 
+* a ``contrastive_loss`` nobody registered (a checkpoint trained with a user's loss loads and encodes without it,
+  but trains only once the module registering it is imported);
 * no negatives: a contrastive batch of one sentence (``per_device_train_batch_size`` 1, on one process or without
   gathering across processes) with no hard negatives (each collator says whether its batches have them:
   ``hard_negatives_in_batches(dataset)``) and no pre-batch queue; the loss of a query whose only candidate is its own
@@ -40,7 +42,9 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
 
 from ..evaluation.training import TrainingEvalSet
-from ..models.checkpoint_files import refuse_non_finite
+from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, refuse_non_finite
+from ..models.objectives import LOSSES
+from ..models.positions import check_max_length
 
 __all__ = [
     "COLLAPSED_UNIFORMITY",
@@ -48,7 +52,6 @@ __all__ = [
     "TrainingSanityCallback",
     "check_training_setup",
     "hard_negatives_in_batches",
-    "usable_positions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,7 @@ def check_training_setup(trainer) -> None:
     """Refuse a `ContrastiveTrainer` whose training can never learn (see the module docstring), with an error that
     names the value and what to set instead."""
     model = trainer.accelerator.unwrap_model(trainer.model)
+    _check_loss(model)
     _check_negatives(trainer, model)
     _check_positions(model, trainer.data_collator)
     _check_best_model_metric(trainer.args, trainer.eval_dataset)
@@ -90,8 +94,9 @@ def _check_best_model_metric(args, eval_dataset) -> None:
     eval_sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
     if not eval_sets or not all(isinstance(eval_set, TrainingEvalSet) for eval_set in eval_sets.values()):
         return  # a set evaluated by the Trainer logs its loss
-    choices = [
-        f"{name}_{primary}" if name else primary
+    choices = [  # each set's own metric, in its own words: STS-B dev's Spearman, DPR's held-out MRR...
+        (f"{name}_{primary}" if name else primary)
+        + (f" ({description})" if (description := getattr(eval_set, "primary_metric_description", None)) else "")
         for name, eval_set in eval_sets.items()
         if (primary := getattr(eval_set, "primary_metric", None))
     ]
@@ -99,9 +104,20 @@ def _check_best_model_metric(args, eval_dataset) -> None:
     raise ValueError(
         f"load_best_model_at_end keeps the checkpoint with the best metric_for_best_model, which is "
         f"{args.metric_for_best_model!r} (transformers' default), but {named} score(s) the model and log no loss. "
-        "Set --metric_for_best_model to one of their metrics"
-        + (f": {', '.join(choices)} (as SimCSE selects checkpoints by STS-B dev Spearman)" if choices else "")
-        + "."
+        "Set --metric_for_best_model to one of their metrics" + (f": {'; '.join(choices)}" if choices else "") + "."
+    )
+
+
+def _check_loss(model) -> None:
+    config = getattr(model, "config", None)
+    name = getattr(config, "contrastive_loss", None)
+    if name is None or name in LOSSES or getattr(config, "cl_weight", 1.0) == 0:
+        return
+    raise ValueError(
+        f"The model to train has contrastive_loss {name!r} (set in its config, or in the checkpoint's "
+        f"{CONTRASTIVE_CONFIG_NAME} it was loaded from), which is not registered: import the module that registers "
+        f"it (contrastive_hf.models.objectives.register_loss) before training, or train with one of "
+        f"{', '.join(LOSSES.names())} (--contrastive_loss)."
     )
 
 
@@ -136,37 +152,19 @@ def hard_negatives_in_batches(collator, dataset) -> bool | None:
     return collator.hard_negatives_in_batches(dataset) if isinstance(collator, Collator) else None
 
 
-def usable_positions(model: nn.Module) -> int | None:
-    """The most tokens ``model``'s encoders take: the smallest learned position table (an embedding named
-    ``position_embeddings``) of any of them. RoBERTa-style tables, whose positions start after the padding index,
-    lose ``padding_idx + 1`` rows (514 rows: 512 tokens). None when there is no learned table (rotary or relative
-    positions)."""
-    limits = [
-        module.num_embeddings - (0 if module.padding_idx is None else module.padding_idx + 1)
-        for name, module in model.named_modules()
-        if name.rsplit(".", 1)[-1] == "position_embeddings" and isinstance(module, nn.Embedding)
-    ]
-    return min(limits, default=None)
-
-
 # The collators' truncation lengths, by the name of the attribute holding each.
 _MAX_LENGTH_ATTRIBUTES = ("max_length", "max_query_length", "max_passage_length")
 
 
 def _check_positions(model: nn.Module, collator) -> None:
-    limit = usable_positions(model)
-    if limit is None:
-        return
     for name in _MAX_LENGTH_ATTRIBUTES:
-        length = getattr(collator, name, None)
-        if length is not None and length > limit:
-            flag = "--max_seq_length" if name == "max_length" else f"--{name}"
-            raise ValueError(
-                f"{type(collator).__name__}'s {name}={length} ({flag}) is longer than the encoder's position "
-                f"embeddings, which take at most {limit} tokens: the first batch with a longer sentence would stop "
-                f"training with a tensor-size error. Set {flag} to {limit} or less, or use an encoder with more "
-                "positions (max_position_embeddings in its config)."
-            )
+        check_max_length(
+            model,
+            getattr(collator, name, None),
+            f"{type(collator).__name__}'s {name}",
+            "--max_seq_length" if name == "max_length" else f"--{name}",
+            "the first batch with a longer sentence would stop training with a tensor-size error",
+        )
 
 
 class TrainingSanityCallback(TrainerCallback):

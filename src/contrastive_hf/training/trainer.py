@@ -27,7 +27,7 @@ from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
 from ..models.objectives import get_loss, loss_names
 from ..models.precision import Precision, log_precision_once
-from .deepspeed_weights import SavesMasterWeights
+from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
 from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
@@ -458,7 +458,7 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         if plugin is None or plugin.zero_stage != 3 or getattr(self.model, "peft_config", None):
             return
         if not plugin.deepspeed_config.get("zero_optimization", {}).get("stage3_gather_16bit_weights_on_model_save"):
-            raise ValueError(
+            raise ZeroCannotSaveError(
                 'DeepSpeed ZeRO-3 without "stage3_gather_16bit_weights_on_model_save": true cannot save the model: '
                 "each process holds only a shard of every weight, and a checkpoint of shards would not load. Set it "
                 'to true in the DeepSpeed config\'s "zero_optimization" (as ds_configs/zero3.json does), or '

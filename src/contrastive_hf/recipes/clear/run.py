@@ -14,10 +14,17 @@ from ...commands.scripts import (
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
+    UsageError,
     load_sentences,
     load_tokenizer,
 )
-from ...data.augmentations import AUGMENTATION_NAMES, DEL_WORD_PROBABILITY, add_del_token, needs_del_token
+from ...data.augmentations import (
+    DEL_WORD_PROBABILITY,
+    add_del_token,
+    augmentation_help,
+    check_augmentation,
+    needs_del_token,
+)
 from ...data.collators import ContrastiveDataCollator
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
@@ -32,13 +39,8 @@ logger = logging.getLogger(__name__)
 class ViewArguments:
     local_paths: ClassVar[tuple[str, ...]] = ("synonyms_file",)
 
-    augmentations: str = field(
-        default="del_word",
-        metadata={
-            "help": f"How the two views are made: {', '.join(AUGMENTATION_NAMES)}; '+' composes in order as CLEAR "
-            "names it (subs+del_span), ',' mixes: each view draws one (del_word,reorder)."
-        },
-    )
+    # its help is rewritten when parsing (REGISTRY_OPTIONS): the augmentations registered then
+    augmentations: str = field(default="del_word", metadata={"help": augmentation_help()})
     del_word_probability: float = field(
         default=DEL_WORD_PROBABILITY, metadata={"help": "CLEAR's word deletion ratio."}
     )
@@ -65,6 +67,13 @@ class ViewArguments:
             "'Double MLM' control."
         },
     )
+
+    def __post_init__(self):
+        # against the registry as it is now: one usage line naming the registered names, before any model loads
+        try:
+            check_augmentation(self.augmentations)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
 
 
 ARGUMENTS = (

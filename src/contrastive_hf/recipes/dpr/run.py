@@ -284,6 +284,7 @@ class HeldOutRetrieval:
     data: RetrievalData
     settings: dict[str, Any]
     primary_metric: ClassVar[str] = RetrievalData.primary_metric
+    primary_metric_description: ClassVar[str] = f"{RetrievalData.primary_metric_description} among the held-out pairs"
 
     def training_metrics(self, model, tokenizer, batch_size: int = 64, prefix: str = "eval") -> dict[str, float]:
         return retrieval_eval_metrics(model, self.data, tokenizer, batch_size, prefix, **self.settings)
