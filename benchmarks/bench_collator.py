@@ -37,8 +37,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from contrastive_hf.data.augmentations import DEL_TOKEN, add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
-from contrastive_hf.data.corpus import tokenize_corpus
 from contrastive_hf.data.synonyms import TokenSynonyms
+from contrastive_hf.data.tokenizing import tokenize_corpus
 from data_files import SHARED_DATA, require_files
 from machine_info import cpu_name
 

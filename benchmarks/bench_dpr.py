@@ -7,7 +7,7 @@ and one shared encoder, batch 32 of SNLI triples (``examples/demo/data/nli_sampl
 (queries truncated at 64 tokens, passages at 256, each side padded to its batch's longest). A step is the forward
 (DPR's in-batch loss with the hard negatives) and the backward; the optimiser is left out, being the same whatever
 the encoding. One variant per ``--sub-batch-sizes`` value, the model config's ``sub_batch_size``
-(`models/encoding.py::EncodingPolicy`): 0 is one padded pass per side, the only path of the dual encoder before
+(`models/encoding_policy.py::EncodingPolicy`): 0 is one padded pass per side, the only path of the dual encoder before
 issue 24; ``auto``, the default, packs each side's texts into one sequence of their real tokens for this BERT encoder.
 
 Timing: the CPU time of this process (``time.process_time``) around each step, with one torch thread, so that the

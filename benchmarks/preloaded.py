@@ -20,7 +20,8 @@ from pathlib import Path
 __all__ = ["PRELOAD", "run_python"]
 
 # What the fork server imports once: what every example script and `contrastive-hf` command imports first.
-PRELOAD = ["torch", "transformers", "datasets", "contrastive_hf", "contrastive_hf.commands.scripts"]
+PRELOAD = ["torch", "transformers", "datasets", "contrastive_hf"]
+PRELOAD += [f"contrastive_hf.commands.{name}" for name in ("errors", "arguments", "logs", "run_end")]
 
 _context = None
 

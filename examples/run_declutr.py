@@ -21,13 +21,10 @@ from __future__ import annotations
 
 from transformers import HfArgumentParser
 
-from contrastive_hf.commands.scripts import (
-    exit_on_usage_error,
-    finish_sentence_encoder_run,
-    parse_arguments,
-    run_training,
-    setup_logging,
-)
+from contrastive_hf.commands.arguments import parse_arguments
+from contrastive_hf.commands.errors import exit_on_usage_error
+from contrastive_hf.commands.logs import run_training, setup_logging
+from contrastive_hf.commands.run_end import finish_sentence_encoder_run
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes import declutr
 from contrastive_hf.recipes.declutr.run import ARGUMENTS, build, logger

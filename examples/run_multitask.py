@@ -26,17 +26,10 @@ from __future__ import annotations
 
 from transformers import HfArgumentParser
 
-from contrastive_hf.commands.scripts import (
-    as_usage_error,
-    exit_on_usage_error,
-    log_before_after,
-    parse_arguments,
-    publish,
-    run_training,
-    save_merged_model,
-    save_trained_model,
-    setup_logging,
-)
+from contrastive_hf.commands.arguments import parse_arguments
+from contrastive_hf.commands.errors import as_usage_error, exit_on_usage_error
+from contrastive_hf.commands.logs import run_training, setup_logging
+from contrastive_hf.commands.run_end import log_before_after, publish, save_merged_model, save_trained_model
 from contrastive_hf.recipes import multitask
 from contrastive_hf.recipes.multitask.run import (
     ARGUMENTS,

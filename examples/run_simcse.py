@@ -25,12 +25,9 @@ and supervised, on SimCSE's NLI triples (nli_for_simcse.csv from its repository,
 
 from __future__ import annotations
 
-from contrastive_hf.commands.scripts import (
-    exit_on_usage_error,
-    finish_sentence_encoder_run,
-    run_training,
-    setup_logging,
-)
+from contrastive_hf.commands.errors import exit_on_usage_error
+from contrastive_hf.commands.logs import run_training, setup_logging
+from contrastive_hf.commands.run_end import finish_sentence_encoder_run
 from contrastive_hf.hub.model_card import card_info_from_trainer
 from contrastive_hf.recipes.simcse.run import build, describe_hyperparameters, logger, parse_arguments
 from contrastive_hf.training.trainer import ContrastiveTrainer

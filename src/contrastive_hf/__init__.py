@@ -15,7 +15,7 @@ The folders say what each part is: ``models/`` (what a checkpoint carries), ``da
 
 from __future__ import annotations
 
-from . import _moved_modules
+from . import _saved_module_paths
 
 # The recipes' registry (no recipe): a card naming a method of the core's collators (ContrastiveDataCollator: CLEAR
 # or SimCSE; PairCollator: Supervised SimCSE) imports the recipe that offers its text, whatever a user imported.
@@ -37,7 +37,8 @@ from .models import (
 
 __version__ = "0.2.0"
 
-_moved_modules.install()
+# The module paths files saved by 0.1 name (training_args.bin, adapter configs), so that those files load.
+_saved_module_paths.install()
 
 # Imported on first use (`from contrastive_hf import ContrastiveTrainer` works as usual).
 _LAZY_EXPORTS = {
@@ -47,17 +48,17 @@ _LAZY_EXPORTS = {
     "ContrastiveDataCollator": ".data.collators",
     "PairCollator": ".data.collators",
     "add_del_token": ".data.augmentations",
-    "load_corpus": ".data.corpus",
+    "load_corpus": ".data.reading",
     "DatasetMixture": ".data.mixture",
     "MixtureCollator": ".data.mixture",
     "mine_hard_negatives": ".data.mining",
-    "tokenize_corpus": ".data.corpus",
+    "tokenize_corpus": ".data.tokenizing",
     "SpanViewCollator": ".recipes.declutr",
     "QueryPassageCollator": ".recipes.dpr",
-    "SelfGuidedModel": ".recipes.sg_bert",
-    "SelfGuidedCollator": ".recipes.sg_bert",
-    "SelfGuidedTrainer": ".recipes.sg_bert",
-    "SelfGuidedTrainingArguments": ".recipes.sg_bert",
+    "SelfGuidedModel": ".recipes.sg_bert.modeling",
+    "SelfGuidedCollator": ".recipes.sg_bert.data",
+    "SelfGuidedTrainer": ".recipes.sg_bert.trainer",
+    "SelfGuidedTrainingArguments": ".recipes.sg_bert.trainer",
     "MultitaskConfig": ".models.modeling_multitask",
     "MultitaskModel": ".models.modeling_multitask",
     "MultitaskTrainer": ".recipes.multitask.trainer",

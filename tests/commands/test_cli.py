@@ -14,7 +14,7 @@ from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.commands.cli import build_parser, main
 from contrastive_hf.evaluation.sts import STS_TASKS, STS_YEAR_SUBSETS
-from contrastive_hf.evaluation.transfer import TRANSFER_TASKS
+from contrastive_hf.evaluation.transfer_data import TRANSFER_TASKS
 
 from conftest import DEMO_DATA, TEST_DATA, tiny_bert_config
 

@@ -541,7 +541,7 @@ class _RunsCodeWhenUnpickled:
 
 
 def test_the_saved_training_arguments_are_read_without_running_what_the_pickle_names(tmp_path):
-    from contrastive_hf.training.checkpoints import changed_settings
+    from contrastive_hf.training.resume_changes import changed_settings
 
     torch.save({"payload": _RunsCodeWhenUnpickled()}, tmp_path / "training_args.bin")
     assert changed_settings(str(tmp_path), model=None, args=object()) == []  # no SystemExit: nothing was run

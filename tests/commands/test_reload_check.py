@@ -14,7 +14,7 @@ import torch
 import contrastive_hf.evaluation
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.commands.loaders import load_sts_dev
-from contrastive_hf.commands.loading import ReloadReference, trained_embeddings, verify_reload
+from contrastive_hf.commands.reload_check import ReloadReference, trained_embeddings, verify_reload
 
 from conftest import DEMO_DATA, tiny_bert_config
 

@@ -1,5 +1,5 @@
-"""What the example scripts share (contrastive_hf.commands.scripts): reading their arguments, the errors a user
-sees for a mistyped flag or a missing file, and the before/after summary of a run."""
+"""What the example scripts share (contrastive_hf.commands: arguments, errors, run_end): reading their arguments,
+the errors a user sees for a mistyped flag or a missing file, and the before/after summary of a run."""
 
 from __future__ import annotations
 
@@ -9,14 +9,9 @@ import sys
 import pytest
 from transformers import HfArgumentParser
 
-from contrastive_hf.commands.scripts import (
-    CorpusArguments,
-    EncoderArguments,
-    UsageError,
-    format_before_after,
-    parse_arguments,
-    run_script,
-)
+from contrastive_hf.commands.arguments import CorpusArguments, EncoderArguments, parse_arguments
+from contrastive_hf.commands.errors import UsageError, run_script
+from contrastive_hf.commands.run_end import format_before_after
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import DEMO_DATA, usage_error
@@ -187,7 +182,7 @@ def test_before_and_after_are_printed_side_by_side():
 
 
 def test_max_train_samples_cuts_the_corpus_before_it_is_tokenized(tmp_path, tokenizer, monkeypatch):
-    from contrastive_hf.commands.scripts import load_sentences
+    from contrastive_hf.commands.loaders import load_sentences
     from contrastive_hf.data import tokenizing as tokenizing_module
 
     lines = (DEMO_DATA / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:200]

@@ -21,7 +21,7 @@ from contrastive_hf.data.collators import (
     mask_tokens,
     pad_sequences,
 )
-from contrastive_hf.data.corpus import load_corpus
+from contrastive_hf.data.reading import load_corpus
 from contrastive_hf.data.seeding import example_keys
 from contrastive_hf.data.token_batch import TokenBatch, special_token_table
 from contrastive_hf.training.trainer import ContrastiveTrainer

@@ -20,17 +20,9 @@ import contrastive_hf.data.streams as streams_module
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
-from contrastive_hf.data.corpus import (
-    SHARDS_PER_FILE,
-    EmptyCorpusError,
-    load_corpus,
-    prepare_streaming,
-    split_into_sentences,
-    stream_passes,
-    text_shards,
-    text_stream,
-    tokenize_corpus,
-)
+from contrastive_hf.data.reading import EmptyCorpusError, load_corpus
+from contrastive_hf.data.streams import SHARDS_PER_FILE, prepare_streaming, stream_passes, text_shards, text_stream
+from contrastive_hf.data.tokenizing import split_into_sentences, tokenize_corpus
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

@@ -14,6 +14,7 @@ import torch
 
 from contrastive_hf.commands.cli import main as cli
 from contrastive_hf.data.collators import PairCollator
+from contrastive_hf.data.columns import resolve_query_passage_columns
 from contrastive_hf.data.mining import (
     TIED_FRACTION,
     TiedScoresWarning,
@@ -21,7 +22,7 @@ from contrastive_hf.data.mining import (
     select_negatives,
     write_mined,
 )
-from contrastive_hf.recipes.dpr import QueryPassageCollator, resolve_query_passage_columns
+from contrastive_hf.recipes.dpr import QueryPassageCollator
 
 from conftest import DEMO_DATA
 

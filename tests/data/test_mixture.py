@@ -13,7 +13,6 @@ from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
-from contrastive_hf.data.corpus import load_corpus, tokenize_corpus
 from contrastive_hf.data.mixture import (
     DATASET_KEY,
     DatasetMixture,
@@ -21,6 +20,8 @@ from contrastive_hf.data.mixture import (
     MixtureCollator,
     parse_named_files,
 )
+from contrastive_hf.data.reading import load_corpus
+from contrastive_hf.data.tokenizing import tokenize_corpus
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

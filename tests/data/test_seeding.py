@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
-from contrastive_hf.data.corpus import tokenize_corpus
 from contrastive_hf.data.seeding import combine, example_keys, mix64, random_bits, stream, uniform
+from contrastive_hf.data.tokenizing import tokenize_corpus
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

@@ -21,20 +21,20 @@ from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.commands.cli import main
 from contrastive_hf.evaluation import run_evaluation
 from contrastive_hf.evaluation.glue import (
-    GLUE_GROUP,
-    GLUE_HUB_DATASET,
-    GLUE_TASKS,
     GlueArguments,
-    accuracy,
-    binary_f1,
     build_classifier,
     evaluate_glue,
     glue_card_results,
-    load_glue_task,
-    matthews_correlation,
-    read_glue_file,
-    split_metrics,
     summarise_runs,
+)
+from contrastive_hf.evaluation.glue_data import GLUE_HUB_DATASET, load_glue_task, read_glue_file
+from contrastive_hf.evaluation.glue_tasks import (
+    GLUE_GROUP,
+    GLUE_TASKS,
+    accuracy,
+    binary_f1,
+    matthews_correlation,
+    split_metrics,
 )
 from contrastive_hf.evaluation.suite import parse_tasks
 from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card

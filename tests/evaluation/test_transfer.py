@@ -20,23 +20,25 @@ from contrastive_hf.evaluation.encoders import SentenceEncoder
 from contrastive_hf.evaluation.transfer import (
     INNER_KFOLD_GRID,
     KFOLD_GRID,
-    TRANSFER_TASKS,
     WEIGHT_DECAY_GRID,
-    ClassificationData,
-    PairClassificationData,
     SentEvalClassifierConfig,
     evaluate_transfer,
     inner_kfold_accuracy,
     kfold_accuracy,
-    load_transfer_task,
     pair_features,
+    split_accuracy,
+    train_linear_classifiers,
+)
+from contrastive_hf.evaluation.transfer_data import (
+    TRANSFER_TASKS,
+    ClassificationData,
+    PairClassificationData,
+    load_transfer_task,
     read_binary_task,
     read_mrpc,
     read_sst2,
     read_trec,
     senteval_order,
-    split_accuracy,
-    train_linear_classifiers,
 )
 
 from conftest import TEST_DATA

@@ -12,9 +12,9 @@ from datasets import Dataset
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
 from contrastive_hf.data.mixture import DATASET_KEY, MixtureCollator
+from contrastive_hf.models.modeling_multitask import TaskSpec
 from contrastive_hf.recipes.declutr import SpanViewCollator, tokenize_documents
 from contrastive_hf.recipes.dpr import QueryPassageCollator
-from contrastive_hf.recipes.multitask import TaskSpec
 from contrastive_hf.recipes.multitask.data import MultitaskCollator
 from contrastive_hf.recipes.sg_bert.data import SelfGuidedCollator
 

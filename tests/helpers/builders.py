@@ -16,15 +16,9 @@ from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.models.modeling_multitask import MultitaskModel, TaskSpec
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
-from contrastive_hf.recipes.multitask import (
-    MultitaskModel,
-    TaskSpec,
-)
-from contrastive_hf.recipes.multitask.trainer import (
-    MultitaskTrainer,
-    MultitaskTrainingArguments,
-)
+from contrastive_hf.recipes.multitask.trainer import MultitaskTrainer, MultitaskTrainingArguments
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

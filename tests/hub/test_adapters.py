@@ -171,6 +171,40 @@ def test_a_dual_encoder_adapter_loads_through_autopeftmodel(tokenizer, plain_ber
     )
 
 
+@pytest.mark.parametrize(
+    ("model_class", "module_of_0_1"),
+    [
+        (ContrastiveForPreTraining, "contrastive_hf.modeling_contrastive"),
+        (ContrastiveModel, "contrastive_hf.modeling_contrastive"),
+        (DualEncoderModel, "contrastive_hf.modeling_dual_encoder"),
+    ],
+)
+def test_an_adapter_of_0_1_naming_its_module_of_then_loads_through_autopeftmodel(
+    model_class, module_of_0_1, tokenizer, plain_bert, tmp_path
+):
+    from peft import AutoPeftModel
+
+    model = model_class.from_encoder_pretrained(str(plain_bert), pooler_type="mean")
+    adapted = adapted_and_saved(model, tmp_path / "adapter", tokenizer)
+    config_file = tmp_path / "adapter" / "adapter_config.json"
+    saved = json.loads(config_file.read_text())
+    assert saved["auto_mapping"] == {
+        "base_model_class": model_class.__name__,
+        "parent_library": model_class.__module__,
+    }
+    saved["auto_mapping"]["parent_library"] = module_of_0_1  # as 0.1's adapters name the class
+    config_file.write_text(json.dumps(saved))
+    loaded = AutoPeftModel.from_pretrained(
+        str(tmp_path / "adapter"), import_allowlist=["contrastive_hf"], **base_model_settings(model.config)
+    )
+    assert type(loaded.get_base_model()) is model_class
+    np.testing.assert_allclose(
+        loaded.encode_query(SENTENCES[:2], tokenizer=tokenizer),
+        adapted.encode_query(SENTENCES[:2], tokenizer=tokenizer),
+        atol=1e-5,
+    )
+
+
 def test_the_card_peft_writes_beside_an_adapter_names_a_hub_base_and_no_local_folder(tokenizer, plain_bert, tmp_path):
     from huggingface_hub import ModelCard
 

@@ -143,7 +143,7 @@ def test_each_recipe_registers_its_card_text_when_imported():
     (CLEAR or SimCSE, named by the core's collators) imports the recipes through the registry's finder."""
     code = (
         "import json, sys\n"
-        "from contrastive_hf.hub.model_card import METHODS, method_card\n"
+        "from contrastive_hf.hub.method_cards import METHODS, method_card\n"
         "print(json.dumps(sorted(METHODS)))\n"
         "from contrastive_hf.recipes.dpr import QueryPassageCollator\n"
         "from contrastive_hf.recipes.sg_bert.data import SelfGuidedCollator\n"

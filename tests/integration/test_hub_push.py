@@ -166,7 +166,7 @@ def test_no_saved_config_holds_the_local_path_its_encoder_was_loaded_from(tmp_pa
     from transformers import BertForMaskedLM
 
     from contrastive_hf import ContrastiveForPreTraining, DualEncoderModel
-    from contrastive_hf.recipes.multitask import MultitaskModel, TaskSpec
+    from contrastive_hf.models.modeling_multitask import MultitaskModel, TaskSpec
 
     source = tmp_path / "local-encoder"
     BertForMaskedLM(tiny_bert_config()).save_pretrained(source)

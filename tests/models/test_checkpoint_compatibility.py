@@ -1,14 +1,20 @@
-"""Checkpoints saved by contrastive_hf 0.1 (before the package moved into wings) load and embed as they did."""
+"""Files saved by contrastive_hf 0.1 (before the package moved into wings) and 0.2 load as they did: checkpoints embed
+the same, and a 0.1 run's training_args.bin is compared on resume and unpickles."""
 
 from __future__ import annotations
+
+import importlib
+import sys
+import types
+import zipfile
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
-import contrastive_hf
 from contrastive_hf import ContrastiveForPreTraining, ContrastiveModel, DualEncoderModel
+from contrastive_hf.training.resume_changes import changed_settings
 
 from conftest import CHECKPOINTS_0_1, CHECKPOINTS_0_2
 
@@ -37,19 +43,44 @@ def test_a_0_1_dual_encoder_checkpoint_loads_and_embeds_the_same():
     torch.testing.assert_close(passages, EXPECTED["dual_encoder_passages"], rtol=0, atol=1e-6)
 
 
-def test_the_0_1_module_paths_still_import_with_a_warning_naming_the_new_one():
-    with pytest.warns(FutureWarning, match="contrastive_hf.training_args moved to contrastive_hf.training"):
-        from contrastive_hf.training_args import ContrastiveTrainingArguments
-    assert ContrastiveTrainingArguments is contrastive_hf.ContrastiveTrainingArguments
-    # a 0.1 training_args.bin pickles the class under its old path: unpickling finds the same class
-    import pickle
+# ---- a 0.1 run's training_args.bin: its arguments pickled under the module of 0.1 that defined their class ----
 
-    restored = pickle.loads(
-        pickle.dumps(ContrastiveTrainingArguments, protocol=2).replace(
-            b"contrastive_hf.training.training_args", b"contrastive_hf.training_args"
-        )
-    )
-    assert restored is ContrastiveTrainingArguments
+
+def saved_by_0_1(arguments, module_of_0_1: str, path) -> None:
+    """``torch.save(arguments, path)`` as 0.1 wrote it (`Trainer.save_model`): the class named by its 0.1 module."""
+    cls = type(arguments)
+    module = types.ModuleType(module_of_0_1)
+    setattr(module, cls.__name__, cls)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cls, "__module__", module_of_0_1)
+        patch.setitem(sys.modules, module_of_0_1, module)
+        torch.save(arguments, path)
+    with zipfile.ZipFile(path) as archive:
+        pickled = archive.read(next(name for name in archive.namelist() if name.endswith("data.pkl")))
+    assert f"{module_of_0_1}\n{cls.__name__}".encode() in pickled and cls.__module__.encode() not in pickled
+
+
+@pytest.mark.parametrize(
+    ("module_of_0_1", "module", "name", "setting"),
+    [
+        ("contrastive_hf.training_args", "contrastive_hf.training.training_args", "ContrastiveTrainingArguments",
+         ("prebatch_size", 4, 8)),
+        ("contrastive_hf.sg_bert", "contrastive_hf.recipes.sg_bert.trainer", "SelfGuidedTrainingArguments",
+         ("prebatch_size", 4, 8)),
+        ("contrastive_hf.multitask_trainer", "contrastive_hf.recipes.multitask.trainer", "MultitaskTrainingArguments",
+         ("pcgrad", True, False)),
+    ],
+)  # fmt: skip
+def test_a_0_1_training_args_bin_is_compared_on_resume_and_loads(module_of_0_1, module, name, setting, tmp_path):
+    cls = getattr(importlib.import_module(module), name)
+    field, saved, resumed = setting
+    saved_by_0_1(cls(output_dir=str(tmp_path), **{field: saved}), module_of_0_1, tmp_path / "training_args.bin")
+    # a resume compares the settings without importing what the pickle names
+    changes = changed_settings(str(tmp_path), model=None, args=types.SimpleNamespace(**{field: resumed}))
+    assert changes == [f"{field} {saved!r} -> {resumed!r}"]
+    # and the file loads as the class of today
+    loaded = torch.load(tmp_path / "training_args.bin", weights_only=False)
+    assert type(loaded) is cls and getattr(loaded, field) == saved
 
 
 # ---- 0.2 checkpoints (before issues 22-26 changed the saving code) ----

@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.models.configuration_contrastive import POOLER_TYPES
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
-from contrastive_hf.models.encoding import EncodingPolicy
+from contrastive_hf.models.encoding_policy import EncodingPolicy
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.models.packing import PACKED_ATTENTION
 
@@ -253,20 +253,15 @@ def test_a_model_builds_its_policy_once_and_again_only_when_its_config_changes(m
     assert len(built) == 4  # the three policies of the model, and the one of its ContrastiveModel
 
 
-def test_the_side_door_argument_is_deprecated_and_still_encodes_as_asked():
+def test_the_config_says_how_sentence_embeddings_encode():
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(), sub_batch_size="auto")).eval()
     input_ids, mask, _ = right_padded((4,), 9, 3, torch.Generator().manual_seed(0))
     sentence_model = model.contrastive
-    with pytest.warns(FutureWarning, match=r"sentence_embeddings\(sub_batch_size=...\) is deprecated"):
-        padded = sentence_model.sentence_embeddings(input_ids, mask, sub_batch_size=0)
-    with pytest.warns(FutureWarning, match=r"encoding_path\(sub_batch_size=...\)"):
-        assert sentence_model.encoding_path(0, torch.device("cpu")) == "padded"
     assert sentence_model.encoding_path(torch.device("cpu")) == "packed"  # the config's "auto"
-    torch.testing.assert_close(sentence_model.sentence_embeddings(input_ids, mask), padded, atol=1e-5, rtol=0)
+    packed = sentence_model.sentence_embeddings(input_ids, mask)
     model.config.sub_batch_size = 0  # the way to ask for one padded pass
     assert sentence_model.encoding_path(torch.device("cpu")) == "padded"
-    with pytest.warns(FutureWarning, match=r"encoding_policy\(sub_batch_size\) is deprecated"):
-        assert model.encoding_policy("sorted").sub_batch_size == "sorted"
+    torch.testing.assert_close(sentence_model.sentence_embeddings(input_ids, mask), packed, atol=1e-5, rtol=0)
 
 
 def test_the_dual_encoder_saves_its_encoding_and_old_checkpoints_get_the_default(tmp_path):

@@ -12,14 +12,10 @@ from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.collators import PairCollator, negative_columns
+from contrastive_hf.data.columns import resolve_query_passage_columns
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
-from contrastive_hf.recipes.dpr import (
-    QueryPassageCollator,
-    resolve_query_passage_columns,
-    tokenize_query_passage_pairs,
-    tokenized_columns,
-)
+from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs, tokenized_columns
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

@@ -12,7 +12,7 @@ from transformers import ModernBertConfig
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.augmentations import add_del_token
 from contrastive_hf.data.collators import ContrastiveDataCollator, PairCollator
-from contrastive_hf.models.encoding import attention_mask_for
+from contrastive_hf.models.encoding_policy import attention_mask_for
 from contrastive_hf.models.host_data import HOST_DATA_NAMES, to_device
 from contrastive_hf.recipes.dpr import QueryPassageCollator
 from contrastive_hf.training.grad_cache import grad_cache_step

@@ -28,12 +28,9 @@ from contrastive_hf import (
     DualEncoderModel,
 )
 from contrastive_hf.commands.loading import load_pretraining_model
-from contrastive_hf.models.checkpoint_files import (
-    DUAL_ENCODER_CONFIG_NAME,
-    encoder_building_device,
-    encoders_to_be_loaded,
-    what_the_path_holds,
-)
+from contrastive_hf.models.checkpoint_contents import what_the_path_holds
+from contrastive_hf.models.checkpoint_files import encoder_building_device, encoders_to_be_loaded
+from contrastive_hf.models.checkpoint_names import DUAL_ENCODER_CONFIG_NAME
 
 from conftest import CHECKPOINTS_0_1, TEST_DATA, tiny_bert_config
 

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from transformers import AlbertConfig, AutoModel, AutoModelForMaskedLM, DistilBertConfig, RobertaConfig
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.models.checkpoint_files import HEADS_WEIGHTS_NAME
+from contrastive_hf.models.checkpoint_names import HEADS_WEIGHTS_NAME
 
 from conftest import tiny_bert_config
 

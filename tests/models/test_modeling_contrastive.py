@@ -135,9 +135,6 @@ def test_encode_speaks_sentence_transformers(tokenizer):
     scores = model.similarity(embeddings, embeddings)
     assert scores.shape == (3, 3) and model.similarity_fn_name == "cosine"
     torch.testing.assert_close(scores[0, 2], torch.tensor(1.0))
-    with pytest.warns(FutureWarning, match="normalize_embeddings"):
-        legacy = model.encode(sentences, tokenizer=tokenizer, normalize=True)
-    np.testing.assert_allclose(np.linalg.norm(legacy, axis=1), 1.0, rtol=1e-5)
     with pytest.raises(TypeError, match="bogus"):
         model.encode(sentences, tokenizer=tokenizer, bogus=1)
 

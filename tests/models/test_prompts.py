@@ -14,8 +14,8 @@ import torch
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
 from contrastive_hf.data.collators import PairCollator, RolePrompts
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
-from contrastive_hf.models.encoding import prompt_token_count
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.models.prompts import prompt_token_count
 from contrastive_hf.recipes.dpr import QueryPassageCollator
 
 from conftest import DEMO_DATA, assert_grad_cache_matches_one_pass, tiny_bert_config

@@ -42,8 +42,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.collators import PairCollator
-from contrastive_hf.models.encoding import prompt_token_count
 from contrastive_hf.models.modeling_contrastive import dense_stages
+from contrastive_hf.models.prompts import prompt_token_count
 from contrastive_hf.training.grad_cache import grad_cache_step
 
 from conftest import DEMO_DATA, DEMO_TOKENIZER, tiny_bert_config

@@ -22,7 +22,7 @@ from sentence_transformers import SentenceTransformer
 from transformers import AutoTokenizer
 
 from contrastive_hf import ContrastiveForPreTraining, ContrastiveModel
-from contrastive_hf.models.checkpoint_files import PartialWeightsError
+from contrastive_hf.models.checkpoint_diagnostics import PartialWeightsError
 
 from conftest import DEMO_TOKENIZER, tiny_bert_config
 

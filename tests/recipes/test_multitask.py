@@ -16,23 +16,22 @@ from transformers import BertModel
 
 import contrastive_hf
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.recipes.multitask import (
+from contrastive_hf.models.modeling_multitask import (
     CosineSimilarityHead,
-    MultitaskBatchSampler,
-    MultitaskCollator,
     MultitaskConfig,
-    MultitaskDataset,
     MultitaskModel,
     PairHead,
-    TaskCollator,
     TaskSpec,
+)
+from contrastive_hf.recipes.multitask import (
+    MultitaskBatchSampler,
+    MultitaskCollator,
+    MultitaskDataset,
+    TaskCollator,
     task_dataset,
 )
 from contrastive_hf.recipes.multitask.pcgrad import combine_task_gradients, random_orders
-from contrastive_hf.recipes.multitask.trainer import (
-    check_pcgrad_setup,
-    task_metrics,
-)
+from contrastive_hf.recipes.multitask.trainer import check_pcgrad_setup, task_metrics
 
 from conftest import TEST_DATA, tiny_bert_config
 from helpers.builders import MULTITASK_TASKS, multitask_toy_data, multitask_trainer, tiny_multitask_model
@@ -177,7 +176,7 @@ def test_multitask_dataset_puts_the_tasks_behind_one_index():
 
 def test_task_dataset_reads_the_evaluation_readers():
     from contrastive_hf.evaluation.sts import read_stsbenchmark
-    from contrastive_hf.evaluation.transfer import read_mrpc
+    from contrastive_hf.evaluation.transfer_data import read_mrpc
 
     stsb = task_dataset(read_stsbenchmark(TEST_DATA / "sts" / "stsbenchmark", "dev"), normalize_scores=5.0)
     assert stsb.column_names == ["sentence1", "sentence2", "label"] and len(stsb) == 40
@@ -406,7 +405,8 @@ def test_a_multitask_resume_is_checked_as_every_trainer_s(tokenizer, tmp_path):
     with a model that never saw 28 of its 60 rows; MultitaskTrainer had none of ContrastiveTrainer's resume checks.
     It shares them (`CheckedResume`): another layout or other rows are refused before training, a checkpoint is
     marked incomplete until written, and resume_from_checkpoint=True skips an incomplete one."""
-    from contrastive_hf.training.checkpoints import INCOMPLETE_MARKER, DataLayoutChangedError
+    from contrastive_hf.training.checkpoints import INCOMPLETE_MARKER
+    from contrastive_hf.training.resume_changes import DataLayoutChangedError
 
     data = multitask_toy_data(8)
     multitask_trainer(

@@ -10,7 +10,8 @@ import torch
 from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.data.corpus import load_corpus, text_stream
+from contrastive_hf.data.reading import load_corpus
+from contrastive_hf.data.streams import text_stream
 from contrastive_hf.recipes.declutr import SPAN_VIEWS, SpanViewCollator, tokenize_documents, words_needed
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments

@@ -26,7 +26,7 @@ from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
 import contrastive_hf.training.trainer as trainer_module
 from contrastive_hf import ContrastiveForPreTraining
-from contrastive_hf.commands.loading import built_whole
+from contrastive_hf.commands.zero3 import built_whole
 from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments

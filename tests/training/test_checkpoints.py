@@ -23,9 +23,9 @@ from contrastive_hf.training.checkpoints import (
     INCOMPLETE_MARKER,
     CheckpointLayout,
     CheckpointSaveError,
-    DataLayoutChangedError,
     IncompleteCheckpointError,
 )
+from contrastive_hf.training.resume_changes import DataLayoutChangedError
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
 
 from helpers.builders import QUEUE_SENTENCES, make_dual_encoder_trainer, make_queue_trainer

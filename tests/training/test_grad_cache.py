@@ -7,8 +7,8 @@ import torch
 from datasets import Dataset
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf import grad_cache as grad_cache_module
 from contrastive_hf.data.collators import ContrastiveDataCollator
+from contrastive_hf.training import grad_cache as grad_cache_module
 from contrastive_hf.training.grad_cache import grad_cache_step
 from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from contrastive_hf import ContrastiveModel
-from contrastive_hf.data.corpus import load_corpus
+from contrastive_hf.data.reading import load_corpus
 from contrastive_hf.training.trainer import STEP_METRICS, ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 

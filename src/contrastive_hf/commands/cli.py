@@ -209,7 +209,7 @@ def _read_rows(path: str, expected: str):
     """A file ``mine`` reads (the pairs, a --corpus), read as a corpus is; a file without a single row (empty, or a
     header alone) is named as such, with what it should hold: datasets says 'Instruction "train" corresponds to no
     data!', naming nothing."""
-    from ..data.corpus import EmptyCorpusError, load_corpus
+    from ..data.reading import EmptyCorpusError, load_corpus
 
     no_rows = ValueError(f"{path} has no rows: it is empty or holds a header alone. Give a file of {expected}.")
     try:
@@ -228,8 +228,8 @@ def _read_rows(path: str, expected: str):
 
 def mine_command(args: argparse.Namespace) -> int:
     from ..data.columns import resolve_query_passage_columns
-    from ..data.corpus import drop_incomplete_rows
     from ..data.mining import TiedScoresWarning, load_mining_encoder, mine_hard_negatives, write_mined
+    from ..data.reading import drop_incomplete_rows
 
     _check_output_file(args.output)
     print(f"Reading {args.pairs} ...", flush=True)

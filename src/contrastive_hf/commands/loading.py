@@ -1,6 +1,6 @@
 """What the example scripts share around the model they train: building it (from our checkpoint, a pretrained
 encoder, or an encoder config) and adapting it with LoRA. Building it whole under DeepSpeed ZeRO-3 is `zero3.py`, and
-checking that the saved checkpoint reloads `reload_check.py` (their names are re-exported here)."""
+checking that the saved checkpoint reloads `reload_check.py`."""
 
 from __future__ import annotations
 
@@ -10,28 +10,13 @@ import os
 import torch
 from transformers import AutoConfig
 
-from ..hub.model_card import hub_id_or_none  # noqa: F401  (re-exported from its former home)
 from ..models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from .errors import UsageError, as_usage_error
 from .logs import announce
-from .reload_check import (  # noqa: F401  (re-exported from their former home)
-    ReloadReference,
-    loading_instructions,
-    trained_embeddings,
-    verify_reload,
-)
-from .zero3 import built_whole, whole_parameters  # noqa: F401  (re-exported from their former home)
 
 __all__ = [
     "load_pretraining_model",
     "with_lora_adapter",
-    "built_whole",
-    "whole_parameters",
-    "ReloadReference",
-    "trained_embeddings",
-    "verify_reload",
-    "hub_id_or_none",
-    "loading_instructions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,8 +65,8 @@ def with_lora_adapter(model, adapter_args, modules_to_save: tuple[str, ...] = ()
     for, or ``model`` itself without one. ``modules_to_save``: modules the script trains in full beside the adapter
     (multitask's heads). Every script adapts its model here, so that each refuses the same mistakes in the same
     words."""
+    from .._files import hub_id_or_none
     from ..hub.adapters import adapter_base_name, add_adapter, lora_config
-    from ..hub.model_card import hub_id_or_none
 
     options = adapter_args.lora_options()
     if options is None:

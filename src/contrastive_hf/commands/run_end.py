@@ -133,7 +133,8 @@ def save_merged_model(trainer, tokenizer) -> str:
 
     Runs on every process: under DeepSpeed ZeRO-3 the merge gathers every process's parameter shards first.
     """
-    from ..hub.adapters import adapted_model, merge_and_save, merged_folder
+    from ..hub.adapters import adapted_model, merge_and_save
+    from ..models.checkpoint_names import merged_folder
     from .zero3 import whole_parameters
 
     peft_model = adapted_model(trainer.model)

@@ -37,16 +37,15 @@ from .augmentations import (
     describe_augmentation,
     needs_synonyms,
 )
-from .corpus import special_token_frame
 from .seeding import EXAMPLE_INDEX_COLUMN, example_keys, mix64, new_seed, random_bits, stream
 from .synonyms import TokenSynonyms, load_synonyms
 from .token_batch import TokenBatch, special_token_table
+from .tokenizing import special_token_frame
 
 __all__ = [
     "ContrastiveDataCollator",
     "PairCollator",
     "CollatorEpochCallback",
-    "EXAMPLE_INDEX_COLUMN",
     "content_room",
     "PAIR_COLUMN_NAMES",
     "NEGATIVE_COLUMN_NAMES",

@@ -288,7 +288,7 @@ def load_mining_encoder(name_or_path: str, batch_size: int = 64, max_length: int
     prompts) and its similarity, or any checkpoint `evaluation.encoders.load_encoder` takes (a contrastive_hf model,
     a sentence-transformers folder, a transformers encoder with mean pooling) for both sides, with cosine."""
     from ..evaluation.encoders import MAX_LENGTH_FLAG, check_model_source
-    from ..models.checkpoint_files import checkpoint_model_type
+    from ..models.checkpoint_contents import checkpoint_model_type
     from ..models.positions import check_max_length
 
     check_model_source(name_or_path)  # one line for a model that is nowhere, before any loader's traceback

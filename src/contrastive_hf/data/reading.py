@@ -1,6 +1,6 @@
 """Reading a training corpus: text/csv/json files or a Hub dataset, held map-style or streamed, each example with its
 stable identity; and the rows training reads (`tokenizing` turns the text into token ids). Streaming text and the
-parts of a training stream are `streams` (its names are re-exported here).
+parts of a training stream are `streams`.
 
 Two ways to hold a corpus:
 
@@ -27,30 +27,15 @@ from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict,
 
 from .corpus_files import EXTENSION_BUILDERS, extension, not_utf8_error
 from .seeding import EXAMPLE_INDEX_COLUMN
-from .streams import (  # noqa: F401  (re-exported from their former home)
-    SHARDS_PER_FILE,
-    data_counts_logger,
-    prepare_streaming,
-    stream_passes,
-    stream_readers,
-    text_shards,
-    text_stream,
-)
+from .streams import stream_passes, text_stream
 
 __all__ = [
     "load_corpus",
     "EmptyCorpusError",
-    "text_stream",
-    "text_shards",
     "first_examples",
     "rows_holding_lines",
     "drop_incomplete_rows",
     "resolve_text_column",
-    "prepare_streaming",
-    "stream_readers",
-    "stream_passes",
-    "data_counts_logger",
-    "SHARDS_PER_FILE",
 ]
 
 logger = logging.getLogger(__name__)

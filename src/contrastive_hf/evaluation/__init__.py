@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from .alignment import evaluate_alignment_uniformity
 from .encoders import SentenceEncoder, as_encoder, load_encoder
-from .glue import GLUE_TASKS, GlueArguments, evaluate_glue
+from .glue import GlueArguments, evaluate_glue
+from .glue_tasks import GLUE_TASKS
 from .retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics, search
 from .sts import (
     STS_TASKS,

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .._files import written_as_local_path
-from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, merged_folder
+from ..models.checkpoint_names import CONTRASTIVE_CONFIG_NAME, DUAL_ENCODER_CONFIG_NAME, merged_folder
 from ..models.positions import check_max_length
 
 __all__ = [
@@ -206,7 +206,7 @@ def as_encoder(model, tokenizer=None, max_length: int | None = None) -> Sentence
 def detect_backend(name_or_path: str) -> str:
     """``contrastive`` for our checkpoints, ``sentence-transformers`` for a folder with modules.json, else
     ``transformers``."""
-    from ..models.checkpoint_files import checkpoint_model_type
+    from ..models.checkpoint_contents import checkpoint_model_type
 
     if os.path.isdir(name_or_path) or os.environ.get("HF_HUB_OFFLINE") != "1":
         if checkpoint_model_type(name_or_path) == "contrastive":
@@ -313,7 +313,7 @@ def load_encoder(
 
     from transformers import AutoTokenizer
 
-    from ..models.checkpoint_files import checkpoint_model_type
+    from ..models.checkpoint_contents import checkpoint_model_type
     from ..models.modeling_contrastive import ContrastiveModel
 
     # either loader names a weights file cut short (`naming_damaged_files`)

@@ -1,7 +1,7 @@
 """GLUE (Wang et al., 2019) as CLEAR reports it: the checkpoint fine-tuned on each task with the transformers
 `Trainer`, a fresh classification head (a regression head for STS-B) per task, scored on the task's dev set. The
 tasks and their metrics are `glue_tasks.py`; reading GLUE's files or the Hub's copy, `glue_data.py`; this module
-fine-tunes, selects over seeds and summarises (its names are re-exported here).
+fine-tunes, selects over seeds and summarises.
 
 **Protocol**: RoBERTa's single-task dev setting (Liu et al., 2019, arXiv 1907.11692, §5.1, Appendix C, Tables 9
 and 10; the same values in fairseq's ``examples/roberta/README.glue.md``):
@@ -54,45 +54,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .glue_data import (  # noqa: F401  (re-exported: GLUE's data, from its former home)
-    GLUE_HUB_DATASET,
-    GlueData,
-    find_glue_folder,
-    load_glue_task,
-    load_glue_tasks,
-    read_glue_file,
-)
-from .glue_tasks import (  # noqa: F401  (re-exported: GLUE's tasks and metrics, from their former home)
-    GLUE_GROUP,
-    GLUE_TASKS,
-    METRICS,
-    GlueTask,
-    accuracy,
-    binary_f1,
-    figure_name,
-    glue_task,
-    matthews_correlation,
-    split_metrics,
-    task_score,
-)
+from .glue_data import GLUE_HUB_DATASET, GlueData, load_glue_tasks
+from .glue_tasks import GLUE_GROUP, GLUE_TASKS, METRICS, GlueTask, figure_name, glue_task, split_metrics, task_score
 
 __all__ = [
-    "GLUE_HUB_DATASET",
-    "GLUE_GROUP",
-    "GLUE_TASKS",
     "HEADS",
-    "GlueTask",
-    "GlueData",
     "GlueArguments",
-    "find_glue_folder",
-    "read_glue_file",
-    "load_glue_task",
-    "load_glue_tasks",
-    "accuracy",
-    "binary_f1",
-    "matthews_correlation",
-    "split_metrics",
-    "task_score",
     "build_classifier",
     "fine_tune",
     "summarise_runs",

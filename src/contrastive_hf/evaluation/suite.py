@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 from .alignment import POSITIVE_THRESHOLD, evaluate_alignment_uniformity
 from .encoders import CachedEncoder, as_encoder, load_encoder
-from .glue import GLUE_GROUP, GLUE_TASKS, GlueArguments, evaluate_glue, load_glue_tasks
+from .glue import GlueArguments, evaluate_glue
+from .glue_data import load_glue_tasks
+from .glue_tasks import GLUE_GROUP, GLUE_TASKS
 from .sts import STS_TASKS, evaluate_sts_suite, load_sts_tasks
 from .transfer import DEFAULT_PROTOCOL, evaluate_transfer
 from .transfer_data import TRANSFER_TASKS, load_transfer_tasks

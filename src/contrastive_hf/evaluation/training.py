@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .sts import sts_eval_metrics  # re-exported: the STS figures live with the STS scoring
-
-__all__ = ["TrainingEvalSet", "sts_eval_metrics"]
+__all__ = ["TrainingEvalSet"]
 
 
 @runtime_checkable

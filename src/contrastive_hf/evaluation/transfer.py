@@ -28,7 +28,7 @@ Samples are ordered as SentEval orders them (`senteval_order`: by word count, th
 shuffled folds are drawn with the seed (SentEval's 1111). Cross-validation scores are rounded to two decimals before
 the best penalty is taken (the first on ties), and accuracies are reported to two decimals, as SentEval does. The
 tasks' data (SentEval's files read and checked, whitespace-normalised sentences, SentEval's order) is
-`transfer_data` (its names are re-exported here).
+`transfer_data`.
 """
 
 from __future__ import annotations
@@ -45,23 +45,9 @@ import torch
 
 from .._optional import require
 from .encoders import as_encoder
-from .transfer_data import (  # noqa: F401  (re-exported from their former home)
-    BINARY_TASKS,
-    TRANSFER_TASKS,
-    ClassificationData,
-    PairClassificationData,
-    load_transfer_task,
-    load_transfer_tasks,
-    read_binary_task,
-    read_mrpc,
-    read_sst2,
-    read_trec,
-    senteval_order,
-    senteval_sorted,
-)
+from .transfer_data import BINARY_TASKS, TRANSFER_TASKS, load_transfer_tasks, senteval_sorted
 
 __all__ = [
-    "TRANSFER_TASKS",
     "PROTOCOLS",
     "DEFAULT_PROTOCOL",
     "INNER_KFOLD_GRID",
@@ -71,16 +57,6 @@ __all__ = [
     "SIMCSE_CLASSIFIER",
     "LinearClassifiers",
     "train_linear_classifiers",
-    "senteval_order",
-    "senteval_sorted",
-    "ClassificationData",
-    "PairClassificationData",
-    "read_binary_task",
-    "read_sst2",
-    "read_trec",
-    "read_mrpc",
-    "load_transfer_task",
-    "load_transfer_tasks",
     "inner_kfold_accuracy",
     "kfold_accuracy",
     "split_accuracy",

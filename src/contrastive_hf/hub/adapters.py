@@ -33,7 +33,7 @@ from peft.tuners.tuners_utils import check_target_module_exists
 from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
 
 from .._files import hub_id_or_none
-from ..models.checkpoint_files import MERGED_SUFFIX, merged_folder, save_tokenizer  # where the merged model goes
+from ..models.checkpoint_files import save_tokenizer
 from ..models.configuration_contrastive import HEAD_FIELDS, ContrastiveConfig
 from ..models.configuration_dual_encoder import DualEncoderConfig
 
@@ -45,8 +45,6 @@ __all__ = [
     "adapted_model",
     "base_model_settings",
     "describe_adapter",
-    "MERGED_SUFFIX",
-    "merged_folder",
     "merge_and_save",
     "adapter_weight_deltas",
     "is_adapter_parameter",

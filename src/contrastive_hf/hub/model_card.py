@@ -27,17 +27,16 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .._files import hub_id_or_none
+from ..models.checkpoint_names import merged_folder
 from ..models.objectives import get_loss
 from ..models.poolers import POOLERS, get_pooler
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
-from .adapters import adapted_model, base_model_settings, describe_adapter, merged_folder
-from .method_cards import METHODS, method_card
+from .adapters import adapted_model, base_model_settings, describe_adapter
+from .method_cards import method_card
 
 __all__ = [
-    "METHODS",  # the registry of `method_cards`, re-exported
     "ModelCardInfo",
     "card_info_from_trainer",
-    "hub_id_or_none",
     "render_model_card",
     "write_model_card",
     "TEMPLATE_PATH",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoModelForSequenceClassification
 
-from . import modeling_contrastive
 from .configuration_contrastive import ContrastiveConfig
 from .configuration_dual_encoder import DualEncoderConfig
 from .modeling_contrastive import (
@@ -43,11 +42,6 @@ __all__ = [
     "MultitaskConfig",
     "MultitaskModel",
 ]
-
-# CLEAR's pre-training model left modeling_contrastive for a module of its own (which imports that one): its import
-# path of 0.1 and 0.2 through modeling_contrastive keeps working, since importing any module of this folder runs this
-modeling_contrastive.ContrastiveForPreTraining = ContrastiveForPreTraining
-modeling_contrastive.ContrastivePreTrainingOutput = ContrastivePreTrainingOutput
 
 AutoConfig.register(ContrastiveConfig.model_type, ContrastiveConfig, exist_ok=True)
 AutoModel.register(ContrastiveConfig, ContrastiveModel, exist_ok=True)

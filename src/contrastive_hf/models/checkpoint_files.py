@@ -34,41 +34,17 @@ import torch
 from safetensors.torch import load_file
 from transformers.utils import CONFIG_NAME
 
-# What a model path holds, read from its files.
-from .checkpoint_contents import (  # noqa: F401
-    checkpoint_model_type,
-    read_heads,
-    read_json,
-    read_named_weights,
-    weight_files,
-    what_the_path_holds,
-)
-
-# The checks of a checkpoint's weights and files, and the names of its files, re-exported from their former home.
-from .checkpoint_diagnostics import (  # noqa: F401
-    DamagedCheckpointError,
-    PartialWeightsError,
-    check_whole_weights,
-    damaged_files,
-    naming_damaged_files,
-    refuse_non_finite,
-)
-from .checkpoint_names import (  # noqa: F401
+from .checkpoint_contents import read_heads, read_named_weights, weight_files, what_the_path_holds
+from .checkpoint_diagnostics import check_whole_weights, naming_damaged_files, refuse_non_finite
+from .checkpoint_names import (
     CONTRASTIVE_CONFIG_NAME,
-    DOWNLOAD_KWARGS,
-    DUAL_ENCODER_CONFIG_NAME,
     HEADS_WEIGHTS_NAME,
     LOADING_KWARGS,
-    MERGED_SUFFIX,
-    MODEL_JSON_FILES,
     TOKENIZER_CONFIG_NAME,
     download_kwargs,
-    merged_folder,
 )
 from .checkpoint_writes import save_safetensors, transformers_saves_replacing
 from .masked_lm_checkpoint import MaskedLMLayout
-
-# write_json: the one JSON format of every file we write, defined beside its main user (re-exported here).
 from .sentence_transformers_files import write_json, write_sentence_transformers_files
 
 logger = logging.getLogger(__name__)
@@ -76,28 +52,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "save_tokenizer",
     "make_tokenizer_config_portable",
-    "CONTRASTIVE_CONFIG_NAME",
-    "DUAL_ENCODER_CONFIG_NAME",
-    "HEADS_WEIGHTS_NAME",
-    "MERGED_SUFFIX",
-    "merged_folder",
-    "DOWNLOAD_KWARGS",
-    "LOADING_KWARGS",
-    "MODEL_JSON_FILES",
-    "PartialWeightsError",
-    "DamagedCheckpointError",
-    "check_whole_weights",
-    "damaged_files",
-    "download_kwargs",
-    "naming_damaged_files",
-    "read_json",
     "encoders_to_be_loaded",
     "encoder_building_device",
-    "what_the_path_holds",
-    "read_heads",
     "loaded_dtype",
-    "refuse_non_finite",
-    "write_json",
     "write_heads",
     "split_state_dict",
 ]

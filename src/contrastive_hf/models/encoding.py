@@ -11,56 +11,28 @@ is computed), in eval mode under ``no_grad`` in the model's dtype, and restores 
 A model provides `embed_tokens(input_ids, attention_mask, token_type_ids, task, prompt_length)` (vectors of a
 padded batch) and, optionally, prompts in its config (``prompts``, ``default_prompt_name``) and ``include_prompt``.
 The training batches' encoding, `EncodingPolicy` (packed, length-sorted or padded), is `encoding_policy.py`; prompts
-are `prompts.py`. Their names are re-exported here, where they lived before.
+are `prompts.py`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .encoding_policy import (  # noqa: F401  (re-exported from their former home)
-    ENCODING_PATH_WORDS,
-    READY_MASK_MODEL_TYPES,
-    EncodingPolicy,
-    attention_mask_for,
-    encode_with,
-    encoder_inputs,
-    keeps_a_token,
-)
+from .encoding_policy import EncodingPolicy
 from .positions import usable_positions
 from .precision import encoding_precision, log_precision_once
-from .prompts import (  # noqa: F401  (re-exported from their former home)
-    DEFAULT_PROMPT_NAMES,
-    DOCUMENT_PROMPT_NAMES,
-    QUERY_PROMPT_NAMES,
-    mask_prompt_tokens,
-    prompt_token_count,
-    refuse_prompt_filling,
-    role_prompt,
-)
+from .prompts import DEFAULT_PROMPT_NAMES, prompt_token_count, refuse_prompt_filling, role_prompt
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "SentenceEmbeddingMixin",
-    "EncodingPolicy",
-    "ENCODING_PATH_WORDS",
-    "encode_with",
-    "mask_prompt_tokens",
-    "prompt_token_count",
-    "refuse_prompt_filling",
-    "role_prompt",
-    "QUERY_PROMPT_NAMES",
-    "DOCUMENT_PROMPT_NAMES",
-    "DEFAULT_PROMPT_NAMES",
     "OUTPUT_VALUES",
     "PRECISIONS",
     "quantize",
@@ -88,21 +60,6 @@ def quantize(embeddings: torch.Tensor, precision: str) -> np.ndarray:
     return quantize_embeddings(embeddings.cpu().numpy(), precision=precision)
 
 
-def _normalize_argument(normalize_embeddings: bool, deprecated: dict) -> bool:
-    """``normalize_embeddings``, or the value of the deprecated ``normalize`` (with a FutureWarning); a TypeError for
-    any other unexpected argument of `encode`."""
-    if "normalize" in deprecated:
-        warnings.warn(
-            "encode(normalize=...) is deprecated; use normalize_embeddings=..., as sentence-transformers does.",
-            FutureWarning,
-            stacklevel=3,
-        )
-        normalize_embeddings = deprecated.pop("normalize")
-    if deprecated:
-        raise TypeError(f"encode() got unexpected argument(s) {sorted(deprecated)}.")
-    return normalize_embeddings
-
-
 def _check_encode_arguments(batch_size: int, output_value: str | None, precision: str) -> None:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
@@ -125,20 +82,10 @@ class SentenceEmbeddingMixin:
     # dtype and dropout (`packing.choose_attention_kernel`). Tests and benchmarks set one; it is not saved.
     packed_attention_kernel: str | None = None
 
-    def encoding_policy(self, sub_batch_size: int | str | None = None) -> EncodingPolicy:
+    def encoding_policy(self) -> EncodingPolicy:
         """How this model encodes training batches: its config's ``sub_batch_size`` and ``sub_batch_tokens`` and its
-        `packed_attention_kernel`, built once (`EncodingPolicy.of`). ``sub_batch_size`` is deprecated (a policy
-        other than the config's): set ``model.config.sub_batch_size``."""
-        policy = EncodingPolicy.of(self)
-        if sub_batch_size is None:
-            return policy
-        warnings.warn(
-            "encoding_policy(sub_batch_size) is deprecated and goes in 0.3: set model.config.sub_batch_size, or "
-            "use dataclasses.replace(model.encoding_policy(), sub_batch_size=...) for a policy of another value.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return dataclasses.replace(policy, sub_batch_size=sub_batch_size)
+        `packed_attention_kernel`, built once (`EncodingPolicy.of`)."""
+        return EncodingPolicy.of(self)
 
     def embed_tokens(
         self,
@@ -177,7 +124,6 @@ class SentenceEmbeddingMixin:
         tokenizer=None,
         max_length: int | None = None,
         bf16: bool | None = None,
-        **deprecated,
     ) -> np.ndarray | torch.Tensor | list:
         """Sentence embeddings, in the input order, as `SentenceTransformer.encode` returns them.
 
@@ -212,7 +158,6 @@ class SentenceEmbeddingMixin:
                 (`models.precision.encoding_precision`: embeddings within cosine 0.999 of float32,
                 docs/benchmarks.md). The embeddings returned are float32 either way.
         """
-        normalize_embeddings = _normalize_argument(normalize_embeddings, deprecated)
         _check_encode_arguments(batch_size, output_value, precision)
         single = isinstance(sentences, str)
         sentences = [sentences] if single else list(sentences)

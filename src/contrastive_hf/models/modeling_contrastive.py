@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,27 +22,14 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
 from .checkpoint_contents import what_the_path_holds
-from .checkpoint_files import (
-    CONTRASTIVE_CONFIG_NAME,
-    LOADING_KWARGS,
-    EmbeddingCheckpointMixin,
-    download_kwargs,
-    save_tokenizer,
-)
-from .checkpoint_names import in_subfolder
+from .checkpoint_files import EmbeddingCheckpointMixin, save_tokenizer
+from .checkpoint_names import CONTRASTIVE_CONFIG_NAME, LOADING_KWARGS, download_kwargs, in_subfolder
 from .configuration_contrastive import CONFIG_FIELDS, HEAD_FIELDS, ContrastiveConfig, inference_max_length
 from .encoding import SentenceEmbeddingMixin
-from .encoding_policy import EncodingPolicy, attention_mask_for, encode_with, encoder_inputs
-from .heads import MaskedLMHead, ProjectionHead, build_encoder, init_weights  # noqa: F401  (also re-exported)
+from .encoding_policy import attention_mask_for, encode_with, encoder_inputs
+from .heads import ProjectionHead, build_encoder, init_weights
 from .host_data import host_array
-from .poolers import (  # noqa: F401  (the pooling module and reductions are re-exported from their former home)
-    SentencePooler,
-    first_pooled_tokens,
-    get_pooler,
-    masked_max,
-    masked_mean,
-    uses_encoder_pooler_layer,
-)
+from .poolers import SentencePooler, get_pooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
 from .sentence_transformers_folders import (
     DenseModule,
@@ -447,50 +433,30 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         project: bool = True,
-        sub_batch_size: int | str | None = None,
         lengths=None,
     ) -> torch.Tensor:
         """The sentence vectors alone, ``(..., L) -> (..., d)``, encoded as the config's ``sub_batch_size`` and
         ``sub_batch_tokens`` say (`encoding_policy.EncodingPolicy.embed`); ``lengths`` ``(...)``: each text's real
-        tokens, on the host (`host_data`). ``sub_batch_size`` is deprecated: set ``model.config.sub_batch_size``."""
+        tokens, on the host (`host_data`)."""
         projection = self.projection if project else None
-        return self._policy(sub_batch_size, "sentence_embeddings").embed(
+        return self.encoding_policy().embed(
             self.encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, lengths=lengths
         )
 
-    def encoding_path(self, device: torch.device, legacy_device: torch.device | None = None) -> str:
+    def encoding_path(self, device: torch.device) -> str:
         """How `sentence_embeddings` encodes a batch on ``device``: ``"packed"``, ``"sorted"`` or ``"padded"``
-        (`encoding_policy.EncodingPolicy.path`). The former spelling, ``encoding_path(sub_batch_size, device)``, is
-        deprecated: set ``model.config.sub_batch_size``."""
-        if legacy_device is not None:
-            return self._policy(device, "encoding_path").path(self.encoder, legacy_device)
+        (`encoding_policy.EncodingPolicy.path`)."""
         return self.encoding_policy().path(self.encoder, device)
 
     def token_states(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        sub_batch_size: int | str | None = None,
         lengths=None,
     ) -> tuple[torch.Tensor, object]:
         """The last layer's token states of ``(B, L)`` inputs, for a head on tokens (the MLM head), packed or in one
-        padded pass as the config's ``sub_batch_size`` says: `encoding_policy.EncodingPolicy.token_states`.
-        ``sub_batch_size`` is deprecated: set ``model.config.sub_batch_size``."""
-        policy = self._policy(sub_batch_size, "token_states")
-        return policy.token_states(self.encoder, input_ids, attention_mask, lengths)
-
-    def _policy(self, sub_batch_size: int | str | None, method: str) -> EncodingPolicy:
-        """The model's `EncodingPolicy`; for a caller of the deprecated ``sub_batch_size`` argument, a policy of that
-        value for this call, with a FutureWarning (it bypassed the config's ``"auto"``)."""
-        if sub_batch_size is None:
-            return self.encoding_policy()
-        warnings.warn(
-            f"{method}(sub_batch_size=...) is deprecated and goes in 0.3: the model encodes as its config says; set "
-            f"model.config.sub_batch_size = {sub_batch_size!r} instead.",
-            FutureWarning,
-            stacklevel=3,
-        )
-        return replace(self.encoding_policy(), sub_batch_size=sub_batch_size)
+        padded pass as the config's ``sub_batch_size`` says: `encoding_policy.EncodingPolicy.token_states`."""
+        return self.encoding_policy().token_states(self.encoder, input_ids, attention_mask, lengths)
 
     def forward(
         self,
@@ -597,7 +563,4 @@ __all__ = [
     "ContrastiveForSequenceClassification",
     "ContrastivePreTrainedModel",
     "ContrastiveModelOutput",
-    "SentencePooler",
-    "ProjectionHead",
-    "MaskedLMHead",
 ]

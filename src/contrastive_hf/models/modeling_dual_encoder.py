@@ -30,24 +30,22 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from .checkpoint_contents import locate
-from .checkpoint_files import (
+from .checkpoint_files import EmbeddingCheckpointMixin
+from .checkpoint_names import (
     DUAL_ENCODER_CONFIG_NAME,
     LOADING_KWARGS,
     TOKENIZER_CONFIG_NAME,
-    EmbeddingCheckpointMixin,
     download_kwargs,
-    write_json,
+    in_subfolder,
 )
-from .checkpoint_names import in_subfolder
 from .configuration_contrastive import inference_max_length
 from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import encode_with
 from .heads import build_encoder, init_weights
-from .losses import dot_logits, similarity_logits  # noqa: F401  (their 0.1 home, re-exported)
 from .objectives import cached_gradient_surrogate, in_batch_loss
 from .poolers import SentencePooler, uses_encoder_pooler_layer
-from .sentence_transformers_files import DenseLayer, SentenceTransformersStack
+from .sentence_transformers_files import DenseLayer, SentenceTransformersStack, write_json
 from .sentence_transformers_folders import (
     FolderSettings,
     SentenceTransformersFolder,
@@ -62,8 +60,6 @@ __all__ = [
     "DualEncoderPreTrainedModel",
     "DualEncoderOutput",
     "folder_settings",
-    "dot_logits",
-    "similarity_logits",
 ]
 # The tower each route of a sentence-transformers Router runs, and the projection after it.
 ROUTE_TOWERS = {"query": ("query_encoder", "query_projection"), "document": ("passage_encoder", "passage_projection")}
@@ -492,8 +488,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
 
     @staticmethod
     def _encode_as_tensor(encode, texts, tokenizer, batch_size, max_length, **kwargs) -> torch.Tensor:
-        if "normalize" in kwargs:
-            kwargs["normalize_embeddings"] = kwargs.pop("normalize")
         vectors = encode(
             texts, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length, convert_to_tensor=True, **kwargs
         )

@@ -32,7 +32,8 @@ from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
-from .checkpoint_files import checkpoint_model_type, save_tokenizer
+from .checkpoint_contents import checkpoint_model_type
+from .checkpoint_files import save_tokenizer
 from .configuration_contrastive import ContrastiveConfig, without_sub_config_paths
 from .heads import init_weights
 from .modeling_contrastive import ContrastiveModel
@@ -48,7 +49,6 @@ __all__ = [
     "SentenceClassificationHead",
     "PairHead",
     "CosineSimilarityHead",
-    "checkpoint_model_type",
     "load_sentence_encoder",
 ]
 
@@ -271,7 +271,7 @@ class MultitaskModel(PreTrainedModel):
     Example:
 
     ```python
-    >>> from contrastive_hf.recipes.multitask.modeling import MultitaskModel, TaskSpec
+    >>> from contrastive_hf.models.modeling_multitask import MultitaskModel, TaskSpec
     >>> tasks = [TaskSpec("sst", "classification"), TaskSpec("stsb", "pair_regression")]
     >>> encoder = "sentence-transformers/all-MiniLM-L6-v2"  # or a contrastive_hf checkpoint (SimCSE, CLEAR...)
     >>> model = MultitaskModel.from_sentence_encoder(encoder, tasks, pooler_type="mean")

@@ -55,7 +55,6 @@ __all__ = [
     "recipe_names",
     "import_recipes",
     "recipe_for_model_type",
-    "RECIPES",
 ]
 
 
@@ -105,7 +104,8 @@ def sentence_encoder_run(
     """The `SentenceEncoderRun` of a sentence encoder's recipe: its STS-B dev set, scored before training on the
     training device and evaluated during training with ``--eval_strategy`` or ``--eval_on_start``, and the card's
     training data named beside the recipe's own ``card`` words."""
-    from ..commands.scripts import evaluates_during_training, load_sts_dev, training_data_name
+    from ..commands.arguments import training_data_name
+    from ..commands.loaders import evaluates_during_training, load_sts_dev
 
     stsb, before = load_sts_dev(data_args, training_args, model, tokenizer)
     return SentenceEncoderRun(
@@ -175,9 +175,3 @@ def _find_method_card(method: str) -> None:
 
 
 register_card_finder(_find_method_card)
-
-
-def __getattr__(name: str):
-    if name == "RECIPES":  # the list of 0.2, now found from the folders
-        return recipe_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ disk, leaves a folder that looks like a checkpoint and cannot be resumed. Here:
   saved or the best one.
 
 What a resume changes from the run that saved the checkpoint (another data layout, refused; other settings, warned
-about) is `resume_changes` (its names are re-exported here).
+about) is `resume_changes`.
 """
 
 from __future__ import annotations
@@ -48,22 +48,8 @@ from transformers.utils import (
     WEIGHTS_NAME,
 )
 
-# damaged_files and naming_damaged_files live with the checkpoint's file layout (loading a model names damaged files
-# too); still importable from here, where they were first.
-from ..models.checkpoint_files import (
-    MODEL_JSON_FILES,
-    damaged_files,
-    naming_damaged_files,
-)
-from .resume_changes import (  # noqa: F401  (re-exported from their former home)
-    RESUME_ARGUMENTS,
-    DataLayout,
-    DataLayoutChangedError,
-    changed_data_layout,
-    changed_settings,
-    refuse_changed_data_layout,
-    warn_of_changed_settings,
-)
+from ..models.checkpoint_diagnostics import damaged_files
+from ..models.checkpoint_names import MODEL_JSON_FILES
 
 __all__ = [
     "recorded_best_checkpoint",
@@ -71,14 +57,6 @@ __all__ = [
     "CheckpointLayout",
     "CheckpointSaveError",
     "IncompleteCheckpointError",
-    "DataLayout",
-    "DataLayoutChangedError",
-    "changed_data_layout",
-    "refuse_changed_data_layout",
-    "changed_settings",
-    "warn_of_changed_settings",
-    "damaged_files",
-    "naming_damaged_files",
     "resolve_resume_checkpoint",
     "rotate_checkpoints",
     "saving_checkpoint",

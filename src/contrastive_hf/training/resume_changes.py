@@ -32,7 +32,8 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.utils import CONFIG_NAME
 
-from ..models.checkpoint_files import EmbeddingCheckpointMixin, read_json
+from ..models.checkpoint_contents import read_json
+from ..models.checkpoint_files import EmbeddingCheckpointMixin
 
 __all__ = [
     "DataLayout",

@@ -42,7 +42,8 @@ from transformers import TrainerCallback
 from transformers.trainer_utils import IntervalStrategy
 
 from ..evaluation.training import TrainingEvalSet
-from ..models.checkpoint_files import CONTRASTIVE_CONFIG_NAME, refuse_non_finite
+from ..models.checkpoint_diagnostics import refuse_non_finite
+from ..models.checkpoint_names import CONTRASTIVE_CONFIG_NAME
 from ..models.objectives import LOSSES
 from ..models.positions import check_max_length
 

@@ -17,8 +17,8 @@ from transformers.trainer_utils import has_length
 
 from .._files import hub_id_or_none
 from ..data.collators import CollatorEpochCallback
-from ..data.corpus import data_counts_logger
 from ..data.mixture import DATASET_KEY, DatasetMixture, mixture_dataloader
+from ..data.streams import data_counts_logger
 from ..evaluation.training import TrainingEvalSet
 from ..hub.model_card import card_info_from_trainer, write_model_card
 from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_config_portable
@@ -508,7 +508,7 @@ class _EpochExampleCount(TrainerCallback):
     """Counts the examples each epoch of a map-style training set gives the model, on every process, and says at the
     epoch's end how they compare with the training set (`data_counts_logger`): each once, some again to complete the
     last batches (accelerate's ``even_batches``), some left out (``--dataloader_drop_last``), or an epoch cut short
-    by a resume or by ``max_steps``. A stream's passes are counted where they are read (`data.corpus.stream_passes`).
+    by a resume or by ``max_steps``. A stream's passes are counted where they are read (`data.streams.stream_passes`).
     """
 
     def __init__(self, trainer: ContrastiveTrainer):

@@ -8,16 +8,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ...commands.loading import built_whole, load_pretraining_model, with_lora_adapter
-from ...commands.scripts import (
-    AdapterArguments,
-    ContrastiveModelArguments,
-    CorpusArguments,
-    EncoderArguments,
-    UsageError,
-    load_sentences,
-    load_tokenizer,
-)
+from ...commands.arguments import AdapterArguments, ContrastiveModelArguments, CorpusArguments, EncoderArguments
+from ...commands.errors import UsageError
+from ...commands.loaders import load_sentences, load_tokenizer
+from ...commands.loading import load_pretraining_model, with_lora_adapter
+from ...commands.zero3 import built_whole
 from ...data.augmentations import (
     DEL_WORD_PROBABILITY,
     add_del_token,

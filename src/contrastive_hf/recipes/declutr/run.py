@@ -7,16 +7,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ...commands.loading import built_whole, load_pretraining_model, with_lora_adapter
-from ...commands.scripts import (
-    AdapterArguments,
-    ContrastiveModelArguments,
-    CorpusArguments,
-    EncoderArguments,
-    UsageError,
-    load_tokenizer,
-)
-from ...data.corpus import first_examples, load_corpus, prepare_streaming, stream_readers
+from ...commands.arguments import AdapterArguments, ContrastiveModelArguments, CorpusArguments, EncoderArguments
+from ...commands.errors import UsageError
+from ...commands.loaders import load_tokenizer
+from ...commands.loading import load_pretraining_model, with_lora_adapter
+from ...commands.zero3 import built_whole
+from ...data.reading import first_examples, load_corpus
+from ...data.streams import prepare_streaming, stream_readers
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run

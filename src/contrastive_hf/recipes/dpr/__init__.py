@@ -1,4 +1,5 @@
-"""Question-passage data for dual encoders (DPR): column names, tokenization with `datasets`, and the collator.
+"""Question-passage data for dual encoders (DPR): tokenization with `datasets` and the collator (the columns they
+read are found by `contrastive_hf.data.columns`).
 
 A training example is a question, its positive passage and optionally k hard negative passages (DPR §3.2 takes a
 BM25 passage that does not contain the answer; NLI triples give a contradiction; `contrastive-hf mine` finds them
@@ -18,12 +19,6 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ...data.collators import RolePrompts, column_views, first_example, negative_columns, sentence_ids
-from ...data.columns import (
-    HARD_NEGATIVE_COLUMN_CANDIDATES,
-    POSITIVE_COLUMN_CANDIDATES,
-    QUERY_COLUMN_CANDIDATES,
-    resolve_query_passage_columns,
-)
 from ...data.reading import drop_incomplete_rows
 from ...data.token_batch import TokenBatch, special_token_table
 from ...models.host_data import host
@@ -33,12 +28,7 @@ __all__ = [
     "MODEL_CARDS",
     "MODEL_CARD",
     "DEFAULTS",
-    "QUERY_COLUMN_CANDIDATES",
-    "POSITIVE_COLUMN_CANDIDATES",
-    "HARD_NEGATIVE_COLUMN_CANDIDATES",
     "QueryPassageCollator",
-    "drop_incomplete_rows",
-    "resolve_query_passage_columns",
     "tokenized_columns",
     "tokenize_query_passage_pairs",
 ]

@@ -12,23 +12,19 @@ from typing import Any, ClassVar
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from ...commands.loading import built_whole, with_lora_adapter
-from ...commands.scripts import (
-    AdapterArguments,
-    MatryoshkaArguments,
-    PromptArguments,
-    UsageError,
-    as_usage_error,
-    corpus_progress_bars,
-    evaluates_during_training,
-)
-from ...data.corpus import load_corpus
+from ...commands.arguments import AdapterArguments, MatryoshkaArguments, PromptArguments
+from ...commands.errors import UsageError, as_usage_error
+from ...commands.loaders import corpus_progress_bars, evaluates_during_training
+from ...commands.loading import with_lora_adapter
+from ...commands.zero3 import built_whole
+from ...data.columns import resolve_query_passage_columns
+from ...data.reading import drop_incomplete_rows, load_corpus
 from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics
 from ...models.configuration_dual_encoder import DualEncoderConfig
 from ...models.modeling_dual_encoder import DualEncoderModel
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import RecipeRun
-from . import QueryPassageCollator, drop_incomplete_rows, resolve_query_passage_columns, tokenize_query_passage_pairs
+from . import QueryPassageCollator, tokenize_query_passage_pairs
 
 __all__ = ["ModelArguments", "DataArguments", "ARGUMENTS", "DualEncoderRun", "build", "build_model", "parse_k_values"]
 

@@ -1,10 +1,10 @@
 """Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
 
-``modeling``: task specs, heads and `MultitaskModel`; ``data``: task datasets, collators and the batch schedules;
-``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient projection. In the shape of every recipe
-(`contrastive_hf.recipes`): its parts are imported on first use. The model itself lives in `models/`
-(``modeling_multitask``, re-exported by ``modeling``), which registers the ``contrastive_multitask`` model type
-with AutoConfig and AutoModel on ``import contrastive_hf``.
+``data``: task datasets, collators and the batch schedules; ``trainer``: `MultitaskTrainer`; ``pcgrad``: the
+gradient projection. In the shape of every recipe (`contrastive_hf.recipes`): its parts are imported on first use.
+The model (task specs, heads and `MultitaskModel`) lives with the other model types in
+`contrastive_hf.models.modeling_multitask`, which registers the ``contrastive_multitask`` model type with AutoConfig
+and AutoModel on ``import contrastive_hf``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ from .. import register_recipe
 MODEL_CARDS: dict = {}
 DEFAULTS: dict = {}
 
-_MODELING = _modeling.__all__  # the model lives in models/ (re-exported by .modeling)
-_DATA = ("SCHEDULES", "task_dataset", "MultitaskDataset", "TaskCollator", "MultitaskCollator", "MultitaskBatchSampler")
+_DATA = ("task_dataset", "MultitaskDataset", "TaskCollator", "MultitaskCollator", "MultitaskBatchSampler")
 _TRAINER = ("MultitaskTrainer", "MultitaskTrainingArguments", "check_pcgrad_setup", "main_metric", "task_metrics")
 _EXPORTS = {
-    **dict.fromkeys(_MODELING, ".modeling"),
     **dict.fromkeys(_DATA, ".data"),
     **dict.fromkeys(_TRAINER, ".trainer"),
 }

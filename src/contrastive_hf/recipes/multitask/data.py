@@ -11,12 +11,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ...data.batch_groups import SCHEDULES, GroupedBatchSampler, GroupedDataset
+from ...data.batch_groups import GroupedBatchSampler, GroupedDataset
 from ...models.host_data import host
-from .modeling import TaskSpec
+from ...models.modeling_multitask import TaskSpec
 
 __all__ = [
-    "SCHEDULES",
     "task_dataset",
     "MultitaskDataset",
     "TaskCollator",

@@ -14,21 +14,18 @@ import torch
 from transformers import AutoTokenizer
 from transformers.integrations import unset_hf_deepspeed_config
 
-from ...commands.loading import (
-    ReloadReference,
-    built_whole,
-    loading_instructions,
-    trained_embeddings,
-    verify_reload,
-    with_lora_adapter,
-)
-from ...commands.scripts import AdapterArguments, UsageError
+from ...commands.arguments import AdapterArguments
+from ...commands.errors import UsageError
+from ...commands.loading import with_lora_adapter
+from ...commands.reload_check import ReloadReference, loading_instructions, trained_embeddings, verify_reload
+from ...commands.zero3 import built_whole
 from ...evaluation.sts import read_stsbenchmark
 from ...evaluation.transfer_data import read_mrpc, read_sst2
+from ...models.checkpoint_contents import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
+from ...models.modeling_multitask import MultitaskConfig, MultitaskModel, TaskSpec
 from .. import RecipeRun
 from .data import MultitaskCollator, task_dataset
-from .modeling import MultitaskConfig, MultitaskModel, TaskSpec, checkpoint_model_type
 from .trainer import MultitaskTrainingArguments
 
 __all__ = [
@@ -222,7 +219,7 @@ def check_and_describe_saved_models(trainer, model_dir: str, tokenizer, dev: dic
     check_saved_models(model_dir, encoder_dir, tokenizer, expected)
     print(
         f"\nThe multitask model (encoder and heads) is in {model_dir}. Load it with:\n\n"
-        "    from contrastive_hf.recipes.multitask import MultitaskModel\n"
+        "    from contrastive_hf import MultitaskModel\n"
         f"    multitask = MultitaskModel.from_pretrained({model_dir!r})\n"
         f"\nThe encoder alone, a sentence encoder checkpoint, is in {encoder_dir}."
         + loading_instructions(encoder_dir).removeprefix(f"\nSaved to {encoder_dir}.")

@@ -22,14 +22,14 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 
 from ...data import seeding
-from ...data.batch_groups import grouped_dataloader, loader_options
+from ...data.batch_groups import SCHEDULES, grouped_dataloader, loader_options
+from ...models.modeling_multitask import TaskSpec
 from ...training.deepspeed_weights import SavesMasterWeights
 from ...training.progress import show_losses_on_progress_bar
 from ...training.resuming import CheckedResume
 from ...training.trainer import means_over_processes
 from ...training.training_args import RunDefaults, SecretFreeOutputs
-from .data import SCHEDULES, MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
-from .modeling import TaskSpec
+from .data import MultitaskBatchSampler, MultitaskCollator, MultitaskDataset, TaskCollator
 from .pcgrad import average_over_processes, combine_task_gradients, task_gradients
 
 __all__ = [

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers.utils import ModelOutput
 
-from ...models.checkpoint_files import checkpoint_model_type
+from ...models.checkpoint_contents import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
-from ...models.encoding import attention_mask_for
+from ...models.encoding_policy import attention_mask_for
 from ...models.heads import ProjectionHead
 from ...models.host_data import host_array
 from ...models.modeling_contrastive import ContrastiveModel

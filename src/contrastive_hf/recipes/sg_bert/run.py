@@ -7,15 +7,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ...commands.loading import built_whole, with_lora_adapter
-from ...commands.scripts import (
-    AdapterArguments,
-    CorpusArguments,
-    EncoderArguments,
-    UsageError,
-    load_sentences,
-    load_tokenizer,
-)
+from ...commands.arguments import AdapterArguments, CorpusArguments, EncoderArguments
+from ...commands.errors import UsageError
+from ...commands.loaders import load_sentences, load_tokenizer
+from ...commands.loading import with_lora_adapter
+from ...commands.zero3 import built_whole
 from .. import SentenceEncoderRun, sentence_encoder_run
 from .data import SelfGuidedCollator
 from .losses import LAYER_POOLINGS

@@ -27,7 +27,6 @@ __all__ = [
     "MODEL_CARDS",
     "DEFAULTS",
     "MODES",
-    "SIMCSE_DEFAULTS",
     "SIMCSE_HEAD",
     "argument_defaults",
     "mode_defaults",
@@ -74,8 +73,6 @@ DEFAULTS = {
         "mlm_weight": 0.1,
     },
 }
-
-SIMCSE_DEFAULTS = DEFAULTS  # the name of 0.1
 
 _BIBTEX = (
     "@inproceedings{gao2021simcse,\n  title={SimCSE: Simple Contrastive Learning of Sentence Embeddings},\n"

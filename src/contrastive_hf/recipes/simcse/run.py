@@ -9,22 +9,21 @@ from dataclasses import dataclass, field, fields
 
 from transformers import HfArgumentParser
 
-from ...commands import scripts
-from ...commands.loading import built_whole, load_pretraining_model, with_lora_adapter
-from ...commands.scripts import (
+from ...commands import arguments as shared_arguments
+from ...commands.arguments import (
     AdapterArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     EncoderArguments,
     PromptArguments,
-    UsageError,
-    as_usage_error,
-    load_sentences,
-    load_tokenizer,
 )
+from ...commands.errors import UsageError, as_usage_error
+from ...commands.loaders import load_sentences, load_tokenizer
+from ...commands.loading import load_pretraining_model, with_lora_adapter
+from ...commands.zero3 import built_whole
 from ...data.collators import PairCollator
-from ...data.corpus import first_examples, load_corpus
 from ...data.mixture import parse_named_files
+from ...data.reading import first_examples, load_corpus
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
@@ -121,7 +120,7 @@ def parse_arguments(
     argv: list[str] | None = None,
 ) -> tuple[ModelArguments, DataArguments, AdapterArguments, ContrastiveTrainingArguments]:
     """Flags, or a JSON file and flags, with SimCSE's defaults for the chosen ``--mode`` under whatever is given."""
-    return scripts.parse_arguments(HfArgumentParser(ARGUMENTS), argv, defaults=argument_defaults)
+    return shared_arguments.parse_arguments(HfArgumentParser(ARGUMENTS), argv, defaults=argument_defaults)
 
 
 def describe_hyperparameters(mode: str, *argument_groups) -> str:
