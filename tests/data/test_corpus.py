@@ -413,7 +413,7 @@ def _pass_counts(caplog) -> list[int]:
     return [int(message.rsplit(": ", 1)[1].split()[0].replace(",", "")) for message in messages]
 
 
-@pytest.mark.parametrize("processes", [1, 2, 3])
+@pytest.mark.parametrize("processes", [1, 2, pytest.param(3, marks=pytest.mark.slow)])  # 3: 2 s of CPU
 def test_each_pass_of_an_endless_stream_reads_every_line_of_every_shard_once(tmp_path, caplog, processes):
     """The reported defect: read endlessly, a stream of many byte ranges cycled through the lines of its first range
     (54 of 5,000 distinct lines). Each reader (a process) now reads its whole part before reading it again,

@@ -114,7 +114,14 @@ EXPECTED_CONFIG = {
 }
 
 
-@pytest.mark.parametrize("shape", list(EXPECTED_CONFIG))
+# every shape in make test; the quick tier loads two (1 s of CPU each)
+QUICK_SHAPES = ("mean+normalize", "cls")
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [shape if shape in QUICK_SHAPES else pytest.param(shape, marks=pytest.mark.slow) for shape in EXPECTED_CONFIG],
+)
 def test_each_shape_loads_as_the_same_model(encoder_folder, tmp_path, shape):
     folder = saved(tmp_path, shapes(encoder_folder())[shape])
     model = ContrastiveModel.from_pretrained(folder)
