@@ -93,8 +93,8 @@ format: $(STAMP)
 # lacks into two ignored folders (about 45 MB to carry beside the repository): .gpu-wheels/, this venv's versions of
 # the packages its image lacks or holds older (DeepSpeed built here into a wheel: it has none on the index), and
 # .bench_data/ (../shared/data's corpora and all-MiniLM-L6-v2's tokenizer, for bench_gpu.py). `make gpu-check` runs
-# on the GPU machine (the device tool's run, carry: [".gpu-wheels", ".bench_data"]), with its image's python3; the
-# JSON and the log go to $OUT (the device tool's folder) or gpu-check/.
+# on the GPU machine (a copy of the working tree with .gpu-wheels/ and .bench_data/), with its image's python3; the
+# JSON and the log go to $OUT (a folder the machine hands back) or gpu-check/.
 GPU_PYTHON ?= python3
 GPU_SITE ?= /tmp/contrastive-hf-site
 GPU_PACKAGES := transformers sentence-transformers peft datasets dill multiprocess evaluate pydantic pydantic-core \

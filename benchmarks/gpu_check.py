@@ -27,8 +27,9 @@ test_benchmarks.py does in the suite:
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/gpu_check.py --dry-run --out /tmp/gpu-check
 
-On the GPU machine, through the device tool (docs/benchmarks.md, "The GPU check", says how to prepare the wheels and
-the data it carries: ``make gpu-check-prep``, here): ``make gpu-check`` with ``carry: [".gpu-wheels", ".bench_data"]``.
+On the GPU machine (docs/benchmarks.md, "The GPU check", says how to prepare the wheels and the data it needs:
+``make gpu-check-prep``, here): ``make gpu-check`` in a copy of the working tree with ``.gpu-wheels/`` and
+``.bench_data/``.
 """
 
 from __future__ import annotations
