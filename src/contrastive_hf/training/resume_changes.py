@@ -148,7 +148,11 @@ def changed_data_layout(checkpoint: str, layout: dict) -> list[tuple[str, object
     """``(name, old, new)`` for each value of the `DataLayout` ``layout`` that differs from the one ``checkpoint``
     was trained with (`_saved_layout`). Dataloader workers count only between two streamed runs; a value the
     checkpoint does not tell is not compared."""
-    saved = _saved_layout(checkpoint)
+    return _changes(_saved_layout(checkpoint), layout)
+
+
+def _changes(saved: dict, layout: dict) -> list[tuple[str, object, object]]:
+    """`changed_data_layout` between the values a checkpoint tells (``saved``) and ``layout``."""
     streamed = saved.get("streaming", layout.get("streaming")) and layout.get("streaming")
     changes = []
     for name in _LAYOUT_FLAGS:
@@ -201,7 +205,7 @@ def refuse_changed_data_layout(
         return
     saved = _saved_layout(checkpoint)
     layout.layout["changed_at_resume"] = list(saved.get("changed_at_resume", []))  # the earlier resumes'
-    changes = changed_data_layout(checkpoint, layout.layout)
+    changes = _changes(saved, layout.layout)
     if not changes:
         return
     state = read_json(checkpoint, TRAINER_STATE_NAME) or {}
@@ -213,9 +217,9 @@ def refuse_changed_data_layout(
         for name, old, new in changes
     )
     restore = ", ".join(
-        dict.fromkeys(_LAYOUT_FLAGS[name][1].format(old=str(old).lower() if isinstance(old, bool) else old)
-                      for name, old, _ in changes)
-    )  # fmt: skip
+        _LAYOUT_FLAGS[name][1].format(old=str(old).lower() if isinstance(old, bool) else old)
+        for name, old, _ in changes
+    )
     at = f"at step {step}" if step is not None else "in steps"
     if resume_anyway:
         layout.layout["changed_at_resume"].append(f"at step {step}: {changed}")
