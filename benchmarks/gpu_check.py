@@ -83,7 +83,8 @@ class Check:
         """Run ``command`` as step ``name`` with at most ``limit`` seconds (less when the budget is short)."""
         step = Step(name)
         self.steps.append(step)
-        limit = min(limit * (self.DRY_RUN_SLACK if self.dry_run else 1), self.left())
+        own_limit = limit * (self.DRY_RUN_SLACK if self.dry_run else 1)
+        limit = min(own_limit, self.left())
         if limit < 20:
             step.status, step.detail = "skipped", "out of time"
             self._write()
@@ -101,10 +102,12 @@ class Check:
         except subprocess.TimeoutExpired as timeout:
             output = "".join((part or b"").decode(errors="replace") for part in (timeout.stdout, timeout.stderr))
             code, step.detail = None, f"still running after {limit:.0f} s"
+            if limit < own_limit:  # the check's budget cut it short, not the step's own limit
+                step.detail += f" (its own limit is {own_limit:.0f} s): the check's --budget ran out"
         self.log.write(output)
         self.log.flush()
         step.seconds = round(time.monotonic() - began, 1)
-        step.status = "passed" if code == 0 else "failed"
+        step.status = "passed" if code == 0 else "out of time" if "--budget ran out" in step.detail else "failed"
         if code not in (0, None):
             step.detail = f"exit status {code}: " + " | ".join(output.strip().splitlines()[-3:])[-600:]
         step.output = output
@@ -264,7 +267,8 @@ def jobs_step(check: Check, name: str, jobs: list[dict], work: Path, limit: floa
             "reloaded": "gives the trained embeddings" in log,
             **eval_figures(output_dir),
         }
-    if any(figures["status"] != "passed" for figures in step.figures.values()):
+    outcomes = {figures["status"] for figures in step.figures.values()}
+    if "failed" in outcomes or ("not run" in outcomes and step.status != "out of time"):
         step.status = "failed"
     check._write()
     return step

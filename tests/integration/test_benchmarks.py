@@ -7,6 +7,7 @@ test checks that every part ran to its end. The full runs and their figures are 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -146,3 +147,26 @@ def test_benchmark_smoke_run(name, smoke_runs):
             log = (folder / "gpu-check" / "gpu_check.log").read_text()
             for text in texts:
                 assert text in log, f"{text!r} missing from the output of {inner} within {name}:\n{log[-4000:]}"
+
+
+def test_gpu_check_tells_a_step_its_budget_cut_short_from_one_that_failed(tmp_path, monkeypatch):
+    """A step still running when the check's --budget runs out is "out of time" (what ran is kept, the check exits 0
+    for it); one still running at its own limit failed."""
+    spec = importlib.util.spec_from_file_location("gpu_check", BENCHMARKS / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)  # its dataclasses look their module up
+    spec.loader.exec_module(gpu_check)
+
+    def still_running(command, timeout, **_):
+        raise subprocess.TimeoutExpired(command, timeout, output=b"step output", stderr=b"")
+
+    monkeypatch.setattr(gpu_check.subprocess, "run", still_running)
+    check = gpu_check.Check(tmp_path, budget=60, dry_run=False)
+    cut_short = check.run("zero3_bf16", ["true"], limit=150)
+    timed_out = check.run("recipes", ["true"], limit=30)
+    assert (cut_short.status, timed_out.status) == ("out of time", "failed")
+    assert "the check's --budget ran out" in cut_short.detail and "budget" not in timed_out.detail
+    assert [step["status"] for step in json.loads((tmp_path / "gpu_check.json").read_text())["steps"]] == [
+        "out of time",
+        "failed",
+    ]

@@ -91,7 +91,9 @@ def main(jobs_file: str, log_dir: str, *options: str) -> None:
         settle_garbage()
         (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
         if status != job.get("status", 0) and "--keep-going" not in options:
-            raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}")
+            log = (Path(log_dir) / f"{job['name']}.rank{rank}.log").read_text()
+            raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}; its log ends:\n"
+                             f"{log[-2500:]}")
 
 
 if __name__ == "__main__":
