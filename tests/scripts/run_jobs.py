@@ -92,8 +92,9 @@ def main(jobs_file: str, log_dir: str, *options: str) -> None:
         (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
         if status != job.get("status", 0) and "--keep-going" not in options:
             log = (Path(log_dir) / f"{job['name']}.rank{rank}.log").read_text()
-            raise SystemExit(f"job {job['name']} exited with status {status} on process {rank}; its log ends:\n"
-                             f"{log[-2500:]}")
+            raise SystemExit(
+                f"job {job['name']} exited with status {status} on process {rank}; its log ends:\n{log[-2500:]}"
+            )
 
 
 if __name__ == "__main__":
