@@ -226,7 +226,8 @@ def two_processes_run(tmp_path_factory):
                str(folder)]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     result = run_bounded(command, TWO_PROCESS_TIMEOUT, env=env, cwd=folder)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    failures = "".join(path.read_text() for path in sorted(folder.glob("failure.rank*.txt")))
+    assert result.returncode == 0, failures or result.stdout[-3000:] + result.stderr[-3000:]
 
     def logs(name: str) -> str:
         return "".join((folder / f"{name}.rank{rank}.log").read_text() for rank in range(2))

@@ -4,11 +4,11 @@ one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op bui
 Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR [--keep-going]``.
 ``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}`` (and ``"status": N``
 for a job expected to end with exit status N, a run refused or stopped on purpose; ``"env": {...}``, environment
-variables set for the job alone). Each job's output (stdout and
-stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job
-ending with another status than expected stops the run with its name (the launcher then stops the other processes,
-which may wait for this one in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the
-next job runs.
+variables set for the job alone). Each job's output (stdout and stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and
+its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job ending with another status than expected stops the run
+with its name and its log's end, also written to ``LOG_DIR/failure.rank<R>.txt`` for a launcher whose own output
+buries it (the launcher then stops the other processes, which may wait for this one in a collective); with
+``--keep-going`` (one process: no collective to leave waiting) the next job runs.
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ def main(jobs_file: str, log_dir: str, *options: str) -> None:
         (Path(log_dir) / f"statuses.rank{rank}.json").write_text(json.dumps(statuses, indent=1))
         if status != job.get("status", 0) and "--keep-going" not in options:
             log = (Path(log_dir) / f"{job['name']}.rank{rank}.log").read_text()
-            raise SystemExit(
-                f"job {job['name']} exited with status {status} on process {rank}; its log ends:\n{log[-2500:]}"
-            )
+            failure = f"job {job['name']} exited with status {status} on process {rank}; its log ends:\n{log[-2500:]}"
+            (Path(log_dir) / f"failure.rank{rank}.txt").write_text(failure)
+            raise SystemExit(failure)
 
 
 if __name__ == "__main__":
