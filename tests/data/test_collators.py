@@ -151,7 +151,9 @@ def test_dropout_views_equal_original(tokenizer, augmentation):
 
 def test_del_word_views_differ_and_keep_specials(del_tokenizer):
     features = _features(del_tokenizer)
-    collator = ContrastiveDataCollator(del_tokenizer, augmentation="del_word", del_word_probability=0.5, seed=3)
+    collator = ContrastiveDataCollator(
+        del_tokenizer, augmentation="del_word", view_settings={"del_word_probability": 0.5}, seed=3
+    )
     batch = collator(features)
     del_id = del_tokenizer.convert_tokens_to_ids("[DEL]")
     cls, sep = del_tokenizer.cls_token_id, del_tokenizer.sep_token_id
@@ -415,7 +417,7 @@ def test_word_deletion_that_deletes_every_token_is_refused(del_tokenizer, augmen
         ContrastiveDataCollator(
             del_tokenizer,
             augmentation=augmentation,
-            del_word_probability=probability,
+            view_settings={"del_word_probability": probability},
             max_length=max_length,
             synonyms={"fox": ["wolf"]},
         )
@@ -426,7 +428,11 @@ def test_high_deletion_ratios_that_keep_a_word_of_long_sentences_are_allowed(del
                                                                              content):  # fmt: skip
     # 0.99 keeps a token of sentences over 50 tokens: refused only when max_length rules those out
     collator = ContrastiveDataCollator(
-        del_tokenizer, augmentation="del_word", del_word_probability=probability, max_length=max_length, seed=0
+        del_tokenizer,
+        augmentation="del_word",
+        view_settings={"del_word_probability": probability},
+        max_length=max_length,
+        seed=0,
     )
     words = np.random.default_rng(3).integers(1000, 8000, size=(8, content)).tolist()  # ordinary vocabulary ids
     batch = collator([{"input_ids": [del_tokenizer.cls_token_id, *row, del_tokenizer.sep_token_id]} for row in words])

@@ -122,11 +122,12 @@ def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatc
     script = example_script("run_clear")
     monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs
     starts_from = ["--model_name_or_path", MINILM] if settings == "clear_demo.json" else []
-    encoder, model, corpus, views, _, training = parse_arguments(
+    encoder, model, corpus, views, view_settings, _, training = parse_arguments(
         HfArgumentParser(script.ARGUMENTS), [f"examples/demo/{settings}", *starts_from]
     )
     assert (model.mlm_weight, model.cl_weight) == (1.0, 1.0)  # CLEAR's objective: MLM + contrastive
     assert views.augmentations != "dropout" and corpus.stsb_dev_file == "examples/demo/data/sts-dev.csv"
+    assert view_settings.del_word_probability == 0.3  # the demo's, below CLEAR's 0.7 for its short run
     assert not training.disable_tqdm  # a progress bar with an ETA
 
 

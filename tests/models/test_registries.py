@@ -15,6 +15,7 @@ from contrastive_hf.commands.arguments import ContrastiveModelArguments, parse_a
 from contrastive_hf.data.augmentations import (
     AUGMENTATION_NAMES,
     Augmentation,
+    Hyperparameter,
     add_del_token,
     build_augmentation,
     needs_del_token,
@@ -35,6 +36,7 @@ from contrastive_hf.models.poolers import (
 )
 from contrastive_hf.models.registry import Registry
 from contrastive_hf.models.sentence_transformers_files import sentence_transformers_unsupported_reason
+from contrastive_hf.recipes.clear import run as clear_run
 
 from conftest import DEMO_TOKENIZER, example_script, tiny_bert_config
 
@@ -59,21 +61,22 @@ def plain_info_nce(views: InBatchViews):
 
 
 class FirstWordDeletion(Augmentation):
-    """Each sentence's first word becomes [DEL]."""
+    """Each sentence's first ``words`` tokens become [DEL] (a toy with one hyper-parameter)."""
 
     name = "toy_first_word_deletion"
+    description = "the first words replaced by [DEL] (a toy)"
+    hyperparameters = (Hyperparameter("toy_first_words", "words", 1, "toy: the first words deleted."),)
     needs_del_token = True
 
-    def __init__(self, del_token_id: int):
+    def __init__(self, del_token_id: int, words: int = 1):
         self.del_token_id = del_token_id
+        self.words = words
 
     def apply(self, batch: TokenBatch, keys: np.ndarray) -> TokenBatch:
-        ids = batch.ids.copy()
-        first = (~batch.is_special).argmax(axis=1)  # (N,) the first non-special position
-        has_word = (~batch.is_special).any(axis=1)
-        rows = np.flatnonzero(has_word)
-        ids[rows, first[rows]] = self.del_token_id
-        return TokenBatch(ids, batch.is_special | (ids == self.del_token_id), batch.lengths, batch.pad_id)
+        word = ~batch.is_special
+        first = word & (np.cumsum(word, axis=1) <= self.words)  # the first `words` non-special positions
+        ids = np.where(first, self.del_token_id, batch.ids)
+        return TokenBatch(ids, batch.is_special | first, batch.lengths, batch.pad_id)
 
 
 @pytest.fixture
@@ -100,12 +103,7 @@ def toy_loss():
 
 @pytest.fixture
 def toy_augmentation():
-    register_augmentation(
-        FirstWordDeletion.name,
-        FirstWordDeletion,
-        "the first word replaced by [DEL] (a toy)",
-        lambda settings: FirstWordDeletion(settings.del_token_id),
-    )
+    register_augmentation(FirstWordDeletion)
     yield
     unregister_augmentation(FirstWordDeletion.name)
 
@@ -283,11 +281,15 @@ def test_a_registered_augmentation_makes_views_and_its_class_says_it_needs_del(t
     batch = collator([{"text": text} for text in SENTENCES])
     assert (batch["input_ids"] == del_id).any(dim=-1).all()  # every view lost its first word
     described = collator.card_description()
-    assert "the first word replaced by [DEL] (a toy)" in described["views_description"]
+    assert "the first words replaced by [DEL] (a toy)" in described["views_description"]
     card = card_of(
         tiny_model(), augmentation=described["views"], augmentation_description=described["views_description"]
     )
-    assert f"`{name}+reorder`: {name}: the first word replaced by [DEL] (a toy); reorder: " in card
+    assert f"`{name}+reorder`: {name}: the first words replaced by [DEL] (a toy); reorder: " in card
+    assert (
+        "reorder: pairs of spans swapped (CLEAR), with toy_first_words=1, num_reordered_pairs=5, span_ratio=0.05"
+        in card
+    )  # the values it ran with
 
 
 # --- the command line --------------------------------------------------------------------------------------------
@@ -311,8 +313,49 @@ def test_the_scripts_flags_take_and_list_registered_poolers_and_losses(capsys):
 
 
 @pytest.mark.usefixtures("toy_augmentation")
-def test_run_clear_help_lists_a_registered_augmentation(capsys):
+def test_run_clear_help_lists_a_registered_augmentation_and_its_flag(capsys):
     with pytest.raises(SystemExit) as exit_:
         example_script("run_clear").main(["--help"])
     assert exit_.value.code == 0
-    assert FirstWordDeletion.name in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert FirstWordDeletion.name in text
+    assert "--toy_first_words TOY_FIRST_WORDS" in text and "toy: the first words deleted. (default: 1)" in text
+
+
+@pytest.mark.usefixtures("toy_augmentation")
+def test_a_registered_augmentation_s_flag_reaches_its_views_and_the_card(tokenizer):
+    """One class and one registration: its hyper-parameter is a flag of run_clear (registered after the script's
+    arguments were defined), and the value given is the one its views and the card use."""
+    parsed = parse_arguments(
+        HfArgumentParser(clear_run.ARGUMENTS),
+        ["--augmentations", f"{FirstWordDeletion.name}+del_span", "--toy_first_words", "2", "--span_ratio", "0.2",
+         "--output_dir", "unused"],
+    )  # fmt: skip
+    view_settings = vars(parsed[4])
+    assert view_settings["toy_first_words"] == 2 and view_settings["span_ratio"] == 0.2
+    del_id = add_del_token(tokenizer)
+    collator = ContrastiveDataCollator(
+        tokenizer, augmentation=parsed[3].augmentations, view_settings=view_settings, mlm=False, seed=0
+    )
+    first, spans = collator.augmentation.parts
+    assert (first.words, spans.span_ratio, spans.num_spans) == (2, 0.2, 5)
+    batch = collator([{"text": text} for text in SENTENCES])
+    assert (batch["input_ids"][:, :, 1:3] == del_id).all()  # the first two words of every view
+    assert collator.card_description()["view_settings"] == {
+        "toy_first_words": 2,
+        "num_deleted_spans": 5,
+        "span_ratio": 0.2,
+    }
+
+
+def test_an_augmentation_setting_nothing_declares_or_one_flag_with_two_defaults_is_refused(tokenizer):
+    with pytest.raises(ValueError, match=r"Unknown augmentation setting\(s\) 'span_ration'.*del_word_probability"):
+        build_augmentation("reorder", tokenizer, span_ration=0.1)
+
+    class WideSpans(FirstWordDeletion):
+        name = "toy_wide_spans"
+        hyperparameters = (Hyperparameter("span_ratio", "words", 0.5, "another default"),)
+
+    with pytest.raises(ValueError, match="'span_ratio' .default 0.5. is del_span's already, with default 0.05"):
+        register_augmentation(WideSpans)
+    assert "toy_wide_spans" not in AUGMENTATION_NAMES

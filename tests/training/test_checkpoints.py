@@ -362,3 +362,27 @@ def test_a_checkpoint_recorded_before_rows_seed_and_views_were_compared_by_what_
     grown = [*QUEUE_SENTENCES, "one more sentence"]
     _, steps = _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint), sentences=grown)
     assert steps == 2
+
+
+def test_a_resume_with_other_augmentation_settings_is_refused_naming_each_flag(tokenizer, tmp_path):
+    """The views' hyper-parameters are part of what a checkpoint was trained on: another --span_ratio is refused
+    before training, naming the flag and the values to give back."""
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+
+    _train(tokenizer, tmp_path / "run", max_steps=2, views="reorder")
+    checkpoint = str(tmp_path / "run" / "checkpoint-2")
+    state = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
+    recorded = state["stateful_callbacks"]["DataLayout"]["args"]
+    assert recorded["view_settings"] == {"num_reordered_pairs": 5, "span_ratio": 0.05}
+    trainer = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, views="reorder")
+    trainer.data_collator = ContrastiveDataCollator(
+        tokenizer, augmentation="reorder", view_settings={"span_ratio": 0.2}, mlm=False, max_length=16, seed=0
+    )
+    with pytest.raises(DataLayoutChangedError) as caught:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    assert "with other data than it was trained with: --span_ratio 0.05 -> 0.2." in str(caught.value)
+    assert "Resume with its settings (its views' settings (--num_reordered_pairs 5 --span_ratio 0.05))" in str(
+        caught.value
+    )
+    _, steps = _train(tokenizer, tmp_path / "run", max_steps=4, resume=checkpoint, views="reorder")
+    assert steps == 2  # the same settings resume

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from transformers import HfArgumentParser, TrainingArguments
 
 from .._files import written_as_local_path
-from ..data.augmentations import augmentation_help
+from ..data.augmentations import augmentation_help, augmentation_hyperparameters
 from ..models.configuration_contrastive import PROJECTION_TYPES, ContrastiveConfig
 from ..models.objectives import get_loss, loss_names
 from ..models.poolers import get_pooler, pooler_names
@@ -35,6 +35,7 @@ __all__ = [
     "PromptArguments",
     "CorpusArguments",
     "AdapterArguments",
+    "augmentation_arguments",
     "parse_number_list",
     "parse_arguments",
     "read_json_settings",
@@ -227,6 +228,36 @@ class PromptArguments:
         return overrides
 
 
+def augmentation_arguments() -> type:
+    """A dataclass of one field per hyper-parameter of the augmentations registered now
+    (`data.augmentations.augmentation_hyperparameters`: its flag, type, default and help), for a script whose views
+    are augmentations; the parsed instance's ``vars()`` is a collator's ``view_settings``. `parse_arguments` makes
+    it again when an augmentation was registered since, so that a script's flags are those registered when it
+    reads them."""
+    hyperparameters = augmentation_hyperparameters()
+    fields = [
+        (item.flag, type(item.default), field(default=item.default, metadata={"help": item.help}))
+        for item in hyperparameters.values()
+    ]
+    arguments = dataclasses.make_dataclass(
+        "AugmentationArguments", fields, namespace={"augmentation_flags": tuple(hyperparameters)}
+    )
+    arguments.__module__ = __name__
+    return arguments
+
+
+def _with_registered_augmentations(parser: HfArgumentParser) -> HfArgumentParser:
+    """``parser``, or one whose `augmentation_arguments` are those of the augmentations registered now."""
+    kinds = list(parser.dataclass_types)
+    current = tuple(augmentation_hyperparameters())
+    stale = [index for index, kind in enumerate(kinds) if getattr(kind, "augmentation_flags", current) != current]
+    if not stale:
+        return parser
+    for index in stale:
+        kinds[index] = augmentation_arguments()
+    return HfArgumentParser(kinds)
+
+
 def parse_number_list(value, kind: type = int, flag: str = "the value") -> list:
     """``"384,256,128"`` (a flag) or ``[384, 256, 128]`` (a JSON settings file) as a list of ``kind``."""
     parts = value.split(",") if isinstance(value, str) else list(value)
@@ -355,6 +386,7 @@ def parse_arguments(
     local paths).
     """
     argv = sys.argv[1:] if argv is None else argv
+    parser = _with_registered_augmentations(parser)
     for action in parser._actions:
         if action.dest in REGISTRY_OPTIONS:  # what is registered now, also after the dataclasses were defined
             action.help = REGISTRY_OPTIONS[action.dest]()

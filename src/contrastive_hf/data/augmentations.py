@@ -19,18 +19,22 @@ or substituted; a sentence too short for the requested spans gets fewer (or one-
 Every random draw is a hash of the row's key (see `contrastive_hf.data.seeding`), so a view depends only on
 (seed, epoch, example, view) and never on the rest of the batch.
 
-Each augmentation is one `register_augmentation` call (its name, its class, how it is built from the settings of
-`build_augmentation`, its text for the model card and ``--help``); whether it writes [DEL] or needs synonyms is said
-by its class (``needs_del_token``, ``needs_synonyms``). An augmentation of one's own is a subclass of `Augmentation`
-and one registration, in any module imported before the collator is built.
+Each augmentation is a class that says everything about itself once: its ``name`` (what ``--augmentations``
+writes), its ``description`` (the model card's and ``--help``'s text), its tunable ``hyperparameters`` (each a
+`Hyperparameter`: the flag, the constructor argument it sets, its default and help), and whether it writes [DEL] or
+needs synonyms (``needs_del_token``, ``needs_synonyms``). Registering the class (`register_augmentation`) offers it to
+``--augmentations``, gives each of its hyper-parameters a flag (``--del_word_probability``, ``--span_ratio``...), a
+keyword of `build_augmentation` and an entry of the collator's ``view_settings``, and puts the values a run used on its
+model card. An augmentation of one's own is a subclass of `Augmentation` and one registration, in any module imported
+before the script reads its arguments (for its flags) and before the collator is built.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,8 +53,10 @@ __all__ = [
     "AUGMENTATION_NAMES",
     "CLEAR_AUGMENTATIONS",
     "AUGMENTATIONS",
+    "Hyperparameter",
     "AugmentationSettings",
     "AugmentationSpec",
+    "augmentation_hyperparameters",
     "register_augmentation",
     "unregister_augmentation",
     "get_augmentation",
@@ -96,13 +102,57 @@ CLEAR_AUGMENTATIONS = (
 _NEVER = np.iinfo(np.int64).max // 4  # a position no row reaches
 
 
+@dataclass(frozen=True)
+class Hyperparameter:
+    """A tunable setting of an augmentation, declared once on its class.
+
+    Attributes:
+        flag: its name everywhere outside the class: the scripts' ``--<flag>``, `build_augmentation`'s keyword, the
+            collator's ``view_settings`` key and the model card's (``del_word_probability``). Two augmentations may
+            share one (``span_ratio``) when they give it the same default.
+        argument: the class's constructor argument it sets (``probability``), read back from the attribute of
+            that name.
+        default: its value when not given (and its type: an int or a float).
+        help: what it sets, for ``--help``.
+    """
+
+    flag: str
+    argument: str
+    default: int | float
+    help: str
+
+
 class Augmentation:
     """Base class. ``apply(batch, keys)`` makes one view of each row of a `TokenBatch`; ``keys`` are the rows'
-    ``(N,)`` uint64 random keys (`contrastive_hf.data.seeding.example_keys`)."""
+    ``(N,)`` uint64 random keys (`contrastive_hf.data.seeding.example_keys`).
+
+    A registered subclass (`register_augmentation`) sets ``name`` and ``description``, and declares its tunable
+    settings in ``hyperparameters``; its constructor takes ``del_token_id`` first when it ``needs_del_token``,
+    ``synonyms`` first when it ``needs_synonyms``, then each hyper-parameter's ``argument`` (kept as an attribute of
+    that name)."""
 
     name = "augmentation"
+    description: ClassVar[str] = ""
+    hyperparameters: ClassVar[tuple[Hyperparameter, ...]] = ()
     needs_del_token = False  # it writes [DEL] (the tokenizer needs `add_del_token`)
     needs_synonyms = False  # it reads a synonym source (`build_augmentation`'s ``synonyms``)
+
+    @classmethod
+    def from_settings(cls, settings: AugmentationSettings) -> Augmentation:
+        """The augmentation configured by ``settings`` (its resources and each hyper-parameter by its flag)."""
+        resources = {}
+        if cls.needs_del_token:
+            resources["del_token_id"] = settings.del_token_id
+        if cls.needs_synonyms:
+            resources["synonyms"] = settings.synonyms
+        values = {item.argument: settings.values.get(item.flag, item.default) for item in cls.hyperparameters}
+        return cls(**resources, **values)
+
+    def settings(self) -> dict[str, int | float]:
+        """``{flag: value}`` of every hyper-parameter of this augmentation and the ones it is made of."""
+        return {
+            item.flag: getattr(atom, item.argument) for atom in self.atoms() for item in type(atom).hyperparameters
+        }
 
     def apply(self, batch: TokenBatch, keys: np.ndarray) -> TokenBatch:
         raise NotImplementedError
@@ -126,9 +176,16 @@ class Identity(Augmentation):
     """SimCSE's unsupervised view: the sentence itself; dropout in the encoder makes the two views differ."""
 
     name = "dropout"
+    description = "the sentence itself; the encoder's dropout makes the two views differ (SimCSE)"
 
     def apply(self, batch, keys):
         return batch
+
+
+# del_span's and reorder's: one setting for both
+_SPAN_RATIO = Hyperparameter(
+    "span_ratio", "span_ratio", SPAN_RATIO, "del_span and reorder: length of each span as a fraction of the sentence."
+)
 
 
 def _round(values: np.ndarray) -> np.ndarray:
@@ -200,6 +257,12 @@ class WordDeletion(Augmentation):
     """
 
     name = "del_word"
+    description = "a fraction of the tokens deleted, each run of them replaced by one [DEL] (CLEAR)"
+    hyperparameters = (
+        Hyperparameter(
+            "del_word_probability", "probability", DEL_WORD_PROBABILITY, "del_word: fraction of the tokens deleted."
+        ),
+    )
     needs_del_token = True
 
     def __init__(self, del_token_id: int, probability: float = DEL_WORD_PROBABILITY):
@@ -240,6 +303,11 @@ class SpanDeletion(Augmentation):
     """
 
     name = "del_span"
+    description = "spans of about 5% of the length each replaced by one [DEL] (CLEAR)"
+    hyperparameters = (
+        Hyperparameter("num_deleted_spans", "num_spans", NUM_DELETED_SPANS, "del_span: spans deleted per sentence."),
+        _SPAN_RATIO,
+    )
     needs_del_token = True
 
     def __init__(self, del_token_id: int, num_spans: int = NUM_DELETED_SPANS, span_ratio: float = SPAN_RATIO):
@@ -282,6 +350,13 @@ class Reordering(Augmentation):
     """
 
     name = "reorder"
+    description = "pairs of spans swapped (CLEAR)"
+    hyperparameters = (
+        Hyperparameter(
+            "num_reordered_pairs", "num_pairs", NUM_REORDERED_PAIRS, "reorder: pairs of spans swapped per sentence."
+        ),
+        _SPAN_RATIO,
+    )
 
     def __init__(self, num_pairs: int = NUM_REORDERED_PAIRS, span_ratio: float = SPAN_RATIO):
         if num_pairs < 1:
@@ -354,6 +429,15 @@ class SynonymSubstitution(Augmentation):
     """
 
     name = "subs"
+    description = "words replaced by synonyms (CLEAR)"
+    hyperparameters = (
+        Hyperparameter(
+            "substitution_probability",
+            "probability",
+            SUBSTITUTION_PROBABILITY,
+            "subs: fraction of the words having a synonym that are substituted.",
+        ),
+    )
     needs_synonyms = True
 
     def __init__(self, synonyms: TokenSynonyms, probability: float = SUBSTITUTION_PROBABILITY):
@@ -477,30 +561,27 @@ class Mixture(Augmentation):
 
 @dataclass
 class AugmentationSettings:
-    """What a registered augmentation is built from (`build_augmentation`'s arguments, the [DEL] id and synonyms
-    resolved): ``del_token_id`` is set when an augmentation named ``needs_del_token``, ``synonyms`` (a compiled
-    `TokenSynonyms`) when one ``needs_synonyms``."""
+    """What a registered augmentation is built from (`Augmentation.from_settings`): the tokenizer, the [DEL] id
+    (set when an augmentation named ``needs_del_token``), ``synonyms`` (a compiled `TokenSynonyms`, when one
+    ``needs_synonyms``) and ``values``, the hyper-parameters given, by flag (the others keep their defaults)."""
 
     tokenizer: Any
     del_token_id: int | None = None
     synonyms: TokenSynonyms | None = None
-    del_word_probability: float = DEL_WORD_PROBABILITY
-    num_deleted_spans: int = NUM_DELETED_SPANS
-    num_reordered_pairs: int = NUM_REORDERED_PAIRS
-    span_ratio: float = SPAN_RATIO
-    substitution_probability: float = SUBSTITUTION_PROBABILITY
+    values: Mapping[str, int | float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class AugmentationSpec:
-    """Everything about one augmentation: its name, its class (whose ``needs_del_token`` and ``needs_synonyms`` say
-    what it needs), ``build`` (`AugmentationSettings` -> the configured augmentation) and its description (the
-    model card's and ``--help``'s text)."""
+    """A registered augmentation: its name and its class, which says the rest (``description``,
+    ``hyperparameters``, ``needs_del_token``, ``needs_synonyms``)."""
 
     name: str
     augmentation_class: type[Augmentation]
-    build: Callable[[AugmentationSettings], Augmentation]
-    description: str
+
+    @property
+    def description(self) -> str:
+        return self.augmentation_class.description
 
     @property
     def needs_del_token(self) -> bool:
@@ -516,18 +597,37 @@ AUGMENTATIONS: Registry[AugmentationSpec] = Registry(
 )
 
 
-def register_augmentation(
-    name: str,
-    augmentation_class: type[Augmentation],
-    description: str,
-    build: Callable[[AugmentationSettings], Augmentation] | None = None,
-    *,
-    replace: bool = False,
-) -> AugmentationSpec:
-    """Offer an augmentation to the collators, ``--augmentations`` and the model card; ``build`` defaults to the
-    class called without arguments."""
-    build = build or (lambda settings: augmentation_class())
-    return AUGMENTATIONS.add(name, AugmentationSpec(name, augmentation_class, build, description), replace=replace)
+def register_augmentation(augmentation_class: type[Augmentation], *, replace: bool = False) -> type[Augmentation]:
+    """Offer an augmentation class to the collators, ``--augmentations``, the scripts' flags (one per
+    hyper-parameter) and the model card, under its ``name``; returns the class (so it also decorates one).
+
+    A hyper-parameter flag another registered augmentation declares with another default is refused: one flag
+    sets one value."""
+    name = augmentation_class.__dict__.get("name")
+    if not isinstance(name, str) or not name or not augmentation_class.description:
+        raise ValueError(
+            f"{augmentation_class.__name__} needs its own `name` (what --augmentations writes) and `description` "
+            "(the model card's text) as class attributes to be registered."
+        )
+    for item in augmentation_class.hyperparameters:
+        for spec in AUGMENTATIONS:
+            if spec.name == name:
+                continue
+            for other in spec.augmentation_class.hyperparameters:
+                if other.flag == item.flag and other.default != item.default:
+                    raise ValueError(
+                        f"{augmentation_class.__name__}'s hyper-parameter {item.flag!r} (default {item.default}) "
+                        f"is {spec.name}'s already, with default {other.default}: one flag sets one value. Name "
+                        "yours apart (e.g. with the augmentation's name in it)."
+                    )
+    AUGMENTATIONS.add(name, AugmentationSpec(name, augmentation_class), replace=replace)
+    return augmentation_class
+
+
+def augmentation_hyperparameters() -> dict[str, Hyperparameter]:
+    """``{flag: Hyperparameter}`` of every registered augmentation, in registration order: the scripts' flags and
+    `build_augmentation`'s keywords."""
+    return {item.flag: item for spec in AUGMENTATIONS for item in spec.augmentation_class.hyperparameters}
 
 
 def unregister_augmentation(name: str) -> AugmentationSpec:
@@ -599,44 +699,40 @@ def needs_synonyms(spec: str | Augmentation) -> bool:
 
 def describe_augmentation(spec: str | Augmentation) -> str:
     """The registered description of the augmentation ``spec`` names, or ``name: description`` of each one it
-    names (``"subs+del_span"``) or is made of (by the ``name`` of its atoms), for a model card."""
+    names (``"subs+del_span"``) or is made of (by the ``name`` of its atoms), for a model card; for a built
+    augmentation, followed by the values of its hyper-parameters (``, with del_word_probability=0.3``)."""
     if isinstance(spec, Augmentation):
         names = dict.fromkeys(atom.name for atom in spec.atoms())
         named = [AUGMENTATIONS.get(name) for name in names if name in AUGMENTATIONS]
+        settings = ", ".join(f"{flag}={value}" for flag, value in spec.settings().items())
     else:
-        named = _named(spec)
-    if len(named) == 1:
-        return named[0].description
-    return "; ".join(f"{entry.name}: {entry.description}" for entry in named)
+        named, settings = _named(spec), ""
+    text = (
+        named[0].description if len(named) == 1 else "; ".join(f"{entry.name}: {entry.description}" for entry in named)
+    )
+    return f"{text}, with {settings}" if settings else text
 
 
-def build_augmentation(
-    name: str,
-    tokenizer,
-    del_word_probability: float = DEL_WORD_PROBABILITY,
-    synonyms=None,
-    *,
-    num_deleted_spans: int = NUM_DELETED_SPANS,
-    num_reordered_pairs: int = NUM_REORDERED_PAIRS,
-    span_ratio: float = SPAN_RATIO,
-    substitution_probability: float = SUBSTITUTION_PROBABILITY,
-) -> Augmentation:
+def build_augmentation(name: str, tokenizer, synonyms=None, **hyperparameters: int | float) -> Augmentation:
     """The augmentation called ``name``, configured for ``tokenizer``.
 
     ``name`` is a registered augmentation (`augmentation_names`), a ``+`` composition of them (``subs+del_span``) or
     a ``,`` mixture (``del_word,subs+reorder``). ``synonyms`` is needed for ``subs``: a JSON table file, a word ->
     synonyms dict, a `TokenSynonyms`, or a model (or embedding matrix) whose input embeddings give nearest-neighbour
-    synonyms. The other arguments are CLEAR's hyper-parameters (defaults from its §4.1).
+    synonyms. ``hyperparameters`` are the registered augmentations' settings by flag
+    (`augmentation_hyperparameters`: CLEAR's ``del_word_probability``, ``num_deleted_spans``,
+    ``num_reordered_pairs``, ``span_ratio``, ``substitution_probability``, defaults from its §4.1); one that no
+    augmentation of ``name`` reads is ignored, one no registered augmentation declares is refused.
     """
     mixture = _parse(name)
-    settings = AugmentationSettings(
-        tokenizer,
-        del_word_probability=del_word_probability,
-        num_deleted_spans=num_deleted_spans,
-        num_reordered_pairs=num_reordered_pairs,
-        span_ratio=span_ratio,
-        substitution_probability=substitution_probability,
-    )
+    known = augmentation_hyperparameters()
+    unknown = [flag for flag in hyperparameters if flag not in known]
+    if unknown:
+        raise ValueError(
+            f"Unknown augmentation setting(s) {', '.join(map(repr, unknown))}: the registered augmentations' are "
+            f"{', '.join(known) or 'none'}."
+        )
+    settings = AugmentationSettings(tokenizer, values=dict(hyperparameters))
     if needs_del_token(name):
         settings.del_token_id = tokenizer.convert_tokens_to_ids(DEL_TOKEN)
         if settings.del_token_id is None or settings.del_token_id == tokenizer.unk_token_id:
@@ -653,41 +749,17 @@ def build_augmentation(
         settings.synonyms = load_synonyms(synonyms, tokenizer)
 
     def atom(atom_name: str) -> Augmentation:
-        return AUGMENTATIONS.get(atom_name).build(settings)
+        return AUGMENTATIONS.get(atom_name).augmentation_class.from_settings(settings)
 
     choices = [atom(choice[0]) if len(choice) == 1 else Composition([atom(a) for a in choice]) for choice in mixture]
     return choices[0] if len(choices) == 1 else Mixture(choices)
 
 
-register_augmentation(
-    "dropout", Identity, "the sentence itself; the encoder's dropout makes the two views differ (SimCSE)"
-)
-register_augmentation(
-    "del_word",
-    WordDeletion,
-    "a fraction of the tokens deleted, each run of them replaced by one [DEL] (CLEAR)",
-    lambda settings: WordDeletion(settings.del_token_id, probability=settings.del_word_probability),
-)
-register_augmentation(
-    "del_span",
-    SpanDeletion,
-    "spans of about 5% of the length each replaced by one [DEL] (CLEAR)",
-    lambda settings: SpanDeletion(
-        settings.del_token_id, num_spans=settings.num_deleted_spans, span_ratio=settings.span_ratio
-    ),
-)
-register_augmentation(
-    "reorder",
-    Reordering,
-    "pairs of spans swapped (CLEAR)",
-    lambda settings: Reordering(num_pairs=settings.num_reordered_pairs, span_ratio=settings.span_ratio),
-)
-register_augmentation(
-    "subs",
-    SynonymSubstitution,
-    "words replaced by synonyms (CLEAR)",
-    lambda settings: SynonymSubstitution(settings.synonyms, probability=settings.substitution_probability),
-)
+register_augmentation(Identity)
+register_augmentation(WordDeletion)
+register_augmentation(SpanDeletion)
+register_augmentation(Reordering)
+register_augmentation(SynonymSubstitution)
 
 
 def add_del_token(tokenizer, model=None) -> int:

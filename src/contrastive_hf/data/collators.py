@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,7 +325,9 @@ class ContrastiveDataCollator:
             "Double MLM" control (Table 3), MLM on the two augmented views, which sends as many sequences through
             the encoder's gradient as MLM + CL does, without the contrastive loss. Its masks are drawn apart from
             the views' own draws ([DEL] and the other special tokens are never masked).
-        del_word_probability: CLEAR's word-deletion ratio, used when ``augmentation`` names ``del_word``.
+        view_settings: the augmentations' hyper-parameters by flag, for an ``augmentation`` given by name
+            (``{"del_word_probability": 0.3, "span_ratio": 0.1}``: see `augmentations.augmentation_hyperparameters`);
+            the others keep their defaults.
         max_length: truncation length for ``text`` features, and for views (which ``subs`` can lengthen).
         pad_to_multiple_of: pad lengths to a multiple of this (tensor-core friendly sizes on GPUs).
         seed: the seed every draw derives from; None draws one (batches are then not reproducible).
@@ -340,7 +342,7 @@ class ContrastiveDataCollator:
     mlm: bool = True
     mlm_probability: float = 0.15
     mlm_on_views: bool = False
-    del_word_probability: float = DEL_WORD_PROBABILITY
+    view_settings: Mapping[str, int | float] = field(default_factory=dict)
     max_length: int | None = None
     pad_to_multiple_of: int | None = None
     seed: int | None = None
@@ -399,7 +401,7 @@ class ContrastiveDataCollator:
         if isinstance(augmentation, Augmentation):
             return augmentation
         if isinstance(augmentation, str):
-            return build_augmentation(augmentation, self.tokenizer, self.del_word_probability, self.synonyms)
+            return build_augmentation(augmentation, self.tokenizer, self.synonyms, **self.view_settings)
         return Mixture([self._build(choice) for choice in augmentation])
 
     def _refuse_views_of_no_words(self, max_content: int | None) -> None:
@@ -436,7 +438,12 @@ class ContrastiveDataCollator:
         augmentation = self.augmentation if isinstance(self.augmentation, str) else repr(self.augmentation)
         method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
         views = augmentation + ("; MLM on a masked copy of each view" * self.mlm_on_views)
-        return {"method": method, "views": views, "views_description": describe_augmentation(self.augmentation)}
+        return {
+            "method": method,
+            "views": views,
+            "views_description": describe_augmentation(self.augmentation),
+            "view_settings": self.augmentation.settings(),
+        }
 
     def hard_negatives_in_batches(self, dataset) -> bool:
         """Whether a batch gives each query hard negatives (`training.sanity` asks): never, every view is of the

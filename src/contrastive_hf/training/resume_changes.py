@@ -57,7 +57,8 @@ class DataLayout(TrainerCallback, ExportableState):
     size, gradient accumulation, whether it streams, and (streaming: each worker reads its own part of the stream)
     dataloader workers; the seeds (the order of the rows); a map-style training set's number of rows and a digest of
     16 of them spread over the set (its content, cheaply); the views the collator makes of them (``views``: what
-    its card calls them, e.g. the augmentations) and its ``max_length``. As an `ExportableState` callback of the
+    its card calls them, e.g. the augmentations; ``view_settings``: their hyper-parameters) and its
+    ``max_length``. As an `ExportableState` callback of the
     Trainer, it is written into every checkpoint's ``trainer_state.json`` (``stateful_callbacks``), which
     `refuse_changed_data_layout` reads on resume."""
 
@@ -85,9 +86,11 @@ class DataLayout(TrainerCallback, ExportableState):
             if digest is not None:
                 layout["rows_digest"] = digest
         describe = getattr(collator, "card_description", None)
-        views = describe().get("views") if callable(describe) else None
-        if isinstance(views, str):
-            layout["views"] = views
+        described = describe() if callable(describe) else {}
+        if isinstance(described.get("views"), str):
+            layout["views"] = described["views"]
+        if described.get("view_settings"):
+            layout["view_settings"] = dict(described["view_settings"])
         max_length = getattr(collator, "max_length", None)
         if isinstance(max_length, int):
             layout["max_length"] = max_length
@@ -137,6 +140,7 @@ _LAYOUT_FLAGS = {
     "rows": ("training rows", "the same training data ({old} rows: the same files and --max_train_samples)"),
     "rows_digest": ("the training rows' content", "the same rows"),
     "views": ("views (--augmentations)", "its views ({old})"),
+    "view_settings": ("the views' settings", "its views' settings ({old})"),
     "max_length": ("--max_seq_length", "--max_seq_length {old}"),
 }
 # What changes which rows a step trains on; the other values change only how they are seen.
@@ -164,9 +168,32 @@ def _changes(saved: dict, layout: dict) -> list[tuple[str, object, object]]:
                 continue
         if old != new:
             changes.append((name, old, new))
-    if any(name == "rows" for name, _, _ in changes):  # other rows have another digest: one change, said once
-        changes = [change for change in changes if change[0] != "rows_digest"]
-    return changes
+    changed = {name for name, _, _ in changes}
+    # other rows have another digest, other views other settings: one change, said once
+    dropped = {detail for main, detail in (("rows", "rows_digest"), ("views", "view_settings")) if main in changed}
+    return [change for change in changes if change[0] not in dropped]
+
+
+def _said(name: str, old, new) -> str:
+    """One change, in words: ``--seed 0 -> 7``; for the views' settings, each setting that changed."""
+    if name == "rows_digest":
+        return "other training rows (the same number, other content)"
+    if isinstance(old, dict) and isinstance(new, dict):
+        return ", ".join(
+            f"--{flag} {old.get(flag)!r} -> {new.get(flag)!r}"
+            for flag in dict.fromkeys([*old, *new])
+            if old.get(flag) != new.get(flag)
+        )
+    return f"{_LAYOUT_FLAGS[name][0]} {old!r} -> {new!r}"
+
+
+def _as_flags(old) -> str:
+    """A saved value as a command line gives it back: ``true`` for True, ``--span_ratio 0.1 ...`` for settings."""
+    if isinstance(old, bool):
+        return str(old).lower()
+    if isinstance(old, dict):
+        return " ".join(f"--{flag} {value}" for flag, value in old.items())
+    return old
 
 
 def _saved_layout(checkpoint: str) -> dict:
@@ -210,16 +237,8 @@ def refuse_changed_data_layout(
         return
     state = read_json(checkpoint, TRAINER_STATE_NAME) or {}
     step = state.get("global_step")
-    changed = ", ".join(
-        "other training rows (the same number, other content)"
-        if name == "rows_digest"
-        else f"{_LAYOUT_FLAGS[name][0]} {old!r} -> {new!r}"
-        for name, old, new in changes
-    )
-    restore = ", ".join(
-        _LAYOUT_FLAGS[name][1].format(old=str(old).lower() if isinstance(old, bool) else old)
-        for name, old, _ in changes
-    )
+    changed = ", ".join(_said(name, old, new) for name, old, new in changes)
+    restore = ", ".join(_LAYOUT_FLAGS[name][1].format(old=_as_flags(old)) for name, old, _ in changes)
     at = f"at step {step}" if step is not None else "in steps"
     if resume_anyway:
         layout.layout["changed_at_resume"].append(f"at step {step}: {changed}")

@@ -8,24 +8,24 @@ import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ...commands.arguments import AdapterArguments, ContrastiveModelArguments, CorpusArguments, EncoderArguments
+from ...commands.arguments import (
+    AdapterArguments,
+    ContrastiveModelArguments,
+    CorpusArguments,
+    EncoderArguments,
+    augmentation_arguments,
+)
 from ...commands.errors import UsageError
 from ...commands.loaders import load_sentences, load_tokenizer
 from ...commands.loading import load_pretraining_model, with_lora_adapter
 from ...commands.zero3 import built_whole
-from ...data.augmentations import (
-    DEL_WORD_PROBABILITY,
-    add_del_token,
-    augmentation_help,
-    check_augmentation,
-    needs_del_token,
-)
+from ...data.augmentations import add_del_token, augmentation_help, check_augmentation, needs_del_token
 from ...data.collators import ContrastiveDataCollator
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
 
-__all__ = ["ViewArguments", "ARGUMENTS", "build"]
+__all__ = ["ViewArguments", "AugmentationArguments", "ARGUMENTS", "build"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +36,6 @@ class ViewArguments:
 
     # its help is rewritten when parsing (REGISTRY_OPTIONS): the augmentations registered then
     augmentations: str = field(default="del_word", metadata={"help": augmentation_help()})
-    del_word_probability: float = field(
-        default=DEL_WORD_PROBABILITY, metadata={"help": "CLEAR's word deletion ratio."}
-    )
     synonyms_file: str | None = field(
         default=None,
         metadata={
@@ -71,11 +68,15 @@ class ViewArguments:
             raise UsageError(str(error)) from None
 
 
+# the registered augmentations' hyper-parameters, one flag each (--del_word_probability, --span_ratio...)
+AugmentationArguments = augmentation_arguments()
+
 ARGUMENTS = (
     EncoderArguments,
     ContrastiveModelArguments,
     CorpusArguments,
     ViewArguments,
+    AugmentationArguments,
     AdapterArguments,
     ContrastiveTrainingArguments,
 )
@@ -84,7 +85,7 @@ ARGUMENTS = (
 def build(arguments: tuple) -> SentenceEncoderRun:
     """The tokenizer, the model (a LoRA adapter when asked), the sentences, the views' collator and the STS-B dev set
     of ``arguments`` (parsed `ARGUMENTS`)."""
-    encoder_args, model_args, data_args, view_args, adapter_args, training_args = arguments
+    encoder_args, model_args, data_args, view_args, augmentation_args, adapter_args, training_args = arguments
     tokenizer = load_tokenizer(encoder_args)
     if needs_del_token(view_args.augmentations):
         add_del_token(tokenizer)  # before a from-scratch model is sized to the vocabulary
@@ -106,7 +107,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
         mlm=model.config.mlm_weight > 0,
         mlm_probability=view_args.mlm_probability,
         mlm_on_views=view_args.mlm_on_views,
-        del_word_probability=view_args.del_word_probability,
+        view_settings=vars(augmentation_args),
         synonyms=view_args.synonyms_file or model,  # used by 'subs' only
         max_length=data_args.max_seq_length,
         seed=training_args.seed,
