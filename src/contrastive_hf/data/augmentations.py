@@ -303,7 +303,7 @@ class SpanDeletion(Augmentation):
     """
 
     name = "del_span"
-    description = "spans of about 5% of the length each replaced by one [DEL] (CLEAR)"
+    description = "spans of the sentence each replaced by one [DEL] (CLEAR)"
     hyperparameters = (
         Hyperparameter("num_deleted_spans", "num_spans", NUM_DELETED_SPANS, "del_span: spans deleted per sentence."),
         _SPAN_RATIO,
