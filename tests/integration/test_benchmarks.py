@@ -57,7 +57,10 @@ SMOKE_RUNS = {
             "zero2_bf16 passed, zero3_bf16 passed, bench passed"
         ],
     ),
-    "setting_walk.py": ([], ["poolers.py  SentencePooler.__init__", "checkpoint_files.py  EmbeddingCheckpointMixin"]),
+    "setting_walk.py": (  # a number's walk, with one of run_clear.py's flags (the pooler's walk: below)
+        ["--setting", "span_ratio", "--value", "0.0917", "--augmentations", "del_span"],
+        ["augmentations.py  Augmentation.from_settings", "augmentations.py  SpanDeletion.spans", "1 files: "],
+    ),
     "setting_walk.py --from-pretrained": (
         ["--from-pretrained", "--value", "cls"],
         ["from_encoder_pretrained", "poolers.py  SentencePooler.__init__", "files: "],
