@@ -57,9 +57,14 @@ def reference_pool(encoder, pooler_type, input_ids, attention_mask):
         for row, keep in zip(out.last_hidden_state, attention_mask.bool(), strict=True):
             rows.append(row[keep].max(dim=0).values)
         return torch.stack(rows)
+    if pooler_type == "last_token":  # each row's last kept position
+        rows = [row[keep.nonzero()[-1, 0]] for row, keep in zip(out.last_hidden_state, attention_mask, strict=True)]
+        return torch.stack(rows)
     if pooler_type == "avg_first_last":
         return mean((out.hidden_states[1] + out.hidden_states[-1]) / 2)
-    return mean((out.hidden_states[-1] + out.hidden_states[-2]) / 2)
+    if pooler_type == "avg_top2":
+        return mean((out.hidden_states[-1] + out.hidden_states[-2]) / 2)
+    raise ValueError(f"no reference for pooler_type={pooler_type!r}: write it out here")
 
 
 @pytest.mark.parametrize("pooler_type", POOLER_TYPES)

@@ -147,13 +147,14 @@ def test_a_registry_refuses_a_second_entry_of_a_name_and_names_the_known_ones_fo
 
 
 def test_the_built_in_names_are_the_0_2_lists():
-    assert POOLER_TYPES == ("cls", "cls_before_pooler", "mean", "max", "avg_first_last", "avg_top2")
+    assert POOLER_TYPES == ("cls", "cls_before_pooler", "mean", "last_token", "max", "avg_first_last", "avg_top2")
     assert set(CONTRASTIVE_LOSSES) == {"nt_xent", "info_nce"}
     assert AUGMENTATION_NAMES == ("dropout", "del_word", "del_span", "reorder", "subs")
     # evaluation/glue.py's inverse mapping: a Pooling module alone never applies BERT's pooler layer
     assert pooler_for_sentence_transformers_mode("cls_token") == "cls_before_pooler"
     assert pooler_for_sentence_transformers_mode("mean_tokens") == "mean"
-    assert pooler_for_sentence_transformers_mode("lasttoken") is None
+    assert pooler_for_sentence_transformers_mode("lasttoken") == "last_token"
+    assert pooler_for_sentence_transformers_mode("weightedmean_tokens") is None
 
 
 # --- a pooler ----------------------------------------------------------------------------------------------------

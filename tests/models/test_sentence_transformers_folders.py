@@ -207,7 +207,6 @@ def pooling_with_modes(modes):
     ("build", "named"),
     [
         (pooling_with_modes("weightedmean"), "'weightedmean_tokens', which no registered pooler computes"),
-        (pooling_with_modes("lasttoken"), "'lasttoken', which no registered pooler computes"),
         (pooling_with_modes(("cls", "mean")), "concatenates 2 poolings"),
         (lambda encoder: [transformer(encoder), Pooling(32, "mean"), LayerNorm(32)], "LayerNorm"),
         (
@@ -223,7 +222,7 @@ def pooling_with_modes(modes):
             "where a model of contrastive_hf runs Transformer -> Pooling -> Dense... -> Normalize",
         ),
     ],
-    ids=["weightedmean", "lasttoken", "concatenated", "layer_norm", "leaky_relu", "dense_after_normalize"],
+    ids=["weightedmean", "concatenated", "layer_norm", "leaky_relu", "dense_after_normalize"],
 )
 def test_what_has_no_equivalent_is_refused_naming_the_module_and_the_folder(encoder_folder, tmp_path, build, named):
     folder = saved(tmp_path, build(encoder_folder()))

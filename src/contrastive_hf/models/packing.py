@@ -131,6 +131,11 @@ class PackedSequences:
         first = self.host_starts if self.pooling_offsets is None else self.host_starts + self.pooling_offsets
         return token_states.index_select(0, to_device(first, token_states.device))
 
+    def last_tokens(self, token_states: torch.Tensor) -> torch.Tensor:
+        """Each sentence's last token ([SEP], or a decoder's last token): ``(T, h) -> (N, h)``."""
+        last = np.cumsum(self.lengths) - 1
+        return token_states.index_select(0, to_device(last, token_states.device))
+
     def segment_mean(self, token_states: torch.Tensor) -> torch.Tensor:
         """Mean over each sentence's pooled tokens: ``(T, h) -> (N, h)``, in ``token_states``' dtype.
 

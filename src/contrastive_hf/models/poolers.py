@@ -43,6 +43,7 @@ __all__ = [
     "uses_encoder_pooler_layer",
     "SentencePooler",
     "first_pooled_tokens",
+    "last_tokens",
     "masked_mean",
     "masked_max",
 ]
@@ -57,6 +58,7 @@ class PoolingInputs:
             ``needs_hidden_states``; ``pooler_output``).
         tokens: a layer's states as the reductions take them: ``(B, L, h)`` padded, ``(T, h)`` packed.
         first: each sentence's first pooled token ``(.., h) -> (B, h)``.
+        last: each sentence's last token (the last that its mask keeps, after right padding or with left padding).
         mean: the mean over each sentence's pooled tokens ``-> (B, h)``.
         maximum: the maximum over them ``-> (B, h)``.
         encoder_pooler: the encoder's pooler layer (BERT's dense + tanh over its input's first position), or None.
@@ -65,6 +67,7 @@ class PoolingInputs:
     encoder_outputs: Any
     tokens: Callable[[torch.Tensor], torch.Tensor]
     first: Callable[[torch.Tensor], torch.Tensor]
+    last: Callable[[torch.Tensor], torch.Tensor]
     mean: Callable[[torch.Tensor], torch.Tensor]
     maximum: Callable[[torch.Tensor], torch.Tensor]
     encoder_pooler: torch.nn.Module | None = None
@@ -224,6 +227,7 @@ class SentencePooler(torch.nn.Module):
                 encoder_outputs,
                 tokens=lambda states: states[0],  # (1, T, h) -> (T, h)
                 first=packed.first_tokens,
+                last=packed.last_tokens,
                 mean=packed.segment_mean,
                 maximum=packed.segment_max,
                 encoder_pooler=encoder_pooler,
@@ -233,6 +237,7 @@ class SentencePooler(torch.nn.Module):
                 encoder_outputs,
                 tokens=lambda states: states,  # (B, L, h)
                 first=lambda states: first_pooled_tokens(states, attention_mask),
+                last=lambda states: last_tokens(states, attention_mask),
                 mean=lambda states: masked_mean(states, attention_mask),
                 maximum=lambda states: masked_max(states, attention_mask),
                 encoder_pooler=encoder_pooler,
@@ -245,6 +250,15 @@ def first_pooled_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor
     first position of a row that keeps none)."""
     first = attention_mask.to(torch.int).argmax(dim=1)  # (B,) argmax returns the first of equal maxima
     return token_states[torch.arange(token_states.shape[0], device=token_states.device), first]
+
+
+def last_tokens(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The state of each sentence's last token that ``attention_mask`` keeps, wherever the padding is:
+    ``(B, L, h), (B, L) -> (B, h)`` (the last position of a row that keeps none)."""
+    width = attention_mask.shape[1]
+    from_the_end = attention_mask.to(torch.int).flip(dims=(1,)).argmax(dim=1)  # (B,) 0 for a right-aligned row
+    last = width - 1 - from_the_end
+    return token_states[torch.arange(token_states.shape[0], device=token_states.device), last]
 
 
 def masked_mean(token_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -293,6 +307,13 @@ register_pooler(
     "the mean of the last layer's token states",
     sentence_transformers_mode="mean_tokens",
     served_by_text_embeddings_inference=True,
+)
+register_pooler(
+    "last_token",
+    lambda inputs: inputs.last(inputs.last_hidden),
+    "the last layer's state of each sentence's last token, the only one a causal decoder lets see the whole sentence "
+    "(decoder embedders: SGPT, E5-Mistral, Qwen3-Embedding)",
+    sentence_transformers_mode="lasttoken",
 )
 register_pooler(
     "max",
