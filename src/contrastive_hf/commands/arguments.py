@@ -158,6 +158,14 @@ class ContrastiveModelArguments(MatryoshkaArguments):
     cl_weight: float | None = field(
         default=None, metadata={"help": f"Weight of L_CL ({_config_default('cl_weight')})."}
     )
+    bidirectional_attention: bool | None = field(
+        default=None,
+        metadata={
+            "help": "A decoder encoder (Llama, Mistral, Qwen2/3, Gemma 1-3, Phi-3, GPT-2) attends both ways, as "
+            "LLM2Vec and NV-Embed train them; saved in the encoder's config.json (is_causal), which AutoModel and "
+            "sentence-transformers read (default: the checkpoint's, else causal)."
+        },
+    )
     sub_batch_size: str | None = field(
         default=None,
         metadata={

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from transformers import AutoConfig, PreTrainedConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from .losses import SIMILARITIES
 from .objectives import LOSSES
@@ -17,6 +18,28 @@ CONTRASTIVE_LOSSES = LOSSES.names_view()
 PROJECTION_TYPES = ("none", "linear", "mlp")
 # The named ways of encoding a batch's views (`ContrastiveConfig.sub_batch_size`; an integer is the fourth).
 ENCODING_PATHS = ("auto", "packed", "sorted")
+# Decoder families whose attention masks follow their config's ``is_causal`` in transformers (its masking utilities),
+# so that ``is_causal=False`` makes them attend both ways, saved in the encoder's config.json for `AutoModel` and
+# sentence-transformers to reproduce: each checked in tests/models/test_decoder_pooling.py.
+BIDIRECTIONAL_DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2")
+
+
+def set_bidirectional_attention(encoder_config: PreTrainedConfig, bidirectional: bool) -> None:
+    """Make a decoder of `BIDIRECTIONAL_DECODERS` attend both ways (or causally again), in ``encoder_config`` (its
+    ``is_causal``). An encoder of masked-language-model families (BERT, RoBERTa...) already attends both ways and
+    stays as it is; a decoder of another family is refused."""
+    model_type = encoder_config.model_type
+    if model_type in BIDIRECTIONAL_DECODERS:
+        encoder_config.is_causal = not bidirectional
+    elif model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(encoder_config, "is_decoder", False):
+        if not bidirectional:
+            raise ValueError(f"A {model_type} encoder attends both ways: bidirectional_attention=False cannot apply.")
+    else:
+        raise ValueError(
+            f"bidirectional_attention for an encoder of type {model_type!r}: its attention is causal, and making it "
+            f"bidirectional is supported for {', '.join(BIDIRECTIONAL_DECODERS)} (whose masks follow the config's "
+            "is_causal in transformers). Use one of those, or train it causal (with last_token or mean pooling)."
+        )
 
 
 def parse_sub_batch_size(value) -> int | str:
@@ -248,6 +271,21 @@ class ContrastiveConfig(PreTrainedConfig):
         return self.encoder.hidden_size
 
     @property
+    def bidirectional_attention(self) -> bool:
+        """Whether a decoder encoder attends both ways (LLM2Vec, NV-Embed, gte-Qwen2), as its config's
+        ``is_causal=False`` says: set it (``ContrastiveConfig(..., bidirectional_attention=True)``, an override of
+        ``from_pretrained``, ``--bidirectional_attention``) and the encoder's config records it, where `AutoModel` and
+        sentence-transformers read it (`set_bidirectional_attention`). True for encoders that attend both ways (BERT's
+        kind), False for other decoders."""
+        if self.encoder.model_type in BIDIRECTIONAL_DECODERS:
+            return getattr(self.encoder, "is_causal", True) is False
+        return self.encoder.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not self.encoder.is_decoder
+
+    @bidirectional_attention.setter
+    def bidirectional_attention(self, value: bool) -> None:
+        set_bidirectional_attention(self.encoder, bool(value))
+
+    @property
     def embedding_size(self) -> int:
         """Size of the sentence embeddings the model returns at inference."""
         if self.projection_type != "none" and self.projection_at_inference:
@@ -346,6 +384,8 @@ __all__ = [
     "CONTRASTIVE_LOSSES",
     "validate_embedding_dims",
     "ENCODING_PATHS",
+    "BIDIRECTIONAL_DECODERS",
+    "set_bidirectional_attention",
     "parse_sub_batch_size",
     "parse_encoding_fields",
     "validate_max_seq_length",

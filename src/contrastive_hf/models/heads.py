@@ -97,7 +97,7 @@ def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLi
         raise ValueError(
             f"pooler_type='cls' uses the encoder's pooler layer as BERT's (dense + tanh over the first token), which "
             f"{type(encoder).__name__} {what}; use pooler_type='cls_before_pooler' (the [CLS] hidden state) or "
-            "'mean' instead."
+            "'mean' instead ('last_token' for a decoder)."
         )
     if pooler is not None and not with_pooler:
         pooler.requires_grad_(False)

@@ -222,7 +222,8 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
 
     @classmethod
     def config_field_names(cls) -> tuple[str, ...]:
-        return (*CONFIG_FIELDS, "num_labels", "id2label", "label2id", "problem_type")
+        # bidirectional_attention: a setting of the encoder's config (its is_causal), given like a field
+        return (*CONFIG_FIELDS, "num_labels", "id2label", "label2id", "problem_type", "bidirectional_attention")
 
     @classmethod
     def saved_encoder_folders(cls, saved: dict) -> dict[str, str]:

@@ -15,7 +15,7 @@ from ...commands.arguments import (
     EncoderArguments,
     augmentation_arguments,
 )
-from ...commands.errors import UsageError
+from ...commands.errors import UsageError, as_usage_error
 from ...commands.loaders import load_sentences, load_tokenizer
 from ...commands.loading import load_pretraining_model, with_lora_adapter
 from ...commands.zero3 import built_whole
@@ -101,17 +101,18 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             add_del_token(tokenizer, model)  # resizes a pretrained encoder's embeddings for the new token
     model = with_lora_adapter(model, adapter_args)
 
-    collator = ContrastiveDataCollator(
-        tokenizer,
-        augmentation=view_args.augmentations,
-        mlm=model.config.mlm_weight > 0,
-        mlm_probability=view_args.mlm_probability,
-        mlm_on_views=view_args.mlm_on_views,
-        view_settings=vars(augmentation_args),
-        synonyms=view_args.synonyms_file or model,  # used by 'subs' only
-        max_length=data_args.max_seq_length,
-        seed=training_args.seed,
-    )
+    with as_usage_error():  # the settings it refuses: MLM with a tokenizer that has no mask token, a ratio...
+        collator = ContrastiveDataCollator(
+            tokenizer,
+            augmentation=view_args.augmentations,
+            mlm=model.config.mlm_weight > 0,
+            mlm_probability=view_args.mlm_probability,
+            mlm_on_views=view_args.mlm_on_views,
+            view_settings=vars(augmentation_args),
+            synonyms=view_args.synonyms_file or model,  # used by 'subs' only
+            max_length=data_args.max_seq_length,
+            seed=training_args.seed,
+        )
     train_dataset = load_sentences(
         data_args,
         tokenizer,

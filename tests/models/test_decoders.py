@@ -1,0 +1,211 @@
+"""Decoder LLMs as encoders, on tiny decoders built in code: pooled by their last token (the `last_token` pooler
+against sentence-transformers' ``lasttoken`` Pooling on the same weights, with the tokenizer padding on the right and
+on the left, for each family that rotates its positions: Llama, Mistral, Qwen2, Qwen3, Phi-3), and attending both
+ways (``bidirectional_attention``, for every family of `BIDIRECTIONAL_DECODERS`, kept by the saved checkpoint).
+
+The tokenizer is a word-level one trained here on the repository's Wikipedia sample, with an end-of-sequence and a
+padding token and no [CLS]/[SEP], as decoder tokenizers are.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModel,
+    BertConfig,
+    Gemma2Config,
+    Gemma3TextConfig,
+    GemmaConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    OPTConfig,
+    Phi3Config,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from contrastive_hf import ContrastiveConfig, ContrastiveModel
+from contrastive_hf.models.configuration_contrastive import BIDIRECTIONAL_DECODERS
+
+from conftest import DEMO_DATA, REPO_ROOT
+from helpers.in_process import run_script
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "The cat sleeps.",
+    "Stocks fell sharply on Monday after the report was published.",
+    "Rain.",
+]
+SIZE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+DECODERS = {  # rotary positions
+    "llama": LlamaConfig,
+    "mistral": MistralConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": lambda **size: Qwen3Config(head_dim=8, **size),
+    "phi3": Phi3Config,
+}
+OTHER_DECODERS = {
+    "gemma": lambda **size: GemmaConfig(head_dim=8, **size),
+    "gemma2": lambda **size: Gemma2Config(head_dim=8, **size),
+    "gemma3_text": lambda **size: Gemma3TextConfig(head_dim=8, **size),
+    "gpt2": lambda vocab_size, max_position_embeddings, pad_token_id, **size: GPT2Config(
+        vocab_size=vocab_size, n_positions=max_position_embeddings, n_embd=32, n_layer=2, n_head=4
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def decoder_tokenizer() -> PreTrainedTokenizerFast:
+    words = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(vocab_size=4000, special_tokens=["<pad>", "<unk>", "</s>"])
+    words.train_from_iterator((DEMO_DATA / "wiki1m_sample.txt").read_text().splitlines(), trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+
+
+def decoder_config(family: str, vocab_size: int):
+    build = {**DECODERS, **OTHER_DECODERS}[family]
+    return build(vocab_size=vocab_size, max_position_embeddings=128, pad_token_id=0, **SIZE)
+
+
+def decoder_model(family: str, vocab_size: int, pooler_type="last_token", **settings) -> ContrastiveModel:
+    torch.manual_seed(0)
+    encoder = decoder_config(family, vocab_size)
+    config = ContrastiveConfig(encoder=encoder, pooler_type=pooler_type, projection_type="none", **settings)
+    return ContrastiveModel(config).eval()
+
+
+@pytest.mark.parametrize("family", list(DECODERS))
+def test_last_token_pooling_of_a_decoder_is_sentence_transformers_lasttoken_with_either_padding_side(
+    family, decoder_tokenizer, tmp_path
+):
+    model = decoder_model(family, len(decoder_tokenizer))
+    embeddings = {}
+    for side in ("right", "left"):
+        decoder_tokenizer.padding_side = side
+        batch = decoder_tokenizer(SENTENCES, padding=True, return_tensors="pt")
+        assert (batch["attention_mask"][:, 0 if side == "left" else -1] == 0).any()  # padded on that side
+        with torch.no_grad():
+            embeddings[side] = model(**batch).pooler_output.numpy()
+        # each sentence's vector is its last real token's state, wherever the padding is
+        with torch.no_grad():
+            states = model.encoder(**batch).last_hidden_state
+        last = [row.nonzero()[-1, 0] for row in batch["attention_mask"]]
+        np.testing.assert_allclose(
+            embeddings[side], torch.stack([s[i] for s, i in zip(states, last, strict=True)]).numpy()
+        )
+    # rotary positions: a left-padded sentence is the right-padded one shifted, which attention does not see
+    np.testing.assert_allclose(embeddings["left"], embeddings["right"], rtol=0, atol=1e-5)
+
+    decoder_tokenizer.padding_side = "right"
+    model.save_pretrained(tmp_path)
+    decoder_tokenizer.save_pretrained(tmp_path)
+    served = SentenceTransformer(str(tmp_path), device="cpu")
+    assert served[1].pooling_mode == "lasttoken"
+    reloaded = ContrastiveModel.from_pretrained(tmp_path)
+    assert reloaded.config.pooler_type == "last_token"
+    # both read the folder's tokenizer (for a qwen2 folder transformers picks Qwen2Tokenizer, which cuts otherwise)
+    np.testing.assert_allclose(served.encode(SENTENCES), reloaded.encode(SENTENCES), rtol=0, atol=1e-5)
+    mine = reloaded.encode(SENTENCES, tokenizer=decoder_tokenizer)
+    np.testing.assert_allclose(mine, embeddings["right"], rtol=0, atol=1e-5)
+
+
+def first_token_states(model, input_ids: list[list[int]]) -> torch.Tensor:
+    """The encoder's last-layer state of each row's first token (``model``: a `ContrastiveModel` or an encoder)."""
+    encoder = model.encoder if isinstance(model, ContrastiveModel) else model
+    with torch.no_grad():
+        return encoder(input_ids=torch.tensor(input_ids)).last_hidden_state[:, 0]
+
+
+def test_every_family_said_to_attend_both_ways_is_tested():
+    assert set(BIDIRECTIONAL_DECODERS) == set(DECODERS) | set(OTHER_DECODERS)
+
+
+@pytest.mark.parametrize("family", [*DECODERS, *OTHER_DECODERS])
+def test_bidirectional_attention_makes_a_decoder_attend_both_ways_and_its_checkpoint_keeps_it(
+    family, decoder_tokenizer, tmp_path
+):
+    """Causal, the first token's state ignores the tokens after it; bidirectional, it reads them. The setting is the
+    encoder config's is_causal, so AutoModel and sentence-transformers reload it as it trained."""
+    vocab = len(decoder_tokenizer)
+    ids, changed_end = [[5, 6, 7, 8]], [[5, 6, 7, 9]]
+    causal = decoder_model(family, vocab, pooler_type="mean")
+    assert not causal.config.bidirectional_attention
+    torch.testing.assert_close(first_token_states(causal, ids), first_token_states(causal, changed_end))
+    model = decoder_model(family, vocab, pooler_type="mean", bidirectional_attention=True)
+    assert model.config.bidirectional_attention and model.encoder.config.is_causal is False
+    assert not torch.allclose(first_token_states(model, ids), first_token_states(model, changed_end))
+
+    model.save_pretrained(tmp_path)
+    decoder_tokenizer.save_pretrained(tmp_path)
+    encoder = AutoModel.from_pretrained(tmp_path).eval()
+    assert encoder.config.is_causal is False
+    torch.testing.assert_close(first_token_states(encoder, ids), first_token_states(model, ids))
+    reloaded = ContrastiveModel.from_pretrained(tmp_path)
+    assert reloaded.config.bidirectional_attention
+    served = SentenceTransformer(str(tmp_path), device="cpu")
+    np.testing.assert_allclose(served.encode(SENTENCES), reloaded.encode(SENTENCES), rtol=0, atol=1e-5)
+    # a causal checkpoint made bidirectional when loaded, as --bidirectional_attention does
+    causal.save_pretrained(tmp_path / "causal")
+    made = ContrastiveModel.from_pretrained(tmp_path / "causal", bidirectional_attention=True)
+    torch.testing.assert_close(first_token_states(made, ids), first_token_states(model, ids))
+
+
+def test_bidirectional_attention_is_refused_where_masks_ignore_it_and_kept_by_encoders_that_have_it():
+    with pytest.raises(ValueError, match="encoder of type 'opt': its attention is causal.*supported for llama"):
+        ContrastiveConfig(encoder=OPTConfig(), pooler_type="mean", bidirectional_attention=True)
+    bert = ContrastiveConfig(encoder=BertConfig(), bidirectional_attention=True)
+    assert bert.bidirectional_attention  # BERT attends both ways already: nothing to change
+
+
+@pytest.fixture(scope="module")
+def pretrained_qwen2(decoder_tokenizer, tmp_path_factory):
+    """A tiny Qwen2 saved with the decoder tokenizer, as a pretrained decoder's folder."""
+    folder = tmp_path_factory.mktemp("qwen2")
+    torch.manual_seed(0)
+    AutoModel.from_config(decoder_config("qwen2", len(decoder_tokenizer))).save_pretrained(folder)
+    decoder_tokenizer.save_pretrained(folder)
+    return folder
+
+
+def script_arguments(start, output_dir, *extra) -> list[str]:
+    return [
+        "--model_name_or_path", str(start), "--train_file", str(DEMO_DATA / "wiki1m_sample.txt"),
+        "--max_train_samples", "16", "--per_device_train_batch_size", "8", "--max_steps", "2",
+        "--max_seq_length", "32", "--output_dir", str(output_dir), "--use_cpu", "true", "--report_to", "none", *extra,
+    ]  # fmt: skip
+
+
+def test_run_simcse_trains_a_decoder_with_bidirectional_attention_from_the_command_line(pretrained_qwen2, tmp_path):
+    run_script(
+        REPO_ROOT / "examples" / "run_simcse.py",
+        ["--mode", "unsup", *script_arguments(pretrained_qwen2, tmp_path / "out", "--pooler_type", "last_token",
+                                              "--bidirectional_attention", "true")],
+    )  # fmt: skip
+    assert AutoModel.from_pretrained(tmp_path / "out").config.is_causal is False
+    trained = ContrastiveModel.from_pretrained(tmp_path / "out")
+    assert trained.config.bidirectional_attention and trained.config.pooler_type == "last_token"
+
+
+def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_without_it(pretrained_qwen2, tmp_path):
+    """CLEAR's MLM reads a mask token that decoder tokenizers lack: one usage line (it was a traceback); with
+    --mlm_weight 0, CLEAR's contrastive half trains the decoder on word-deletion views."""
+    refused = run_script(
+        REPO_ROOT / "examples" / "run_clear.py",
+        script_arguments(pretrained_qwen2, tmp_path / "mlm", "--pooler_type", "last_token"),
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "run_clear.py: error: MLM is on but" in refused.stderr and "--mlm_weight 0" in refused.stderr
+    assert "Traceback" not in refused.output
+    run_script(
+        REPO_ROOT / "examples" / "run_clear.py",
+        script_arguments(pretrained_qwen2, tmp_path / "cl", "--mlm_weight", "0", "--pooler_type", "last_token"),
+    )
+    assert ContrastiveModel.from_pretrained(tmp_path / "cl").config.mlm_weight == 0
