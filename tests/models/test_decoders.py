@@ -191,6 +191,8 @@ def test_run_simcse_trains_a_decoder_with_bidirectional_attention_from_the_comma
     assert AutoModel.from_pretrained(tmp_path / "out").config.is_causal is False
     trained = ContrastiveModel.from_pretrained(tmp_path / "out")
     assert trained.config.bidirectional_attention and trained.config.pooler_type == "last_token"
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "| Encoder | qwen2, 2 layers, hidden size 32, vocabulary 4000, attending both ways |" in card
 
 
 def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_without_it(pretrained_qwen2, tmp_path):
@@ -209,3 +211,4 @@ def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_witho
         script_arguments(pretrained_qwen2, tmp_path / "cl", "--mlm_weight", "0", "--pooler_type", "last_token"),
     )
     assert ContrastiveModel.from_pretrained(tmp_path / "cl").config.mlm_weight == 0
+    assert "vocabulary 4001, causal attention |" in (tmp_path / "cl" / "README.md").read_text()  # and [DEL]

@@ -28,6 +28,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .._files import hub_id_or_none
 from ..models.checkpoint_names import merged_folder
+from ..models.configuration_contrastive import BIDIRECTIONAL_DECODERS
 from ..models.objectives import get_loss
 from ..models.poolers import POOLERS, get_pooler
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
@@ -193,6 +194,8 @@ def _describe_model(model) -> dict:
         f"{encoder.model_type}, {getattr(encoder, 'num_hidden_layers', '?')} layers, hidden size "
         f"{encoder.hidden_size}, vocabulary {encoder.vocab_size}"
     )
+    if not dual and encoder.model_type in BIDIRECTIONAL_DECODERS:  # a decoder: which way it attends
+        encoder_text += ", attending both ways" if config.bidirectional_attention else ", causal attention"
     if dual:
         towers = "one shared encoder" if config.share_encoders else "a question encoder and a passage encoder"
         projection = f"linear to {config.projection_dim}" if config.projection_dim else "none"
