@@ -66,8 +66,9 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
         (["--pooler_type", "bogus"], "Unknown pooler_type 'bogus'", True),
         (["--temperature", "0"], "temperature must be > 0", True),
         (["--augmentations", "shuffle"], "Unknown augmentation 'shuffle'", True),
-        # issue 13: each of these trained to nothing (or crashed mid-run) and exited 0
-        (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words", False),
+        # issue 13: each of these trained to nothing (or crashed mid-run) and exited 0; the collator's refusal is now
+        # a usage line too, as every refusal of the views' settings
+        (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words", True),
         (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives", False),
         (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens", False),
     ],
