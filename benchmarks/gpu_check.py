@@ -85,6 +85,7 @@ class Check:
         self.steps.append(step)
         own_limit = limit * (self.DRY_RUN_SLACK if self.dry_run else 1)
         limit = min(own_limit, self.left())
+        cut_short = limit < own_limit  # a timeout would then be the check's --budget, not the step's own limit
         if limit < 20:
             step.status, step.detail = "skipped", "out of time"
             self._write()
@@ -102,12 +103,12 @@ class Check:
         except subprocess.TimeoutExpired as timeout:
             output = "".join((part or b"").decode(errors="replace") for part in (timeout.stdout, timeout.stderr))
             code, step.detail = None, f"still running after {limit:.0f} s"
-            if limit < own_limit:  # the check's budget cut it short, not the step's own limit
+            if cut_short:
                 step.detail += f" (its own limit is {own_limit:.0f} s): the check's --budget ran out"
         self.log.write(output)
         self.log.flush()
         step.seconds = round(time.monotonic() - began, 1)
-        step.status = "passed" if code == 0 else "out of time" if "--budget ran out" in step.detail else "failed"
+        step.status = "passed" if code == 0 else "out of time" if code is None and cut_short else "failed"
         if code not in (0, None):
             step.detail = f"exit status {code}: " + " | ".join(output.strip().splitlines()[-3:])[-600:]
         step.output = output

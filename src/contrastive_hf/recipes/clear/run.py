@@ -5,7 +5,7 @@ augments them into two views (and an MLM copy) and the STS-B dev set."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from ...commands.arguments import (
@@ -108,7 +108,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             mlm=model.config.mlm_weight > 0,
             mlm_probability=view_args.mlm_probability,
             mlm_on_views=view_args.mlm_on_views,
-            view_settings=vars(augmentation_args),
+            view_settings=asdict(augmentation_args),
             synonyms=view_args.synonyms_file or model,  # used by 'subs' only
             max_length=data_args.max_seq_length,
             seed=training_args.seed,
