@@ -12,6 +12,7 @@ from contrastive_hf.models.precision import BF16_UNITS, cpu_bf16_units
 
 __all__ = [
     "PEAK_SHAPE",
+    "SMOKE_PEAK_SHAPE",
     "cpu_name",
     "load_average",
     "bf16_flags",
@@ -23,6 +24,9 @@ __all__ = [
 # The product whose rate is the peak: (1024 x 384) @ (384 x 1536), the shape of a MiniLM feed-forward layer over
 # 1,024 tokens (hidden 384, intermediate 1536), as issue 26 measured it.
 PEAK_SHAPE = (1024, 384, 1536)
+# A smoke run's product: the same code in a fraction of a second, also where bf16 has no matrix unit (emulated bf16
+# runs the peak's product at about 1 GFLOP/s on a 2-core AMD EPYC: 12 s for its two peaks)
+SMOKE_PEAK_SHAPE = (64, 384, 384)
 
 
 def cpu_name() -> str:
@@ -57,13 +61,13 @@ def bf16_flags() -> str:
     return " ".join(shown) or "none"
 
 
-def matmul_peak(dtype: torch.dtype, seconds: float = 1.0) -> float:
-    """FLOP/s of one thread on the `PEAK_SHAPE` product in ``dtype``, by the process's CPU time: the best of
-    repeated timings of 10 products each (the peak the hardware gives a product of that shape)."""
+def matmul_peak(dtype: torch.dtype, seconds: float = 1.0, shape: tuple[int, int, int] = PEAK_SHAPE) -> float:
+    """FLOP/s of one thread on the ``shape`` product (`PEAK_SHAPE`) in ``dtype``, by the process's CPU time: the best
+    of repeated timings of 10 products each (the peak the hardware gives a product of that shape)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows, inner, columns = PEAK_SHAPE
+        rows, inner, columns = shape
         generator = torch.Generator().manual_seed(0)
         left = torch.randn(rows, inner, generator=generator).to(dtype)
         right = torch.randn(inner, columns, generator=generator).to(dtype)
@@ -80,15 +84,18 @@ def matmul_peak(dtype: torch.dtype, seconds: float = 1.0) -> float:
         torch.set_num_threads(threads)
 
 
-def machine_lines(seconds: float = 1.0) -> tuple[list[str], dict[str, float]]:
+def machine_lines(seconds: float = 1.0, smoke: bool = False) -> tuple[list[str], dict[str, float]]:
     """The lines that name the machine and its measured peaks, and the peaks (FLOP/s) by precision name
-    (``fp32``, ``bf16``)."""
-    peaks = {"fp32": matmul_peak(torch.float32, seconds), "bf16": matmul_peak(torch.bfloat16, seconds)}
+    (``fp32``, ``bf16``); a smoke run measures them on `SMOKE_PEAK_SHAPE` (its figures mean nothing)."""
+    shape = SMOKE_PEAK_SHAPE if smoke else PEAK_SHAPE
+    peaks = {
+        name: matmul_peak(dtype, seconds, shape) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     unit = cpu_bf16_units()
     lines = [
         f"machine: {cpu_name()}; bf16 flags: {bf16_flags()}; bf16 matrix unit used: {unit or 'none'} "
         f"(of {', '.join(BF16_UNITS)})",
-        f"peak of one core, {PEAK_SHAPE[0]}x{PEAK_SHAPE[1]} @ {PEAK_SHAPE[1]}x{PEAK_SHAPE[2]}, by CPU time: fp32 "
+        f"peak of one core, {shape[0]}x{shape[1]} @ {shape[1]}x{shape[2]}, by CPU time: fp32 "
         f"{peaks['fp32'] / 1e9:.0f} GFLOP/s, bf16 {peaks['bf16'] / 1e9:.0f} GFLOP/s "
         f"({peaks['bf16'] / peaks['fp32']:.2f}x)",
     ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -34,14 +35,20 @@ def _fork_server():
     return _context
 
 
-def run_python(command: list[str], log: Path, env: dict[str, str], cwd: Path) -> int:
-    """Run ``command`` (``[sys.executable, script.py, *args]`` or ``[sys.executable, "-m", module, *args]``) with
-    ``env`` as its environment and ``cwd`` as its working folder, its output appended to ``log``; its exit status."""
+def run_python(command: list[str], log: Path, env: dict[str, str], cwd: Path, timeout: float | None = None) -> int:
+    """Run ``command`` (``[sys.executable, script.py, *args]``, ``[sys.executable, "-m", module, *args]`` or
+    ``[sys.executable, "-c", code, *args]``) with ``env`` as its environment and ``cwd`` as its working folder, its
+    output appended to ``log``; its exit status. A command still running after ``timeout`` seconds is killed, and
+    `subprocess.TimeoutExpired` raised."""
     if command[0] != sys.executable:
         raise ValueError(f"run_python runs Python commands of this interpreter, got {command[0]!r}.")
     process = _fork_server().Process(target=_run, args=(command[1:], str(log), dict(env), str(cwd)))
     process.start()
-    process.join()
+    process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        raise subprocess.TimeoutExpired(command, timeout)
     return process.exitcode
 
 
@@ -61,8 +68,17 @@ def _run(arguments: list[str], log: str, env: dict[str, str], cwd: str) -> None:
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
     if arguments[0] == "-m":
         sys.argv = [arguments[1], *arguments[2:]]
+        sys.path[0] = os.getcwd()  # as python -m puts it first
         target, run = arguments[1], runpy.run_module
         options = {"run_name": "__main__", "alter_sys": True}
+    elif arguments[0] == "-c":
+        sys.argv = ["-c", *arguments[2:]]
+        sys.path[0] = ""
+        target, options = arguments[1], {}
+
+        def run(code):
+            exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+
     else:
         sys.argv = list(arguments)
         sys.path[0] = os.path.dirname(os.path.abspath(arguments[0]))

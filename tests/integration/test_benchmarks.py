@@ -173,3 +173,20 @@ def test_gpu_check_tells_a_step_its_budget_cut_short_from_one_that_failed(tmp_pa
         "out of time",
         "failed",
     ]
+
+
+def test_a_preloaded_command_runs_as_python_c_would_and_is_killed_at_its_time_limit(tmp_path, monkeypatch):
+    """gpu_check's dry run forks its Python steps from a preloaded interpreter (`preloaded.run_python`): a ``-c``
+    command gets its arguments, output and exit status; one still running at its limit is killed and said to be."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import preloaded
+
+    monkeypatch.setattr(preloaded, "PRELOAD", [])  # a fork server that imports nothing: the same path, in a second
+    monkeypatch.setattr(preloaded, "_context", None)
+    log = tmp_path / "out.log"
+    code = "import sys; print('argv', sys.argv[1:]); sys.exit(3)"
+    assert preloaded.run_python([sys.executable, "-c", code, "a", "b"], log, dict(os.environ), tmp_path) == 3
+    assert log.read_text() == "argv ['a', 'b']\n"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(subprocess.TimeoutExpired):
+        preloaded.run_python(sleeper, tmp_path / "sleep.log", dict(os.environ), tmp_path, timeout=1)
