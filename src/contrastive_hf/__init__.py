@@ -9,7 +9,7 @@ evaluation helpers are exported here too, imported on first use. Nothing inside 
 module: it is the top of the layers docs/architecture.md states.
 
 The folders say what each part is: ``models/`` (what a checkpoint carries), ``data/`` (text in, batches out),
-``training/`` (the trainer, GradCache, the pre-batch queue), ``recipes/`` (one package per paper), ``evaluation/``,
+``training/`` (the trainer, GradCache), ``recipes/`` (one package per paper), ``evaluation/``,
 ``metrics/``, ``hub/`` (model cards, adapters) and ``commands/`` (the CLI and the example scripts' shared steps).
 """
 
@@ -44,7 +44,7 @@ _saved_module_paths.install()
 _LAZY_EXPORTS = {
     "ContrastiveTrainer": ".training.trainer",
     "ContrastiveTrainingArguments": ".training.training_args",
-    "PrebatchQueue": ".training.prebatch_queue",
+    "PrebatchQueue": ".models.prebatch_queue",
     "ContrastiveDataCollator": ".data.collators",
     "PairCollator": ".data.collators",
     "add_del_token": ".data.augmentations",

@@ -27,7 +27,7 @@ from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import DEMO_DATA, tiny_bert_config
 from helpers.batches import BUILDERS, sentences
-from helpers.builders import batch, build, gradients
+from helpers.builders import batch, build, gradients, queue_holding
 
 DEVICE = torch.device(os.environ.get("CONTRASTIVE_HF_TEST_DEVICE", "cuda"))
 ON_CUDA = DEVICE.type == "cuda"
@@ -175,16 +175,16 @@ def test_grad_cache_and_the_queue_give_one_pass_gradients():
     """GradCache's chunked step (three chunks) with the pre-batch queue's keys: the loss and gradients of one pass
     over the whole batch, in float32 on the device."""
     generator = torch.Generator().manual_seed(2)
-    queue = {
-        "extra_negatives": torch.randn(6, 32, generator=generator).to(DEVICE),
-        "extra_negative_ids": torch.tensor([100, 101, 3, 102, 103, 104], device=DEVICE),
-    }
+    keys = torch.randn(6, 32, generator=generator).to(DEVICE)
+    ids = torch.tensor([100, 101, 3, 102, 103, 104], device=DEVICE)
     inputs = {name: tensor.to(DEVICE) for name, tensor in batch().items()}
     reference_model = build(dropout=0.0).to(DEVICE)
-    reference = reference_model(**inputs, **queue)
+    queue_holding(reference_model, keys, ids)
+    reference = reference_model(**inputs)
     reference.loss.backward()
     model = build(dropout=0.0).to(DEVICE)
-    result = grad_cache_step(model, model, inputs, 4, negatives_kwargs=queue)
+    queue_holding(model, keys, ids)
+    result = grad_cache_step(model, model, inputs, 4)
     torch.testing.assert_close(result.loss, reference.loss.detach(), atol=1e-4, rtol=1e-4)
     expected = gradients(reference_model)
     for name, gradient in gradients(model).items():

@@ -17,6 +17,7 @@ from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.models.modeling_multitask import MultitaskModel, TaskSpec
+from contrastive_hf.models.prebatch_queue import PrebatchQueue
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
 from contrastive_hf.recipes.multitask.trainer import MultitaskTrainer, MultitaskTrainingArguments
 from contrastive_hf.training.trainer import ContrastiveTrainer
@@ -114,6 +115,17 @@ QUEUE_SENTENCES = [
 ]
 
 
+def queue_holding(model, keys: torch.Tensor, ids: torch.Tensor | None = None) -> PrebatchQueue:
+    """Give ``model``'s loss (its ``loss_fn``, or ``model`` itself when it is a loss) a pre-batch queue holding
+    ``keys`` ``(K, d)`` (and their sentence ids ``(K,)``) as one earlier batch, read by its next training call."""
+    loss = getattr(model, "loss_fn", model)
+    queue = PrebatchQueue(num_batches=1)
+    queue.load_state_dict({"batch_0": keys, **({} if ids is None else {"ids_0": ids})}, device=keys.device)
+    loss.prebatch = queue
+    loss.train()
+    return queue
+
+
 def make_queue_trainer(tokenizer, output_dir, max_steps, sentences=QUEUE_SENTENCES, views="dropout", **extra_args):
     """A `ContrastiveTrainer` of a tiny model on ``sentences`` (24 by default), batches of 4 in views ``views``
     (an augmentation, as ``--augmentations`` names it); ``extra_args``: training arguments."""
@@ -152,7 +164,7 @@ def snli_triples(count: int) -> list[dict[str, str]]:
     return [{"query": r["sent0"], "positive": r["sent1"], "hard_negative": r["hard_neg"]} for r in rows]
 
 
-def make_dual_encoder_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, **arguments):
+def make_dual_encoder_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, loss=None, **arguments):
     arguments = {"learning_rate": 1e-3, "save_strategy": "no", **arguments}
     model = make_dual_encoder(vocab_size=len(tokenizer))
     columns = ("query", "positive", "hard_negative")
@@ -174,6 +186,7 @@ def make_dual_encoder_trainer(tokenizer, tmp_path, count=32, eval_dataset=None, 
         eval_dataset=eval_dataset,
         data_collator=QueryPassageCollator(tokenizer, **lengths),
         processing_class=tokenizer,
+        loss=loss,
     )
 
 

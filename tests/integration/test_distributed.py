@@ -9,9 +9,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
+from contrastive_hf.models.prebatch_queue import PrebatchQueue
 from contrastive_hf.recipes.sg_bert import SelfGuidedModel
 from contrastive_hf.training.grad_cache import grad_cache_step
-from contrastive_hf.training.prebatch_queue import PrebatchQueue
 
 from conftest import free_port, tiny_bert_config
 
@@ -23,7 +23,7 @@ VOCAB = 60
 NT_XENT = {"contrastive_loss": "nt_xent", "num_views": 2}
 INFO_NCE_HARD = {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3}
 GRAD_CACHE = {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True}  # chunks of 2 on each process
-# SG-BERT's objectives: base and opt2 through in_batch_loss, opt1 and opt3 on the same gathered global batch
+# SG-BERT's objectives: base and opt2 through the library's losses, opt1 and opt3 on the same gathered global batch
 SG_BERT = {loss: {"sg_bert": loss} for loss in ("base", "opt1", "opt2", "opt3")}
 # name: (settings, sentences on process 0 and on process 1, with sentence ids holding duplicates across processes)
 CASES = {
@@ -92,11 +92,11 @@ def worker(rank: int, port: int, output: str) -> None:
         model, inputs = build(name)
         rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
         local = {key: value[rows] for key, value in inputs.items()}
+        model.loss_fn.gather_across_devices = True  # as ContrastiveTrainer sets it with several processes
         if settings.get("grad_cache"):
-            kwargs = {"negatives_kwargs": {"gather_across_devices": True}}
-            loss = grad_cache_step(model, model, local, 2, **kwargs).loss
+            loss = grad_cache_step(model, model, local, 2).loss
         else:
-            loss = model(**local, gather_across_devices=True).loss
+            loss = model(**local).loss
             loss.backward()
         grads = gradients(model)
         for grad in grads.values():  # what DDP does: average parameter gradients over ranks
@@ -110,7 +110,7 @@ def worker(rank: int, port: int, output: str) -> None:
         keys, ids = queued_batch(sizes)
         rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
         queue.push(keys[rows], ids[rows])
-    results["queue"] = {"keys": queue.negatives(0), "ids": queue.negative_ids(0)}
+    results["queue"] = {"keys": queue.negatives(), "ids": queue.negative_ids()}
     if rank == 0:
         torch.save(results, output)
     dist.destroy_process_group()

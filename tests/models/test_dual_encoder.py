@@ -14,10 +14,17 @@ import contrastive_hf.models.distributed as distributed
 import contrastive_hf.models.objectives as objectives
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
+from contrastive_hf.models.objectives import InfoNCELoss
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
 
 from conftest import tiny_bert_config
-from helpers.builders import DUAL_ENCODER_VOCAB, make_dual_encoder, make_dual_encoder_trainer, snli_triples
+from helpers.builders import (
+    DUAL_ENCODER_VOCAB,
+    make_dual_encoder,
+    make_dual_encoder_trainer,
+    queue_holding,
+    snli_triples,
+)
 
 
 def token_batch(batch_size=3, passages=2, generator_seed=0):
@@ -162,7 +169,8 @@ def test_loss_matches_dpr_formula_with_hard_and_queued_negatives(similarity, col
     generator = torch.Generator().manual_seed(1)
     embeddings = torch.randn(5, columns, 8, generator=generator)
     extra = torch.randn(4, 8, generator=generator)
-    loss, negatives = model.compute_contrastive_loss(embeddings, extra_negatives=extra)
+    queue_holding(model, extra)
+    loss, negatives = model.compute_contrastive_loss(embeddings)
     expected, expected_negatives = reference_loss(embeddings, similarity, model.config.temperature, extra=extra)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert negatives.item() == expected_negatives == 5 * (columns - 1) - 1 + 4
@@ -178,9 +186,8 @@ def test_duplicates_are_never_negatives_and_the_loss_still_matches_the_formula()
     ids[1, 2] = ids[1, 0]  # query 1's hard negative is its own question's text
     extra = torch.randn(3, 8, generator=generator)
     extra_ids = torch.tensor([ids[3, 1].item(), 7, 8])  # the queue holds query 3's positive again
-    loss, negatives = model.compute_contrastive_loss(
-        embeddings, sentence_ids=ids, extra_negatives=extra, extra_negative_ids=extra_ids
-    )
+    queue_holding(model, extra, extra_ids)
+    loss, negatives = model.compute_contrastive_loss(embeddings, sentence_ids=ids)
     expected, expected_negatives = reference_loss(
         embeddings.detach(), "cosine", 0.05, extra=extra, ids=ids, extra_ids=extra_ids
     )
@@ -188,7 +195,8 @@ def test_duplicates_are_never_negatives_and_the_loss_still_matches_the_formula()
     assert negatives.item() == pytest.approx(expected_negatives)
     assert expected_negatives < 4 * 2 - 1 + 3  # something was masked
 
-    unmasked_loss, _ = model.compute_contrastive_loss(embeddings, extra_negatives=extra)
+    queue_holding(model, extra)
+    unmasked_loss, _ = model.compute_contrastive_loss(embeddings)
     assert not math.isclose(loss.item(), unmasked_loss.item(), rel_tol=1e-4)
 
 
@@ -197,7 +205,8 @@ def test_queue_without_ids_is_never_masked():
     embeddings = torch.randn(3, 2, 8)
     ids = torch.arange(6).view(3, 2)
     extra = embeddings[:, 1].clone()  # queued copies of this batch's positives, ids unknown
-    _, negatives = model.compute_contrastive_loss(embeddings, sentence_ids=ids, extra_negatives=extra)
+    queue_holding(model, extra)
+    _, negatives = model.compute_contrastive_loss(embeddings, sentence_ids=ids)
     assert negatives.item() == 2 + 3
 
 
@@ -215,14 +224,16 @@ def test_gathered_loss_scores_local_queries_against_every_process_passages(monke
     monkeypatch.setattr(distributed, "gather_sizes", lambda size, device: [3, size])
     monkeypatch.setattr(distributed, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
     monkeypatch.setattr(objectives, "gather_no_grad", lambda t, sizes: torch.cat([other_ids, t]))
-    loss, negatives = model.compute_contrastive_loss(mine, sentence_ids=my_ids, gather_across_devices=True)
+    model.loss_fn.gather_across_devices = True
+    loss, negatives = model.compute_contrastive_loss(mine, sentence_ids=my_ids)
     everyone = torch.cat([other, mine.detach()])
     expected, expected_negatives = reference_loss(
         everyone, "dot", 1.0, ids=torch.cat([other_ids, my_ids]), rows=[3, 4, 5]
     )
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert negatives.item() == pytest.approx(expected_negatives)
-    # without the flag, only this process's passages are negatives
+    # without gathering, only this process's passages are negatives
+    model.loss_fn.gather_across_devices = False
     _, local_negatives = model.compute_contrastive_loss(mine, sentence_ids=my_ids)
     assert local_negatives.item() == 3 * 2 - 1
 
@@ -292,6 +303,31 @@ def test_prebatch_queue_adds_the_previous_batches_passages_as_negatives(tokenize
     assert seen == [15.0, 23.0, 31.0, 31.0]
     logged = [entry["negatives_per_query"] for entry in trainer.state.log_history if "negatives_per_query" in entry]
     assert logged == seen
+
+
+class CountedInfoNCE(InfoNCELoss):
+    """InfoNCE under a name of its own, counting the batches it scores (a loss a user hands the trainer)."""
+
+    name = "counted_info_nce"
+    description = "InfoNCE, counted (a test's)"
+    calls = 0
+
+    def compute(self, views):
+        self.calls += 1
+        return super().compute(views)
+
+
+def test_a_loss_handed_to_the_trainer_trains_both_towers_and_the_card_names_it(tokenizer, tmp_path):
+    """DPR's config builds InfoNCE over dot products; ContrastiveTrainer(loss=...) hands the towers any loss, here
+    over cosine similarities at temperature 0.1, and the card says which."""
+    loss = CountedInfoNCE(temperature=0.1, similarity="cosine")
+    trainer = make_dual_encoder_trainer(tokenizer, tmp_path, max_steps=2, loss=loss, logging_steps=1)
+    assert trainer.model.loss_fn is loss and trainer.loss_fn is loss
+    trainer.train()
+    assert loss.calls == 2
+    trainer.create_model_card()
+    card = (tmp_path / "README.md").read_text()
+    assert "counted_info_nce: InfoNCE, counted (a test's), over cosine similarities, temperature 0.1" in card
 
 
 def test_grad_cache_chunks_give_the_full_batch_update(tokenizer, tmp_path):

@@ -21,6 +21,7 @@ from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.recipes.sg_bert import SelfGuidedModel
 
 from conftest import assert_grad_cache_matches_one_pass, tiny_bert_config
+from helpers.builders import queue_holding
 
 DIMS, WEIGHTS = [32, 16, 8], [1.0, 0.5, 2.0]
 
@@ -43,7 +44,8 @@ def test_info_nce_is_the_weighted_sum_over_truncations_with_hard_negatives_queue
     ids = torch.arange(16).view(4, 4)
     ids[2, 1] = ids[0, 1]  # a duplicated positive
     queue_ids = torch.tensor([ids[3, 1].item(), 50, 51])
-    loss, _ = model.compute_contrastive_loss(views, ids, queue, queue_ids)
+    queue_holding(model, queue, queue_ids)
+    loss, _ = model.compute_contrastive_loss(views, ids)
     columns = torch.cat([ids[:, 1], ids[:, 2:].reshape(-1), queue_ids])
     mask = duplicate_mask(ids[:, :2], columns, torch.arange(4))
 
@@ -93,7 +95,8 @@ def test_gathered_negatives_are_truncated_with_this_process_s_vectors(monkeypatc
     monkeypatch.setattr(distributed, "rank", lambda: 1)
     monkeypatch.setattr(distributed, "gather_sizes", lambda size, device: [3, size])
     monkeypatch.setattr(distributed, "gather_with_grad", lambda t, sizes: torch.cat([other, t]))
-    loss, _ = model.compute_contrastive_loss(mine, gather_across_devices=True)
+    model.loss_fn.gather_across_devices = True
+    loss, _ = model.compute_contrastive_loss(mine)
     everyone = torch.cat([other, mine])
     expected = by_hand(lambda d: info_nce(mine[:, 0, :d], everyone[:, 1, :d], 0.05, positive_offset=3)) * 2 * 2 / 5
     assert loss.item() == pytest.approx(expected, rel=1e-5)

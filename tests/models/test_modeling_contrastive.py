@@ -21,6 +21,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.models.configuration_contrastive import CONFIG_FIELDS, POOLER_TYPES
 
 from conftest import tiny_bert_config
+from helpers.builders import queue_holding
 
 VOCAB = 100
 
@@ -475,17 +476,11 @@ def test_queued_copies_of_a_sentence_are_not_its_negatives():
     input_ids, attention_mask = mixed_length_views(size=3)
     sentence_ids = torch.tensor([[10, 10], [11, 11], [12, 12]])
     queue = torch.randn(4, 32)
-    with_ids = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        sentence_ids=sentence_ids,
-        extra_negatives=queue,
-        extra_negative_ids=torch.tensor([11, 50, 51, 52]),  # the first queued key is sentence 1 again
-    )
+    queue_holding(model, queue, torch.tensor([11, 50, 51, 52]))  # the first queued key is sentence 1 again
+    with_ids = model(input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids)
     assert with_ids.negatives_per_query.item() == pytest.approx((6 + 5 + 6) / 3)
-    without_ids = model(
-        input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids, extra_negatives=queue
-    )
+    queue_holding(model, queue)
+    without_ids = model(input_ids=input_ids, attention_mask=attention_mask, sentence_ids=sentence_ids)
     assert without_ids.negatives_per_query.item() == 6  # unknown ids: nothing in the queue is left out
 
 

@@ -39,6 +39,7 @@ from contrastive_hf.models.packing import (
 )
 
 from conftest import tiny_bert_config
+from helpers.builders import queue_holding
 
 VOCAB = 100
 WIDTH = 20
@@ -202,8 +203,14 @@ def loss_and_gradients(model, batch, sub_batch_size, kernel):
     return output, gradients
 
 
-def assert_same_objective(model, batch, kernel):
+def assert_same_objective(model, batch, kernel, queued=None):
+    """The padded and the packed passes give the same losses and gradients (``queued``: ``(keys, ids)`` held by the
+    loss's pre-batch queue before each pass)."""
+    if queued is not None:
+        queue_holding(model, *queued)
     padded, padded_gradients = loss_and_gradients(model, batch, 0, None)
+    if queued is not None:
+        queue_holding(model, *queued)
     packed, packed_gradients = loss_and_gradients(model, batch, "packed", kernel)
     for name in ("loss", "cl_loss", "mlm_loss", "negatives_per_query"):
         if getattr(padded, name) is not None:
@@ -247,14 +254,9 @@ def test_packed_hard_negatives_queue_and_duplicates_give_the_padded_loss(kernel)
     sentence_ids = torch.arange(18).view(6, 3)
     sentence_ids[4, 1] = sentence_ids[2, 0]  # a sentence twice in the batch: never its own negative
     queue = torch.randn(5, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": mask,
-        "sentence_ids": sentence_ids,
-        "extra_negatives": queue,  # the pre-batch queue's keys
-        "extra_negative_ids": torch.tensor([100, 101, int(sentence_ids[0, 0]), 103, 104]),
-    }
-    assert_same_objective(model, batch, kernel)
+    batch = {"input_ids": input_ids, "attention_mask": mask, "sentence_ids": sentence_ids}
+    queue_ids = torch.tensor([100, 101, int(sentence_ids[0, 0]), 103, 104])
+    assert_same_objective(model, batch, kernel, queued=(queue, queue_ids))  # the pre-batch queue's keys
 
 
 def test_packing_with_gradient_checkpointing_gives_the_padded_gradients():

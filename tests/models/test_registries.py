@@ -27,7 +27,14 @@ from contrastive_hf.data.token_batch import TokenBatch
 from contrastive_hf.hub.model_card import ModelCardInfo, render_model_card, text_embeddings_inference_caveats
 from contrastive_hf.models.configuration_contrastive import CONTRASTIVE_LOSSES, POOLER_TYPES
 from contrastive_hf.models.losses import info_nce
-from contrastive_hf.models.objectives import InBatchViews, in_batch_loss, register_loss, unregister_loss
+from contrastive_hf.models.objectives import (
+    ContrastiveLoss,
+    InBatchViews,
+    InfoNCELoss,
+    build_loss,
+    register_loss,
+    unregister_loss,
+)
 from contrastive_hf.models.poolers import (
     PoolingInputs,
     pooler_for_sentence_transformers_mode,
@@ -54,10 +61,20 @@ def pool_mean_and_max(inputs: PoolingInputs) -> torch.Tensor:
     return (inputs.mean(inputs.last_hidden) + inputs.maximum(inputs.last_hidden)) / 2  # (B, h)
 
 
-def plain_info_nce(views: InBatchViews):
+class PlainInfoNCE(ContrastiveLoss):
     """InfoNCE of the queries against every positive, nothing masked: the built-in one without sentence ids."""
-    loss = info_nce(views.embeddings[:, 0], views.everyone[:, 1], views.temperature, positive_offset=views.offset)
-    return loss, views.everyone.shape[0] - 1
+
+    name = "toy_info_nce"
+    description = "InfoNCE with nothing masked (a toy)"
+
+    def compute(self, views: InBatchViews):
+        loss = info_nce(views.embeddings[:, 0], views.everyone[:, 1], self.temperature, positive_offset=views.offset)
+        return loss, views.everyone.shape[0] - 1
+
+
+class UsersLoss(PlainInfoNCE):
+    name = "toy_users_loss"
+    description = "a user's loss (a toy)"
 
 
 class FirstWordDeletion(Augmentation):
@@ -96,9 +113,9 @@ def toy_poolers():
 
 @pytest.fixture
 def toy_loss():
-    register_loss("toy_info_nce", plain_info_nce, "InfoNCE with nothing masked (a toy)")
+    register_loss(PlainInfoNCE)
     yield
-    unregister_loss("toy_info_nce")
+    unregister_loss(PlainInfoNCE.name)
 
 
 @pytest.fixture
@@ -208,14 +225,15 @@ def test_the_model_card_describes_a_registered_pooler():
 def test_a_registered_loss_is_accepted_by_the_config_and_trains_the_model():
     assert "toy_info_nce" in CONTRASTIVE_LOSSES
     views = torch.randn(6, 2, 16)
-    toy, negatives = in_batch_loss(views, "toy_info_nce", temperature=0.05)
-    reference, reference_negatives = in_batch_loss(views, "info_nce", temperature=0.05)
+    toy, negatives = PlainInfoNCE(temperature=0.05)(views)
+    reference, reference_negatives = InfoNCELoss(temperature=0.05)(views)
     torch.testing.assert_close(toy, reference)
     assert float(negatives) == float(reference_negatives) == 5.0
 
     torch.manual_seed(0)
     config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=60), contrastive_loss="toy_info_nce", mlm_weight=0)
     model = ContrastiveForPreTraining(config)
+    assert isinstance(model.loss_fn, PlainInfoNCE) and model.loss_fn.temperature == config.temperature
     ids = torch.randint(5, 60, (4, 2, 8))
     output = model(input_ids=ids, attention_mask=torch.ones_like(ids))
     output.loss.backward()
@@ -223,7 +241,7 @@ def test_a_registered_loss_is_accepted_by_the_config_and_trains_the_model():
     card = card_of(model)
     assert "L_CL (toy_info_nce: InfoNCE with nothing masked (a toy))" in card
     with pytest.raises(ValueError, match=r"Unknown contrastive_loss 'toy_missing'.*toy_info_nce.* before training"):
-        in_batch_loss(views, "toy_missing", temperature=0.05)
+        build_loss(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=60), contrastive_loss="toy_missing"))
 
 
 def test_a_checkpoint_trained_with_a_users_loss_loads_and_encodes_without_it_and_trains_only_with_it(
@@ -237,7 +255,7 @@ def test_a_checkpoint_trained_with_a_users_loss_loads_and_encodes_without_it_and
     from contrastive_hf.training.trainer import ContrastiveTrainer
     from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
-    register_loss("toy_users_loss", plain_info_nce, "a user's loss (a toy)")
+    register_loss(UsersLoss)
     try:
         model = ContrastiveForPreTraining(
             ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), contrastive_loss="toy_users_loss")

@@ -5,7 +5,7 @@ BERT with contrastive_hf, loads the folder with ``SentenceTransformer`` (its own
 modules), and compares the loss and the gradient of every parameter, or the embeddings, with contrastive_hf's:
 
 - `MultipleNegativesRankingLoss` (scale = 1 / temperature, cosine) with 0, 1 and 3 hard negatives against
-  `ContrastiveForPreTraining`'s InfoNCE (`objectives.in_batch_loss`);
+  `ContrastiveForPreTraining`'s InfoNCE (`objectives.InfoNCELoss`);
 - `CachedMultipleNegativesRankingLoss` (GradCache) against `training.grad_cache.grad_cache_step`;
 - `MatryoshkaLoss` around either of them against ``matryoshka_dims`` / ``matryoshka_weights``;
 - prompts, ``include_prompt`` True and False, for every pooler both libraries have (``cls``: Pooling on the first

@@ -14,15 +14,13 @@ from contrastive_hf.training.trainer import ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import tiny_bert_config
-from helpers.builders import BATCH, batch, build, gradients
+from helpers.builders import BATCH, batch, build, gradients, queue_holding
 
 
-def queue() -> dict[str, torch.Tensor]:
+def queue(model) -> None:
+    """Six queued keys, one of them sentence 1's positive again (id 3), in ``model``'s loss."""
     generator = torch.Generator().manual_seed(2)
-    return {
-        "extra_negatives": torch.randn(6, 32, generator=generator),
-        "extra_negative_ids": torch.tensor([100, 101, 3, 102, 103, 104]),  # 3: the positive of sentence 1
-    }
+    queue_holding(model, torch.randn(6, 32, generator=generator), torch.tensor([100, 101, 3, 102, 103, 104]))
 
 
 def run_grad_cache(model, inputs, chunk_size=4, **kwargs):
@@ -32,11 +30,13 @@ def run_grad_cache(model, inputs, chunk_size=4, **kwargs):
 def test_without_dropout_it_equals_one_full_batch_pass_with_mlm_hard_negatives_and_queue():
     inputs = batch()
     reference_model = build(dropout=0.0)
-    reference = reference_model(**inputs, **queue())
+    queue(reference_model)
+    reference = reference_model(**inputs)
     reference.loss.backward()
 
     model = build(dropout=0.0)
-    result = run_grad_cache(model, inputs, negatives_kwargs=queue())
+    queue(model)
+    result = run_grad_cache(model, inputs)
     torch.testing.assert_close(result.loss, reference.loss.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(result.cl_loss, reference.cl_loss.detach(), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(result.mlm_loss, reference.mlm_loss.detach(), atol=1e-5, rtol=1e-5)
@@ -54,7 +54,8 @@ def full_batch_with_the_same_dropout(model, inputs, chunk_size):
         model.embed_views(inputs["input_ids"][start:][:chunk_size], inputs["attention_mask"][start:][:chunk_size])
         for start in range(0, BATCH, chunk_size)
     ]
-    loss, _ = model.compute_contrastive_loss(torch.cat(pieces), inputs["sentence_ids"], **queue())
+    queue(model)
+    loss, _ = model.compute_contrastive_loss(torch.cat(pieces), inputs["sentence_ids"])
     loss.backward()
     return loss
 
@@ -68,7 +69,8 @@ def test_with_dropout_the_replayed_chunks_draw_the_same_masks(chunk_size):
 
     model = build(dropout=0.3, mlm_weight=0.0)
     torch.manual_seed(7)
-    result = run_grad_cache(model, inputs, chunk_size, negatives_kwargs=queue())
+    queue(model)
+    result = run_grad_cache(model, inputs, chunk_size)
     torch.testing.assert_close(result.cl_loss, reference_loss.detach(), atol=1e-5, rtol=1e-5)
     expected = gradients(reference_model)
     for name, grad in gradients(model).items():
@@ -85,7 +87,8 @@ def test_without_the_replay_dropout_gradients_would_be_wrong(monkeypatch):
     monkeypatch.setattr(grad_cache_module.RandomState, "restore", lambda self: None)
     model = build(dropout=0.3, mlm_weight=0.0)
     torch.manual_seed(7)
-    run_grad_cache(model, inputs, 4, negatives_kwargs=queue())
+    queue(model)
+    run_grad_cache(model, inputs, 4)
     expected = gradients(reference_model)
     assert any(not torch.allclose(grad, expected[name], atol=1e-4) for name, grad in gradients(model).items())
 
@@ -138,7 +141,7 @@ def test_the_trainer_with_grad_cache_trains_the_weights_of_the_plain_trainer(tok
     for expected, got in zip(plain_logs, cached_logs, strict=True):
         for key in ("loss", "cl_loss", "mlm_loss", "negatives_per_query", "queue_fill"):
             assert got[key] == pytest.approx(expected[key], abs=2e-3), key
-    queued, expected_queue = cached.prebatch_queue.negatives(10), plain.prebatch_queue.negatives(10)
+    queued, expected_queue = cached.loss_fn.prebatch.negatives(), plain.loss_fn.prebatch.negatives()
     torch.testing.assert_close(queued, expected_queue, atol=1e-5, rtol=0)
 
 

@@ -6,28 +6,31 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
-from contrastive_hf.training.prebatch_queue import PrebatchQueue
+from contrastive_hf.models.prebatch_queue import PrebatchQueue
 from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import tiny_bert_config
-from helpers.builders import QUEUE_SENTENCES, make_queue_trainer
+from helpers.builders import QUEUE_SENTENCES, make_queue_trainer, queue_holding
 
 
 def test_queue_is_a_bounded_fifo_with_warmup_and_reset():
     queue = PrebatchQueue(num_batches=2, warmup_steps=3)
     batches = [torch.full((4, 3), float(i)) for i in range(3)]
-    assert queue.negatives(step=10) is None  # empty
+    queue.step = 10
+    assert queue.negatives() is None  # empty
     for batch in batches:
         queue.push(batch)
     assert len(queue) == 8
-    assert queue.negatives(step=2) is None  # warming up
-    torch.testing.assert_close(queue.negatives(step=3), torch.cat(batches[1:]))  # oldest dropped
+    queue.step = 2
+    assert queue.negatives() is None  # warming up
+    queue.step = 3
+    torch.testing.assert_close(queue.negatives(), torch.cat(batches[1:]))  # oldest dropped
     restored = PrebatchQueue(num_batches=2)
     restored.load_state_dict(queue.state_dict())
-    torch.testing.assert_close(restored.negatives(step=0), queue.negatives(step=3))
+    torch.testing.assert_close(restored.negatives(), queue.negatives())
     queue.reset()
-    assert len(queue) == 0 and queue.negatives(step=10) is None
+    assert len(queue) == 0 and queue.negatives() is None
     with pytest.raises(ValueError, match="num_batches"):
         PrebatchQueue(num_batches=0)
 
@@ -35,10 +38,15 @@ def test_queue_is_a_bounded_fifo_with_warmup_and_reset():
 def test_queued_keys_are_extra_negatives_of_the_loss():
     model = ContrastiveForPreTraining(
         ContrastiveConfig(encoder=tiny_bert_config(vocab_size=60), contrastive_loss="info_nce", mlm_weight=0.0)
-    ).eval()
+    )
+    for module in model.modules():  # dropout off: the two calls below see the same views
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
     views = torch.randint(5, 60, (4, 2, 6))
     queued = torch.randn(8, 32)
-    out = model(input_ids=views, extra_negatives=queued)
+    queue = queue_holding(model, queued)
+    out = model(input_ids=views)
+    assert torch.equal(queue.negatives(), out.embeddings[:, 1].detach())  # the batch's keys, queued after it
     # the formula, written out in float64 (SimCSE eq. (1), DensePhrases' pre-batch negatives as more columns):
     # l_i = -log(exp(cos(q_i, k_i) / t) / (sum_j exp(cos(q_i, k_j) / t) + sum_m exp(cos(q_i, e_m) / t)))
     queries, keys, extra = (x.detach().double() for x in (out.embeddings[:, 0], out.embeddings[:, 1], queued))
@@ -47,23 +55,24 @@ def test_queued_keys_are_extra_negatives_of_the_loss():
         logits = [torch.cosine_similarity(query, key, dim=0) / 0.05 for key in (*keys, *extra)]
         expected -= (logits[i] - torch.logsumexp(torch.stack(logits), dim=0)) / len(queries)
     torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
+    model.loss_fn.prebatch = None
     assert out.loss > model(input_ids=views).loss  # more negatives, larger loss
 
 
 def test_trainer_feeds_the_queue_after_warmup(tokenizer, tmp_path):
     trainer = make_queue_trainer(tokenizer, tmp_path, max_steps=4, prebatch_size=2, prebatch_warmup_steps=2)
     seen = []
-    forward = trainer.model.forward
+    loss = trainer.model.loss_fn
+    compute = loss.compute
 
-    def recording_forward(*args, **kwargs):
-        negatives = kwargs.get("extra_negatives")
-        seen.append(None if negatives is None else negatives.shape[0])
-        return forward(*args, **kwargs)
+    def recording_compute(views):
+        seen.append(None if views.extra_negatives is None else views.extra_negatives.shape[0])
+        return compute(views)
 
-    trainer.model.forward = recording_forward
+    loss.compute = recording_compute
     trainer.train()
     assert seen == [None, None, 8, 8]  # steps 0-1 warm up; then 2 batches of 4 keys
-    assert len(trainer.prebatch_queue) == 8
+    assert loss.prebatch is trainer.loss_fn.prebatch and len(loss.prebatch) == 8
 
 
 def test_nt_xent_with_a_queue_is_refused_with_the_fix(tokenizer, tmp_path):
@@ -90,5 +99,6 @@ def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer
         straight.model.named_parameters(), resumed.model.named_parameters(), strict=True
     ):
         torch.testing.assert_close(got, expected, atol=1e-6, rtol=0, msg=name)
-    torch.testing.assert_close(resumed.prebatch_queue.negatives(10), straight.prebatch_queue.negatives(10))
-    assert torch.equal(resumed.prebatch_queue.negative_ids(10), straight.prebatch_queue.negative_ids(10))
+    resumed_queue, straight_queue = resumed.loss_fn.prebatch, straight.loss_fn.prebatch
+    torch.testing.assert_close(resumed_queue.negatives(), straight_queue.negatives())
+    assert torch.equal(resumed_queue.negative_ids(), straight_queue.negative_ids())

@@ -110,7 +110,7 @@ def test_plain_training_arguments_work_with_the_contrastive_defaults(tokenizer, 
         train_dataset=trainer.train_dataset,
         data_collator=trainer.data_collator,
     )
-    assert trainer.prebatch_queue is None
+    assert trainer.loss_fn.prebatch is None
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 2 and all("mlm_loss" in entry and "cl_loss" in entry for entry in logged)

@@ -162,9 +162,20 @@ def card_info_from_trainer(
         hyperparameters=hyperparameters,
         eval_results={task: metrics for task, metrics in results.items() if "spearman" in metrics or "mrr" in metrics},
         hard_negatives=int(described.get("hard_negatives", 0)),
+        objective=_handed_loss_objective(trainer, model),
         **_adapter_fields(model),
     )
     return replace(info, **fields)
+
+
+def _handed_loss_objective(trainer, model) -> str | None:
+    """The objective in words when the trainer's loss is not the one the model's config names (a loss handed to
+    ``ContrastiveTrainer(loss=...)``); None when the config says it."""
+    loss = getattr(trainer, "loss_fn", None)
+    name = getattr(loss, "name", None)
+    if not name or name == getattr(model.config, "contrastive_loss", "info_nce"):
+        return None
+    return f"L_CL ({name}: {loss.description}, over {loss.similarity} similarities, temperature {loss.temperature})"
 
 
 def _adapter_fields(model) -> dict:

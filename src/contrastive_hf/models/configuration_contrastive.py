@@ -215,7 +215,7 @@ class ContrastiveConfig(PreTrainedConfig):
                 f"Unknown projection_type {self.projection_type!r}: choose one of {', '.join(PROJECTION_TYPES)}."
             )
         # a loss registered by a user's module need not be registered to load and encode the model: training checks
-        # it (`training/sanity.py`, `in_batch_loss`)
+        # it (`training/sanity.py`, `build_loss`)
         if not isinstance(self.contrastive_loss, str) or not self.contrastive_loss:
             raise ValueError(
                 f"contrastive_loss must name an in-batch loss ({', '.join(LOSSES.names())}, or one registered with "

@@ -25,7 +25,7 @@ from .heads import MaskedLMHead
 from .host_data import host_array, to_device
 from .masked_lm_checkpoint import MaskedLMLayout, masked_lm_layout
 from .modeling_contrastive import ContrastiveModel, ContrastivePreTrainedModel
-from .objectives import cached_gradient_surrogate, in_batch_loss
+from .objectives import LOSSES, ContrastiveLoss, build_loss, cached_gradient_surrogate
 
 __all__ = ["ContrastiveForPreTraining", "ContrastivePreTrainingOutput"]
 
@@ -80,6 +80,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         self.contrastive = ContrastiveModel(config)
         self.config.encoder = self.contrastive.encoder.config
         self.mlm_head = self._new_mlm_head()
+        # L_CL, built from the config (a loss nobody registered yet: the trainer builds it once it is, or refuses)
+        self.loss_fn: ContrastiveLoss | None = build_loss(config) if config.contrastive_loss in LOSSES else None
         self.post_init()
 
     def _new_mlm_head(self) -> MaskedLMHead:
@@ -221,34 +223,17 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         )
 
     def compute_contrastive_loss(
-        self,
-        embeddings: torch.Tensor,
-        sentence_ids: torch.Tensor | None = None,
-        extra_negatives: torch.Tensor | None = None,
-        extra_negative_ids: torch.Tensor | None = None,
-        gather_across_devices: bool = False,
+        self, embeddings: torch.Tensor, sentence_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """L_CL on ``(B, S, d)`` view embeddings (S = 2: two views; more: anchor, positive, hard negatives), and the
-        mean number of negatives per query (`objectives.in_batch_loss` with this model's loss settings).
-
-        With ``gather_across_devices`` (and several processes), the views of every process are gathered with a
-        differentiable all-gather: this process's views are scored against the global batch, and the mean of the
-        per-process losses (which DDP/DeepSpeed's gradient averaging takes) is the global batch's loss, exactly.
-        With ``sentence_ids`` (``(B, S)``, the collators' content hashes; ``extra_negative_ids`` for the queue), a
-        sentence is never a negative of an identical one.
-        """
-        return in_batch_loss(
-            embeddings,
-            loss=self.config.contrastive_loss,
-            temperature=self.config.temperature,
-            hard_negative_weight=self.config.hard_negative_weight,
-            sentence_ids=sentence_ids,
-            extra_negatives=extra_negatives,
-            extra_negative_ids=extra_negative_ids,
-            gather_across_devices=gather_across_devices,
-            matryoshka_dims=self.config.matryoshka_dims,
-            matryoshka_weights=self.config.matryoshka_weights,
-        )
+        mean number of negatives per query: this model's ``loss_fn`` (`objectives.ContrastiveLoss`, built from the
+        config's ``contrastive_loss``, temperature and Matryoshka dimensions, or the one `ContrastiveTrainer` was
+        handed), which also gathers the views of every process and reads its pre-batch queue when it has one. With
+        ``sentence_ids`` (``(B, S)``, the collators' content hashes), a sentence is never a negative of an identical
+        one."""
+        if self.loss_fn is None:
+            build_loss(self.config)  # the registry's error: which loss, and how to register it
+        return self.loss_fn(embeddings, sentence_ids)
 
     def compute_mlm_loss(
         self,
@@ -337,9 +322,6 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         mlm_lengths=None,
         mlm_positions=None,
         return_loss: bool = True,
-        gather_across_devices: bool = False,
-        extra_negatives: torch.Tensor | None = None,
-        extra_negative_ids: torch.Tensor | None = None,
         cached_embedding_gradients: torch.Tensor | None = None,
         mlm_loss_share: float = 1.0,
         return_mlm_logits: bool | None = None,
@@ -364,11 +346,6 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return_loss (`bool`, defaults to `True`):
             Compute the losses; otherwise only the view embeddings are returned. With ``cl_weight`` 0 the losses
             need no view, so none is encoded and ``embeddings`` is None.
-        gather_across_devices (`bool`, defaults to `False`):
-            Use the views of every process as negatives (see `compute_contrastive_loss`).
-        extra_negatives (`torch.FloatTensor` of shape `(num_negatives, projection_dim)`, *optional*):
-            More negatives for every anchor, e.g. a pre-batch queue of earlier batches' keys (InfoNCE only), and
-            ``extra_negative_ids`` their sentence ids.
         cached_embedding_gradients (`torch.FloatTensor` of shape `(batch_size, num_views, d)`, *optional*):
             GradCache's second pass (`ContrastiveTrainer` with ``grad_cache_chunk_size``): the gradient of L_CL with
             respect to these embeddings, computed on the whole batch. The returned ``loss`` is then
@@ -395,9 +372,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             if cached_embedding_gradients is not None:
                 loss = loss + self.config.cl_weight * cached_gradient_surrogate(embeddings, cached_embedding_gradients)
             elif self.config.cl_weight > 0:
-                cl_loss, negatives_per_query = self.compute_contrastive_loss(
-                    embeddings, sentence_ids, extra_negatives, extra_negative_ids, gather_across_devices
-                )
+                cl_loss, negatives_per_query = self.compute_contrastive_loss(embeddings, sentence_ids)
                 loss = loss + self.config.cl_weight * cl_loss
             if self.config.mlm_weight > 0 and mlm_labels is not None:
                 if logits is not None:  # from the scores of every token: one pass of the MLM copy

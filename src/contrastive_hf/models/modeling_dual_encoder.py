@@ -43,7 +43,7 @@ from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import encode_with
 from .heads import build_encoder, init_weights
-from .objectives import cached_gradient_surrogate, in_batch_loss
+from .objectives import ContrastiveLoss, build_loss, cached_gradient_surrogate
 from .poolers import SentencePooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack, write_json
 from .sentence_transformers_folders import (
@@ -202,6 +202,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             self.query_projection = nn.Linear(config.query_encoder.hidden_size, config.projection_dim)
             if not config.share_encoders:
                 self.passage_projection = nn.Linear(config.passage_encoder.hidden_size, config.projection_dim)
+        self.loss_fn: ContrastiveLoss = build_loss(config)  # InfoNCE with the config's similarity and temperature
         self.post_init()
 
     def _sync_encoder_configs(self) -> None:
@@ -331,41 +332,23 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     # ------------------------------------------------------------------------------------------------------------
 
     def compute_contrastive_loss(
-        self,
-        embeddings: torch.Tensor,
-        sentence_ids: torch.Tensor | None = None,
-        extra_negatives: torch.Tensor | None = None,
-        extra_negative_ids: torch.Tensor | None = None,
-        gather_across_devices: bool = False,
+        self, embeddings: torch.Tensor, sentence_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """DPR's loss on ``(B, S, d)`` embeddings (S = 2: query, positive; S = 3: + hard negative).
+        """DPR's loss on ``(B, S, d)`` embeddings (S = 2: query, positive; S = 3: + hard negative): this model's
+        ``loss_fn`` (InfoNCE with the config's similarity, temperature and Matryoshka dimensions, or the loss
+        `ContrastiveTrainer` was handed), which also gathers the passages of every process and reads its pre-batch
+        queue (DensePhrases' pre-batch negatives) when it has one.
 
         Args:
             embeddings: the output of `embed_views`.
             sentence_ids: optional ``(B, S)`` ids of the texts (the collator's content hashes): a column holding the
                 same text as a query or its positive is left out of that query's negatives.
-            extra_negatives: optional ``(K, d)`` negatives for every query (DensePhrases' pre-batch queue).
-            extra_negative_ids: optional ``(K,)`` ids of the extra negatives, for the same duplicate masking.
-            gather_across_devices: with several processes, score this process's queries against the passages of
-                every process (a differentiable all-gather; the mean over processes of this loss is the global
-                batch's loss, which DDP's gradient averaging takes).
 
         Returns:
             ``(loss, negatives_per_query)``: the mean of the local queries' losses, and the mean number of negatives
             in their softmax.
         """
-        return in_batch_loss(
-            embeddings,
-            loss="info_nce",
-            temperature=self.config.temperature,
-            similarity=self.config.similarity,
-            sentence_ids=sentence_ids,
-            extra_negatives=extra_negatives,
-            extra_negative_ids=extra_negative_ids,
-            gather_across_devices=gather_across_devices,
-            matryoshka_dims=self.config.matryoshka_dims,
-            matryoshka_weights=self.config.matryoshka_weights,
-        )
+        return self.loss_fn(embeddings, sentence_ids)
 
     def forward(
         self,
@@ -380,9 +363,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         query_lengths=None,
         passage_lengths=None,
         return_loss: bool = True,
-        gather_across_devices: bool = False,
-        extra_negatives: torch.Tensor | None = None,
-        extra_negative_ids: torch.Tensor | None = None,
         cached_embedding_gradients: torch.Tensor | None = None,
         return_dict: bool | None = None,
     ) -> DualEncoderOutput | tuple:
@@ -401,12 +381,6 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             reads nothing back from the device to pack or sort its texts.
         return_loss (`bool`, defaults to `True`):
             Compute the loss; otherwise only the embeddings are returned.
-        gather_across_devices (`bool`, defaults to `False`):
-            Use the passages of every process as negatives (see `compute_contrastive_loss`).
-        extra_negatives (`torch.FloatTensor` of shape `(num_negatives, embedding_size)`, *optional*):
-            More negative passages for every question, e.g. the pre-batch queue.
-        extra_negative_ids (`torch.LongTensor` of shape `(num_negatives,)`, *optional*):
-            Their text ids, for duplicate masking.
         cached_embedding_gradients (`torch.FloatTensor` of shape `(batch_size, 1 + passages, d)`, *optional*):
             GradCache's second pass (`ContrastiveTrainer` with ``grad_cache_chunk_size``): the gradient of the loss
             with respect to these embeddings, computed on the whole batch. The returned ``loss`` is then
@@ -432,13 +406,7 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         if return_loss and cached_embedding_gradients is not None:
             loss = cached_gradient_surrogate(embeddings, cached_embedding_gradients)
         elif return_loss:
-            cl_loss, negatives_per_query = self.compute_contrastive_loss(
-                embeddings,
-                sentence_ids=sentence_ids,
-                extra_negatives=extra_negatives,
-                extra_negative_ids=extra_negative_ids,
-                gather_across_devices=gather_across_devices,
-            )
+            cl_loss, negatives_per_query = self.compute_contrastive_loss(embeddings, sentence_ids)
             loss = cl_loss
         output = DualEncoderOutput(
             loss=loss, cl_loss=cl_loss, embeddings=embeddings, negatives_per_query=negatives_per_query

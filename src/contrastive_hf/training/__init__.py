@@ -1,4 +1,4 @@
-"""Training: `ContrastiveTrainer`, its arguments, GradCache and the pre-batch queue."""
+"""Training: `ContrastiveTrainer`, its arguments and GradCache."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from .._lazy import lazy_exports
 _EXPORTS = {
     "ContrastiveTrainer": ".trainer",
     "ContrastiveTrainingArguments": ".training_args",
-    "PrebatchQueue": ".prebatch_queue",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = list(_EXPORTS)

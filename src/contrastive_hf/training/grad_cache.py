@@ -59,8 +59,9 @@ class GradCacheModel(Protocol):
     - ``view_input_names``: the batch entries ``embed_views`` takes, each with the batch in dim 0 (GradCache slices
       them into chunks).
     - ``embed_views(**views)``: the ``(B, S, d)`` view embeddings of those entries (step 1).
-    - ``compute_contrastive_loss(embeddings, sentence_ids, extra_negatives=..., extra_negative_ids=...,
-      gather_across_devices=...)``: ``(loss, negatives_per_query)`` of the whole batch's embeddings (step 2).
+    - ``compute_contrastive_loss(embeddings, sentence_ids)``: ``(loss, negatives_per_query)`` of the whole batch's
+      embeddings (step 2), by the model's loss (which gathers the other processes' views and reads its pre-batch
+      queue when it has one).
     - the model's forward, given a chunk and ``cached_embedding_gradients`` (the step-2 gradient of that chunk's
       embeddings), returns an output whose ``loss`` is ``cl_weight * sum(embeddings * gradients)``
       (`objectives.cached_gradient_surrogate`), plus, when the chunk carries MLM inputs, ``mlm_weight *
@@ -75,12 +76,7 @@ class GradCacheModel(Protocol):
     def embed_views(self, **views: torch.Tensor) -> torch.Tensor: ...
 
     def compute_contrastive_loss(
-        self,
-        embeddings: torch.Tensor,
-        sentence_ids: torch.Tensor | None = None,
-        extra_negatives: torch.Tensor | None = None,
-        extra_negative_ids: torch.Tensor | None = None,
-        gather_across_devices: bool = False,
+        self, embeddings: torch.Tensor, sentence_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -207,7 +203,6 @@ def grad_cache_step(
     chunk_size: int,
     backward: ChunkBackward | None = None,
     loss_scale: float = 1.0,
-    negatives_kwargs: dict | None = None,
     check_finite=None,
     batch_sizes: list[int] | None = None,
 ) -> GradCacheResult:
@@ -225,7 +220,6 @@ def grad_cache_step(
         backward: how the chunks back-propagate as one step (`chunk_backward` of an Accelerator); default: one
             process, ``loss.backward()``.
         loss_scale: factor on what is back-propagated (1 / gradient accumulation steps).
-        negatives_kwargs: ``gather_across_devices``, ``extra_negatives``, ``extra_negative_ids`` for the loss.
         check_finite: called with ``{"cl_loss": ...}`` before anything is back-propagated.
         batch_sizes: every process's batch size, in rank order, when the caller already gathered them
             (`distributed.gather_sizes`); else they are exchanged here.
@@ -264,9 +258,7 @@ def grad_cache_step(
     config = unwrapped.config
     cl_weight, mlm_weight = getattr(config, "cl_weight", 1.0), getattr(config, "mlm_weight", 0.0)
     if cl_weight > 0:
-        cl_loss, negatives = unwrapped.compute_contrastive_loss(
-            embeddings, inputs.get("sentence_ids"), **(negatives_kwargs or {})
-        )
+        cl_loss, negatives = unwrapped.compute_contrastive_loss(embeddings, inputs.get("sentence_ids"))
         if check_finite is not None:
             check_finite({"cl_loss": cl_loss})
         (gradients,) = torch.autograd.grad(cl_loss, embeddings)

@@ -25,11 +25,11 @@ from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_c
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
-from ..models.objectives import get_loss, loss_names
+from ..models.objectives import LOSSES, build_loss
+from ..models.prebatch_queue import PrebatchQueue
 from ..models.precision import Precision, log_precision_once
 from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
-from .prebatch_queue import PrebatchQueue
 from .progress import show_losses_on_progress_bar
 from .resuming import CheckedResume
 from .sanity import NonFiniteLossWatch, TrainingSanityCallback, check_training_setup
@@ -39,6 +39,7 @@ __all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QU
 
 logger = logging.getLogger(__name__)
 
+# The loss's state in a checkpoint (`ContrastiveLoss.loss_state`: its pre-batch queue), for an exact resume
 PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
 
 # Logged beside `loss`, each averaged over the steps since the last log and over processes: the parts of the
@@ -64,6 +65,12 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
     are never each other's negatives. With ``grad_cache_chunk_size`` the batch is encoded in chunks (GradCache,
     `contrastive_hf.training.grad_cache`): the loss and gradients of the whole batch for the memory of one chunk.
 
+    The contrastive loss is the model's ``loss_fn`` (`models.objectives.ContrastiveLoss`, built from its config);
+    ``loss=`` hands the model another (e.g. ``NTXentLoss(temperature=0.1)`` for DPR's two towers, or a
+    ``MatryoshkaLoss`` of a loss of one's own). The trainer tells the loss once whether to gather the views of every
+    process (``gather_negatives_across_devices`` with several processes) and gives it its pre-batch queue
+    (``prebatch_size``), which the loss owns and a checkpoint saves as the loss's state.
+
     STS evaluation during training, as SimCSE selects checkpoints: an `STSData` among the eval datasets, e.g.
     ``eval_dataset={"stsb": read_stsbenchmark("sts-dev.csv")}``, is scored every ``eval_steps`` (cosine similarity,
     Spearman x 100, plus alignment and uniformity) and logged as ``eval_stsb_spearman``, ``eval_stsb_pearson``,
@@ -82,7 +89,7 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
     # `create_model_card` or `push_to_hub`.
     model_card_info = None
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, loss: torch.nn.Module | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         bf16 = bool(self.args.bf16)
         reason = getattr(self.args, "precision_reason", "") or f"bf16={bf16} in the training arguments"
@@ -101,20 +108,22 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
             # `encode` uses it, and a two-tower checkpoint saves it beside each tower
             unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-        config = getattr(unwrapped, "config", None)
-        self.prebatch_queue = None
+        self.loss_fn = _contrastive_loss(unwrapped, loss)
+        if self.loss_fn is not None:  # exact global-batch negatives (distributed.py)
+            gather = self.args.world_size > 1 and self._option("gather_negatives_across_devices")
+            self.loss_fn.gather_across_devices = gather
         if self._option("prebatch_size"):
-            loss = getattr(config, "contrastive_loss", "info_nce")
-            if not get_loss(loss).takes_extra_negatives:
-                takers = [name for name in loss_names() if get_loss(name).takes_extra_negatives]
+            if not getattr(self.loss_fn, "takes_extra_negatives", False):
+                takers = [loss_class.name for loss_class in LOSSES if loss_class.takes_extra_negatives]
+                config = getattr(unwrapped, "config", None)
+                name = getattr(self.loss_fn, "name", None) or getattr(config, "contrastive_loss", None)
                 raise ValueError(
                     f"--prebatch_size needs a contrastive_loss that takes extra negatives ({', '.join(takers)}: "
-                    f"queued keys are negatives of the anchors), the model uses {loss!r}: set it in the model config "
+                    f"queued keys are negatives of the anchors), the model uses {name!r}: set it in the model config "
                     "(--contrastive_loss)."
                 )
-            self.prebatch_queue = PrebatchQueue(self._option("prebatch_size"), self._option("prebatch_warmup_steps"))
-            if self._option("prebatch_reset_each_epoch"):
-                self.add_callback(_ResetQueueEachEpoch(self.prebatch_queue))
+            self.loss_fn.prebatch = PrebatchQueue(self._option("prebatch_size"), self._option("prebatch_warmup_steps"))
+            self.add_callback(_PrebatchSteps(self.loss_fn.prebatch, self._option("prebatch_reset_each_epoch")))
         if self._option("grad_cache_chunk_size"):
             model = self.accelerator.unwrap_model(self.model)
             if not isinstance(model, GradCacheModel):
@@ -148,18 +157,8 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
             return getattr(self.args, name)
         return next(field.default for field in dataclasses.fields(ContrastiveTrainingArguments) if field.name == name)
 
-    def _negatives_kwargs(self, model) -> dict:
-        """What the model's loss needs beyond the batch: cross-device gathering and the pre-batch queue."""
-        kwargs = {}
-        if self.args.world_size > 1 and self._option("gather_negatives_across_devices"):
-            kwargs["gather_across_devices"] = True  # exact global-batch negatives (distributed.py)
-        if self.prebatch_queue is not None and model.training:
-            kwargs["extra_negatives"] = self.prebatch_queue.negatives(self.state.global_step)
-            kwargs["extra_negative_ids"] = self.prebatch_queue.negative_ids(self.state.global_step)
-        return kwargs
-
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
-        outputs = model(**inputs, **self._negatives_kwargs(model))
+        outputs = model(**inputs)
         if outputs.loss is None:
             raise ValueError("The model returned no loss: pass its inputs with return_loss=True (the default).")
         if model.training:
@@ -196,7 +195,6 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
                 chunk_size,
                 backward=chunk_backward(self.accelerator, model),
                 loss_scale=scale,
-                negatives_kwargs=self._negatives_kwargs(model),
                 check_finite=lambda parts: self._check_finite(None, parts),
                 batch_sizes=batch_sizes,
             )
@@ -210,18 +208,16 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
 
     @torch.no_grad()
     def _after_step(self, outputs, inputs) -> None:
-        """Push this batch's keys into the pre-batch queue and record the step's metrics (on the device)."""
+        """Record the step's metrics (on the device)."""
         embeddings = outputs.embeddings
         metrics = {name: getattr(outputs, name, None) for name in self.step_metrics}
         if embeddings is not None and embeddings.dim() == 3 and embeddings.shape[1] >= 2:
             metrics["alignment"] = alignment(embeddings[:, 0], embeddings[:, 1])
             if embeddings.shape[0] >= 2:
                 metrics["uniformity"] = uniformity(embeddings[:, 0])
-        if self.prebatch_queue is not None:
-            metrics["queue_fill"] = self.prebatch_queue.fill  # as used; a host number
-            if embeddings is not None:  # this batch's keys are the next batches' negatives
-                ids = inputs.get("sentence_ids")
-                self.prebatch_queue.push(embeddings[:, 1], None if ids is None else ids[:, 1])
+        queue = self._prebatch_queue
+        if queue is not None:
+            metrics["queue_fill"] = queue.fill_used  # as the loss read it; a host number
         dataset = getattr(self, "_batch_dataset", None)
         if dataset is not None and getattr(outputs, "cl_loss", None) is not None:
             metrics[f"cl_loss_{dataset}"] = outputs.cl_loss  # every process draws the same dataset at a step
@@ -410,18 +406,24 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         self._nonfinite.raise_if_any(self.state.epoch)
         super()._save_checkpoint(model, trial)
 
+    @property
+    def _prebatch_queue(self) -> PrebatchQueue | None:
+        return getattr(self.loss_fn, "prebatch", None)
+
     def checkpoint_extra_files(self) -> tuple[str, ...]:
-        return (PREBATCH_QUEUE_FILE,) if self.prebatch_queue is not None else ()
+        return (PREBATCH_QUEUE_FILE,) if self._prebatch_queue is not None else ()
 
     def save_checkpoint_extras(self, folder: str) -> None:
-        if self.prebatch_queue is not None:  # the queue is part of an exact resume
-            save_file(self.prebatch_queue.state_dict(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        if self._prebatch_queue is not None:  # the loss's state (its queue) is part of an exact resume
+            save_file(self.loss_fn.loss_state(), os.path.join(folder, PREBATCH_QUEUE_FILE))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
+        """The random states, and the loss's own state (its pre-batch queue): the last of a checkpoint's states that
+        every resume reads, with DeepSpeed too."""
         super()._load_rng_state(checkpoint)
         path = os.path.join(checkpoint or "", PREBATCH_QUEUE_FILE)
-        if self.prebatch_queue is not None and checkpoint is not None and os.path.isfile(path):
-            self.prebatch_queue.load_state_dict(load_file(path), device=self.args.device)
+        if self._prebatch_queue is not None and checkpoint is not None and os.path.isfile(path):
+            self.loss_fn.load_loss_state(load_file(path), device=self.args.device)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
         """Resume: a checkpoint in contrastive_hf's layout (the encoder in its own architecture, heads beside it) is
@@ -558,11 +560,35 @@ class _EpochExampleCount(TrainerCallback):
         self.examples, self.skipped_batches = 0, None
 
 
-class _ResetQueueEachEpoch(TrainerCallback):
-    """Empties the pre-batch queue at the start of every epoch (its keys would be an epoch old)."""
+class _PrebatchSteps(TrainerCallback):
+    """Tells the loss's pre-batch queue which optimisation step runs (its warm-up counts them), and with
+    ``reset_each_epoch`` empties it at the start of every epoch (its keys would be an epoch old)."""
 
-    def __init__(self, queue: PrebatchQueue):
-        self.queue = queue
+    def __init__(self, queue: PrebatchQueue, reset_each_epoch: bool):
+        self.queue, self.reset_each_epoch = queue, reset_each_epoch
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.queue.step = state.global_step
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        self.queue.reset()
+        if self.reset_each_epoch:
+            self.queue.reset()
+
+
+def _contrastive_loss(model, loss: torch.nn.Module | None) -> torch.nn.Module | None:
+    """The loss the model computes (its ``loss_fn``): ``loss`` when the trainer was handed one; the one its config
+    names when it was registered after the model was built; None for a model without one (a plain transformers
+    model, the multitask model)."""
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's base
+    if loss is not None:
+        if not hasattr(owner, "loss_fn"):
+            raise ValueError(
+                f"ContrastiveTrainer(loss=...) replaces the contrastive loss a model holds as its loss_fn "
+                f"(ContrastiveForPreTraining, DualEncoderModel, SelfGuidedModel); {type(owner).__name__} has none."
+            )
+        owner.loss_fn = loss
+    current = getattr(owner, "loss_fn", None)
+    config = getattr(owner, "config", None)
+    if current is None and hasattr(owner, "loss_fn") and getattr(config, "contrastive_loss", None) in LOSSES:
+        owner.loss_fn = current = build_loss(config)
+    return current

@@ -83,13 +83,13 @@ _EXPORTS = {
             "self_guided_opt1_loss",
             "self_guided_opt2_loss",
             "self_guided_opt3_loss",
+            "SelfGuidedLoss",
+            "SELF_GUIDED_LOSSES",
             "parameter_distance",
         ),
         ".losses",
     ),
-    **dict.fromkeys(
-        ("SELF_GUIDED_LOSSES", "HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"), ".modeling"
-    ),
+    **dict.fromkeys(("HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"), ".modeling"),
     **dict.fromkeys(("SelfGuidedTrainer", "SelfGuidedTrainingArguments"), ".trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

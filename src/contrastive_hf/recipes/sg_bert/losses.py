@@ -1,6 +1,8 @@
-"""SG-BERT's views and losses as functions (the formulas: this package's docstring). ``base`` and ``opt2`` are cases
-of the library's in-batch objective (`models.objectives.in_batch_loss`); ``opt1`` and ``opt3`` have denominators of
-their own, computed here on the same global batch (`distributed.gather_global_batch`)."""
+"""SG-BERT's views and losses (the formulas: this package's docstring): the losses as functions, and `SelfGuidedLoss`,
+the module a `SelfGuidedModel` holds as its ``loss_fn`` (its variant, temperature and cross-device gathering).
+``base`` and ``opt2`` are cases of the library's in-batch losses (`models.objectives.NTXentLoss` and `InfoNCELoss`);
+``opt1`` and ``opt3`` have denominators of their own, computed here on the same global batch
+(`distributed.gather_global_batch`)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from torch import nn
 
 from ...models.distributed import gather_global_batch, share_of_global_mean
 from ...models.losses import cosine_logits
-from ...models.objectives import in_batch_loss
+from ...models.objectives import InfoNCELoss, NTXentLoss
 
 __all__ = [
     "LAYER_POOLINGS",
@@ -22,6 +24,8 @@ __all__ = [
     "self_guided_opt1_loss",
     "self_guided_opt2_loss",
     "self_guided_opt3_loss",
+    "SelfGuidedLoss",
+    "SELF_GUIDED_LOSSES",
     "parameter_distance",
 ]
 
@@ -75,7 +79,7 @@ def self_guided_base_loss(
 ) -> torch.Tensor:
     r"""SG's :math:`L^{base}` (§3.1): NT-Xent over the 2b vectors :math:`\{c_i\} \cup \{h_i\}`, the positive of each
     being the other half of its pair (the matching function :math:`\mu`), the mean over the 2b anchors: the library's
-    in-batch objective (`models.objectives.in_batch_loss`) on the pairs :math:`(c_i, h_i)`.
+    in-batch NT-Xent (`models.objectives.NTXentLoss`) on the pairs :math:`(c_i, h_i)`.
 
     Args:
         sentences: ``(b, d)`` projected sentence vectors :math:`f(c_i)`.
@@ -86,7 +90,7 @@ def self_guided_base_loss(
             mean (`distributed.share_of_global_mean`), as for every loss here.
     """
     pairs = torch.stack([sentences, views], dim=1)  # (b, 2, d)
-    return in_batch_loss(pairs, "nt_xent", temperature, gather_across_devices=gather_across_devices)[0]
+    return NTXentLoss(temperature, gather_across_devices=gather_across_devices)(pairs)[0]
 
 
 def self_guided_opt1_loss(
@@ -116,10 +120,10 @@ def self_guided_opt2_loss(
     .. math:: -\log \frac{\phi(c_i, h_i)}{\sum_j \phi(c_i, h_j)}
 
     averaged over the b anchors: InfoNCE of the :math:`c` (queries) against the :math:`h` (keys), the library's
-    in-batch objective (`models.objectives.in_batch_loss`). Arguments as `self_guided_base_loss`.
+    in-batch InfoNCE (`models.objectives.InfoNCELoss`). Arguments as `self_guided_base_loss`.
     """
     pairs = torch.stack([sentences, views], dim=1)  # (b, 2, d)
-    return in_batch_loss(pairs, "info_nce", temperature, gather_across_devices=gather_across_devices)[0]
+    return InfoNCELoss(temperature, gather_across_devices=gather_across_devices)(pairs)[0]
 
 
 def self_guided_opt3_loss(
@@ -150,6 +154,36 @@ def self_guided_opt3_loss(
     negatives = logits.index_put((rows, rows + offset), logits.new_full((), float("-inf")))
     negative_mass = negatives.flatten(1).logsumexp(dim=1, keepdim=True)  # (b, 1): log sum over m != i, all n
     return share_of_global_mean((torch.logaddexp(positives, negative_mass) - positives).mean(), sizes)
+
+
+class SelfGuidedLoss(nn.Module):
+    """SG-BERT's contrastive loss ``variant`` (``base``, ``opt1``, ``opt2`` or ``opt3``, `SELF_GUIDED_LOSSES`) at
+    ``temperature``, gathering the views of every process when ``gather_across_devices`` (`ContrastiveTrainer` sets
+    it, as for every model's ``loss_fn``). Called on the projected sentence vectors ``(b, d)`` and their views
+    (``(b, d)``; ``(b, l + 1, d)`` for opt3)."""
+
+    takes_extra_negatives = False
+
+    def __init__(self, variant: str, temperature: float, gather_across_devices: bool = False):
+        super().__init__()
+        if variant not in SELF_GUIDED_LOSSES:
+            raise ValueError(f"Unknown SG-BERT loss {variant!r}: choose one of {', '.join(SELF_GUIDED_LOSSES)}.")
+        self.variant, self.temperature, self.gather_across_devices = variant, temperature, gather_across_devices
+
+    def extra_repr(self) -> str:
+        return f"variant={self.variant!r}, temperature={self.temperature}"
+
+    def forward(self, sentences: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
+        return _VARIANTS[self.variant](sentences, views, self.temperature, self.gather_across_devices)
+
+
+_VARIANTS = {
+    "base": self_guided_base_loss,
+    "opt1": self_guided_opt1_loss,
+    "opt2": self_guided_opt2_loss,
+    "opt3": self_guided_opt3_loss,
+}
+SELF_GUIDED_LOSSES = tuple(_VARIANTS)
 
 
 def _global_batch(tensor: torch.Tensor, gather_across_devices: bool) -> tuple[torch.Tensor, int, list[int] | None]:

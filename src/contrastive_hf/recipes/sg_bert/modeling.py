@@ -22,26 +22,17 @@ from ...models.host_data import host_array
 from ...models.modeling_contrastive import ContrastiveModel
 from .losses import (
     LAYER_POOLINGS,
+    SELF_GUIDED_LOSSES,
+    SelfGuidedLoss,
     parameter_distance,
     pool_layers,
     sample_layer_views,
-    self_guided_base_loss,
-    self_guided_opt1_loss,
-    self_guided_opt2_loss,
-    self_guided_opt3_loss,
 )
 
-__all__ = ["SELF_GUIDED_LOSSES", "HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"]
+__all__ = ["HEAD_FILE", "SelfGuidedConfig", "SelfGuidedModel", "SelfGuidedOutput"]
 
 logger = logging.getLogger(__name__)
 
-_LOSSES = {
-    "base": self_guided_base_loss,
-    "opt1": self_guided_opt1_loss,
-    "opt2": self_guided_opt2_loss,
-    "opt3": self_guided_opt3_loss,
-}
-SELF_GUIDED_LOSSES = tuple(_LOSSES)
 # The projection head f, written into Trainer checkpoints (not into the final model) so that a resumed run continues
 # with the head and optimiser state it stopped with.
 HEAD_FILE = "self_guided_head.safetensors"
@@ -166,6 +157,7 @@ class SelfGuidedModel(nn.Module):
             config = SelfGuidedConfig(**{**config.to_dict(), **config_overrides})
         self.self_guided_config = config
         self.contrastive = contrastive
+        self.loss_fn = SelfGuidedLoss(config.loss, config.temperature)
         self.frozen_encoder = copy.deepcopy(contrastive.encoder).requires_grad_(False).eval()  # BERT_F
         if config.freeze_embeddings:
             _embedding_layer(contrastive.encoder).requires_grad_(False)
@@ -268,7 +260,6 @@ class SelfGuidedModel(nn.Module):
         view_layers: torch.Tensor | None = None,
         input_lengths=None,
         return_loss: bool = True,
-        gather_across_devices: bool = False,
         return_dict: bool | None = None,
     ) -> SelfGuidedOutput | tuple:
         r"""
@@ -281,9 +272,6 @@ class SelfGuidedModel(nn.Module):
             mask that transformers does not read back from the device.
         return_loss (`bool`, defaults to `True`):
             Compute the loss; otherwise only BERT_T's sentence vectors are returned.
-        gather_across_devices (`bool`, defaults to `False`):
-            With several processes, the views (and sentence vectors) of every process are negatives of every
-            sentence; `ContrastiveTrainer` sets it.
         """
         if input_ids is None or input_ids.dim() != 2:
             raise ValueError(
@@ -310,7 +298,7 @@ class SelfGuidedModel(nn.Module):
                     picked = layer_views[torch.arange(input_ids.shape[0], device=input_ids.device), view_layers]
                 views = self.projection(picked)  # (B, d)
             # each process's share of the global batch's loss: their average is the global batch's loss
-            cl_loss = _LOSSES[config.loss](projected, views, config.temperature, gather_across_devices)
+            cl_loss = self.loss_fn(projected, views)  # gathers every process's views when the trainer says so
             output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
             if config.regularization_weight > 0:
                 output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)

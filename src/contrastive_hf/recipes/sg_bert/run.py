@@ -14,8 +14,8 @@ from ...commands.loading import with_lora_adapter
 from ...commands.zero3 import built_whole
 from .. import SentenceEncoderRun, sentence_encoder_run
 from .data import SelfGuidedCollator
-from .losses import LAYER_POOLINGS
-from .modeling import SELF_GUIDED_LOSSES, SelfGuidedConfig, SelfGuidedModel
+from .losses import LAYER_POOLINGS, SELF_GUIDED_LOSSES
+from .modeling import SelfGuidedConfig, SelfGuidedModel
 from .trainer import SelfGuidedTrainingArguments
 
 __all__ = ["SelfGuidedArguments", "ARGUMENTS", "build"]

@@ -4,13 +4,17 @@ The queue holds the detached key embeddings of the last ``num_batches`` batches,
 they are enqueued, on the device, in a fixed-size buffer (bounded memory: ``num_batches * global_batch * dim``
 floats). Its keys are a few optimisation steps old; ``warmup_steps`` keeps it out of the loss until the encoder has
 settled, and `reset` (e.g. at each epoch) drops what it holds.
+
+A loss that takes extra negatives owns its queue (`objectives.ContrastiveLoss.prebatch`): it reads the queue before
+scoring a training batch and pushes the batch's keys after, and its `loss_state` is the queue's, which a checkpoint
+saves for an exact resume. The trainer only tells the queue which optimisation step is running (``step``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..models.distributed import gather_no_grad, gather_sizes
+from .distributed import gather_no_grad, gather_sizes
 
 __all__ = ["PrebatchQueue"]
 
@@ -21,6 +25,10 @@ class PrebatchQueue:
     Args:
         num_batches: C, how many previous batches are kept (DensePhrases found C = 2 best).
         warmup_steps: `negatives` returns nothing before this many optimisation steps.
+
+    Attributes:
+        step: the optimisation steps done so far (the trainer sets it as each step begins).
+        fill_used: `fill` when the last training batch read the queue (the ``queue_fill`` the trainer logs).
     """
 
     def __init__(self, num_batches: int, warmup_steps: int = 0):
@@ -30,6 +38,8 @@ class PrebatchQueue:
             raise ValueError(f"prebatch_warmup_steps must be >= 0, got {warmup_steps}.")
         self.num_batches = num_batches
         self.warmup_steps = warmup_steps
+        self.step = 0
+        self.fill_used = 0.0
         self._batches: list[torch.Tensor] = []  # oldest first, each (global_batch, d)
         self._ids: list[torch.Tensor | None] = []  # the keys' sentence ids, (global_batch,), when known
 
@@ -42,15 +52,16 @@ class PrebatchQueue:
         """The fraction of the queue's batches that are held (0 when empty, 1 when full)."""
         return len(self._batches) / self.num_batches
 
-    def negatives(self, step: int) -> torch.Tensor | None:
-        """The held keys, ``(len(self), d)``, or None while warming up or empty."""
-        if step < self.warmup_steps or not self._batches:
+    def negatives(self) -> torch.Tensor | None:
+        """The held keys, ``(len(self), d)``, or None while warming up (``step < warmup_steps``) or empty."""
+        self.fill_used = self.fill
+        if self.step < self.warmup_steps or not self._batches:
             return None
         return torch.cat(self._batches, dim=0)
 
-    def negative_ids(self, step: int) -> torch.Tensor | None:
+    def negative_ids(self) -> torch.Tensor | None:
         """The sentence ids of `negatives` ``(len(self),)``, or None when unknown for any held batch."""
-        if step < self.warmup_steps or not self._batches or any(ids is None for ids in self._ids):
+        if self.step < self.warmup_steps or not self._batches or any(ids is None for ids in self._ids):
             return None
         return torch.cat(self._ids, dim=0)
 
