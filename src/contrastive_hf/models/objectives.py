@@ -143,6 +143,7 @@ class ContrastiveLoss(nn.Module):
     def extra_repr(self) -> str:
         return f"temperature={self.temperature}, similarity={self.similarity!r}"
 
+    @torch.compiler.disable  # gathers, reads and fills its queue (host state): run as written under torch.compile
     def forward(
         self, embeddings: torch.Tensor, sentence_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

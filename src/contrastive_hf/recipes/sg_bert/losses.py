@@ -173,6 +173,7 @@ class SelfGuidedLoss(nn.Module):
     def extra_repr(self) -> str:
         return f"variant={self.variant!r}, temperature={self.temperature}"
 
+    @torch.compiler.disable  # gathers across processes: run as written under torch.compile, as every model's loss
     def forward(self, sentences: torch.Tensor, views: torch.Tensor) -> torch.Tensor:
         return _VARIANTS[self.variant](sentences, views, self.temperature, self.gather_across_devices)
 
