@@ -283,6 +283,42 @@ def test_a_checkpoint_trained_with_a_users_loss_loads_and_encodes_without_it_and
         "(contrastive_hf.models.objectives.register_loss) before training, or train with one of nt_xent, info_nce "
         "(--contrastive_loss)."
     )
+    # registered once the model is loaded: the trainer builds the loss the config names, and it trains
+    loaded = ContrastiveForPreTraining.from_pretrained(tmp_path / "trained")
+    assert loaded.loss_fn is None
+    register_loss(UsersLoss)
+    try:
+        trainer = ContrastiveTrainer(
+            model=loaded,
+            args=ContrastiveTrainingArguments(
+                output_dir=str(tmp_path / "run"), report_to="none", use_cpu=True, max_steps=1, save_strategy="no"
+            ),
+            train_dataset=Dataset.from_dict({"text": SENTENCES}),
+            data_collator=ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False),
+            processing_class=tokenizer,
+        )
+        assert isinstance(loaded.loss_fn, UsersLoss) and trainer.loss_fn is loaded.loss_fn
+        trainer.train()
+    finally:
+        unregister_loss("toy_users_loss")
+    assert trainer.state.global_step == 1
+
+
+def test_a_loss_handed_to_a_model_that_holds_none_is_refused_naming_the_models_that_do(tokenizer, tmp_path):
+    from datasets import Dataset
+    from transformers import BertForMaskedLM
+
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    with pytest.raises(ValueError, match=r"loss_fn \(ContrastiveForPreTraining, DualEncoderModel, SelfGuidedModel\); "
+                       r"BertForMaskedLM has none"):  # fmt: skip
+        ContrastiveTrainer(
+            model=BertForMaskedLM(tiny_bert_config(vocab_size=len(tokenizer))),
+            args=ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True),
+            train_dataset=Dataset.from_dict({"text": SENTENCES}),
+            loss=InfoNCELoss(),
+        )
 
 
 # --- an augmentation ---------------------------------------------------------------------------------------------
