@@ -134,10 +134,10 @@ class Check:
         except subprocess.TimeoutExpired as timeout:
             timeout.stdout = log.read_text(errors="replace")
             raise
+        else:
+            return log.read_text(errors="replace"), code
         finally:
-            output = log.read_text(errors="replace")
             log.unlink()
-        return output, code
 
     def _write(self) -> None:
         summary = {

@@ -231,8 +231,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         handed), which also gathers the views of every process and reads its pre-batch queue when it has one. With
         ``sentence_ids`` (``(B, S)``, the collators' content hashes), a sentence is never a negative of an identical
         one."""
-        if self.loss_fn is None:
-            build_loss(self.config)  # the registry's error: which loss, and how to register it
+        if self.loss_fn is None:  # registered since the model was built, or the registry's error naming the loss
+            self.loss_fn = build_loss(self.config)
         return self.loss_fn(embeddings, sentence_ids)
 
     def compute_mlm_loss(
