@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-r"""The GPU check (`make gpu-check`): what a GPU run of the library does, on one H100 or H200, in about 8 minutes.
+r"""The GPU check (`make gpu-check`): what a GPU run of the library does, on one H100 or H200, in about 9 minutes.
 
 Steps, each in a process of its own with a time limit, each recorded (passed, failed, skipped; seconds; figures):
 
@@ -18,7 +18,11 @@ Steps, each in a process of its own with a time limit, each recorded (passed, fa
 5. ``zero2_bf16`` and ``zero3_bf16``: CLEAR (an MLP kept at inference) and DPR under ``accelerate launch
    --config_file ds_configs/accelerate_zero{2,3}.yaml --num_processes 1 ... --bf16 true``: the float32 checkpoint
    written from DeepSpeed's master weights and its reload check;
-6. ``bench``: a short `bench_gpu.py` (one round, bert-base shape, batch 256, length 128).
+6. ``bench``: a short `bench_gpu.py` (one round, bert-base shape, batch 256, length 128);
+7. ``decoder``: `bench_decoder.py`, a decoder LLM as an embedder (a Qwen2-0.5B-shaped decoder from random weights,
+   last-token pooling, LoRA on a bf16 base, batch 64 x length 256) against sentence-transformers' trainer.
+
+``--only STEP ...`` runs the steps named (the others recorded as skipped).
 
 Writes ``gpu_check.json`` (every step's outcome and figures) and ``gpu_check.log`` (every step's output) into
 ``--out``; exits 1 when a step failed. ``--dry-run`` runs every step on the CPU with tiny models and 2 steps (the gpu
@@ -50,6 +54,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO = REPO_ROOT / "examples" / "demo"
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
+STEPS = (
+    "environment",
+    "gpu_tests",
+    "demo_fp32",
+    "demo_bf16",
+    "recipes",
+    "zero2_bf16",
+    "zero3_bf16",
+    "bench",
+    "decoder",
+)
 PACKAGES = ("torch", "transformers", "accelerate", "deepspeed", "peft", "datasets", "sentence-transformers")
 
 
@@ -71,8 +86,8 @@ class Check:
     # out of time beside the suite)
     DRY_RUN_SLACK = 4
 
-    def __init__(self, out: Path, budget: float, dry_run: bool):
-        self.out, self.budget, self.dry_run = out, budget, dry_run
+    def __init__(self, out: Path, budget: float, dry_run: bool, only: list[str] | None = None):
+        self.out, self.budget, self.dry_run, self.only = out, budget, dry_run, only
         self.start = time.monotonic()
         self.steps: list[Step] = []
         self.log = (out / "gpu_check.log").open("w")
@@ -87,6 +102,10 @@ class Check:
         own_limit = limit * (self.DRY_RUN_SLACK if self.dry_run else 1)
         limit = min(own_limit, self.left())
         cut_short = limit < own_limit  # a timeout would then be the check's --budget, not the step's own limit
+        if self.only and name not in self.only:
+            step.status, step.detail = "skipped", "not in --only"
+            self._write()
+            return step
         if limit < 20:
             step.status, step.detail = "skipped", "out of time"
             self._write()
@@ -280,6 +299,8 @@ def jobs_step(check: Check, name: str, jobs: list[dict], work: Path, limit: floa
     (folder / "jobs.json").write_text(json.dumps(jobs))
     runner = [REPO_ROOT / "tests" / "scripts" / "run_jobs.py", folder / "jobs.json", folder, "--keep-going"]
     step = check.run(name, [*(launcher or [sys.executable]), *runner], limit, env=env)
+    if step.status == "skipped":
+        return step
     statuses_file = folder / "statuses.rank0.json"
     statuses = json.loads(statuses_file.read_text()) if statuses_file.exists() else {}
     for job in jobs:
@@ -312,16 +333,17 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-check", help="Where the JSON and log go.")
     parser.add_argument("--dry-run", action="store_true", help="On the CPU, tiny models, 2 steps each.")
     parser.add_argument("--budget", type=float, default=None,
-                        help="Seconds for all steps (later ones skipped); 480, or 1100 for a dry run.")  # fmt: skip
+                        help="Seconds for all steps (later ones skipped); 540, or 1100 for a dry run.")  # fmt: skip
     parser.add_argument("--minilm", default=None, help="all-MiniLM-L6-v2's folder, for the demo as README runs it.")
     parser.add_argument("--recipe_steps", type=int, default=20)
     parser.add_argument("--bench_data", default=str(REPO_ROOT / ".bench_data"), help="make gpu-check-prep's data.")
+    parser.add_argument("--only", nargs="+", choices=STEPS, default=None, help="Run these steps, skip the others.")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     work = out / "runs"
     work.mkdir(exist_ok=True)
-    check = Check(out, args.budget or (1100 if args.dry_run else 480), args.dry_run)
+    check = Check(out, args.budget or (1100 if args.dry_run else 540), args.dry_run, args.only)
     cpu = {"CONTRASTIVE_HF_TEST_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     env = cpu if args.dry_run else {}
 
@@ -358,6 +380,17 @@ def main() -> None:
                   "--max_length", "128", "--rounds", "1", "--steps", "10", "--warmup", "3"]  # fmt: skip
     step = check.run("bench", python(REPO_ROOT / "benchmarks" / "bench_gpu.py", *corpus, "--json", bench), 240, env)
     step.figures = bench_figures(bench)
+
+    decoder = out / "bench_decoder.json"
+    if args.dry_run:
+        corpus = ["--device", "cpu", "--tiny", "--corpus_file", DEMO / "data" / "enwiki_paragraphs_sample.txt"]
+    elif (data / "corpus").is_dir():
+        corpus = ["--data_dir", data, "--tokenizer", data / "tokenizer", "--corpus", "enwiki"]
+    else:
+        corpus = ["--corpus_file", DEMO / "data" / "enwiki_paragraphs_sample.txt", "--tokenizer", DEMO / "tokenizer"]
+    command = python(REPO_ROOT / "benchmarks" / "bench_decoder.py", *corpus, "--json", decoder)
+    step = check.run("decoder", command, 180, env)
+    step.figures = bench_figures(decoder)
 
     check._write()
     failed = [step.name for step in check.steps if step.status == "failed"]

@@ -50,11 +50,12 @@ SMOKE_RUNS = {
         ["--check_flops", "--corpus_file", str(SAMPLES / "wiki1m_sample.txt")],
         ["sub_batch_size=packed forward+backward", "largest difference 0.00%: OK"],
     ),
+    "bench_decoder.py --check_flops": (["--check_flops"], ["decoder + LoRA forward+backward", "OK"]),
     "gpu_check.py": (
         ["--dry-run"],
         [
             "environment passed, gpu_tests passed, demo_fp32 passed, demo_bf16 passed, recipes passed, "
-            "zero2_bf16 passed, zero3_bf16 passed, bench passed"
+            "zero2_bf16 passed, zero3_bf16 passed, bench passed, decoder passed"
         ],
     ),
     "setting_walk.py": (  # a number's walk, with one of run_clear.py's flags (the pooler's walk: below)
@@ -91,6 +92,13 @@ SMOKED_WITHIN = {
             "sub_batch_size packed (packed) vs padded",
             "minimal-loop-simcse",
             "contrastive_hf-clear sub_batch_size=packed",
+        ],
+    ),
+    "bench_decoder.py": (
+        "gpu_check.py",
+        [
+            "same initial model: max |embedding difference| contrastive_hf vs sentence-transformers 0.0e+00",
+            "contrastive_hf / sentence-transformers throughput",
         ],
     ),
 }
@@ -173,6 +181,22 @@ def test_gpu_check_tells_a_step_its_budget_cut_short_from_one_that_failed(tmp_pa
         "out of time",
         "failed",
     ]
+
+
+def test_gpu_check_only_runs_the_steps_named_and_records_the_others_as_skipped(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("gpu_check", BENCHMARKS / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "gpu_check", gpu_check)
+    spec.loader.exec_module(gpu_check)
+    check = gpu_check.Check(tmp_path, budget=60, dry_run=False, only=["decoder"])
+    skipped = check.run("recipes", [sys.executable, "-c", "raise SystemExit(1)"], limit=30)
+    ran = check.run("decoder", [sys.executable, "-c", "print('ran')"], limit=30)
+    assert (skipped.status, skipped.detail, ran.status, ran.output.strip()) == (
+        "skipped",
+        "not in --only",
+        "passed",
+        "ran",
+    )
 
 
 def test_a_preloaded_command_runs_as_python_c_would_and_is_killed_at_its_time_limit(tmp_path, monkeypatch):
