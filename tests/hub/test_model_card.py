@@ -181,3 +181,39 @@ def test_the_card_says_text_embeddings_inference_serves_the_checkpoint_only_wher
     else:
         assert "Text Embeddings Inference would serve other embeddings than these" in text and caveat in text
         assert "The same files serve it with Text Embeddings Inference" not in text
+
+
+def test_the_core_names_no_method_and_the_recipe_that_claims_a_run_names_it(tokenizer, tmp_path):
+    """A run of the core's parts is described by facts (its views, MLM, pairs, the model type), and the recipe that
+    claims them names the method; no module outside recipes/ holds a method's name."""
+    import ast
+
+    from contrastive_hf.data.collators import PairCollator
+    from contrastive_hf.hub.method_cards import GENERIC_METHOD
+    from contrastive_hf.hub.model_card import card_info_from_trainer
+    from contrastive_hf.recipes import import_recipes
+
+    from conftest import REPO_ROOT
+
+    import_recipes()
+    names = {name for name in METHODS if name != "Test Method"}
+    package = REPO_ROOT / "src" / "contrastive_hf"
+    named = [
+        f"{path.relative_to(package)}:{node.lineno} {node.value!r}"
+        for path in package.rglob("*.py")
+        if "recipes" not in path.relative_to(package).parts
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert not named, named
+
+    def method_of(trainer) -> str:
+        return card_info_from_trainer(trainer).method
+
+    assert method_of(make_trainer(tokenizer, tmp_path / "a", augmentation="dropout", mlm_weight=0.0)) == "SimCSE"
+    assert method_of(make_trainer(tokenizer, tmp_path / "b", augmentation="del_word")) == "CLEAR"
+    trainer = make_trainer(tokenizer, tmp_path / "c", augmentation="dropout", mlm_weight=0.0)
+    trainer.data_collator = PairCollator(tokenizer)
+    assert method_of(trainer) == "Supervised SimCSE"
+    trainer.data_collator = lambda features: features  # a user's collator that says nothing of its batches
+    assert method_of(trainer) == GENERIC_METHOD

@@ -436,10 +436,10 @@ class ContrastiveDataCollator:
     def card_description(self) -> dict:
         """What a model card says about these batches (`hub.model_card.card_info_from_trainer`)."""
         augmentation = self.augmentation if isinstance(self.augmentation, str) else repr(self.augmentation)
-        method = "SimCSE" if augmentation == "dropout" and not self.mlm else "CLEAR"
         views = augmentation + ("; MLM on a masked copy of each view" * self.mlm_on_views)
         return {
-            "method": method,
+            "augmentation": augmentation,
+            "mlm": bool(self.mlm),
             "views": views,
             "views_description": describe_augmentation(self.augmentation),
             "view_settings": self.augmentation.settings(),
@@ -564,7 +564,7 @@ class PairCollator:
         columns = list(self.columns or ("anchor", "positive"))
         negatives = f", hard negatives {', '.join(columns[2:])}" if len(columns) > 2 else ""
         return {
-            "method": "Supervised SimCSE",
+            "pairs": True,
             "views": f"pairs: {columns[0]} -> {columns[1]}{negatives}",
             "hard_negatives": len(columns) - 2,
         }

@@ -101,9 +101,8 @@ class MixtureCollator:
             described = getattr(self.collators, "card_description", dict)()
             return {**described, "views": f"one dataset per batch: {described.get('views', 'as collated')}"}
         parts = {name: getattr(collator, "card_description", dict)() for name, collator in self.collators.items()}
-        methods = {part.get("method") for part in parts.values()} - {None}
         return {
-            "method": methods.pop() if len(methods) == 1 else None,
+            "parts": list(parts.values()),  # each dataset's own description, whose method the card names
             "views": "one dataset per batch: " + "; ".join(f"{n}: {p.get('views', '?')}" for n, p in parts.items()),
             "hard_negatives": max((int(part.get("hard_negatives", 0)) for part in parts.values()), default=0),
         }

@@ -2,10 +2,11 @@
 
 A recipe registers its text when it is imported (``register_method_card(MODEL_CARD)`` at the end of its module), as
 peft's methods register themselves: the card code never imports a recipe by name, it looks the method up here. A
-run's method is named by its collator (``card_description()["method"]``) or its model, and the module defining that
-collator or model is the recipe's own (it had to be imported to build them), or the core's, whose methods (CLEAR,
-SimCSE) are offered by recipes not imported yet: a name not registered asks the card finders (the recipes' registry
-installs one that imports the recipes), then gets the generic text if still nobody offers it.
+run's method is named by a recipe's own collator (``card_description()["method"]``); a run of the core's parts
+(`ContrastiveDataCollator`, `PairCollator`, a bare model) is described by facts instead (its ``augmentation``,
+``mlm``, ``pairs``, the model's ``model_type`` and ``mlm_weight``), and the method whose recipe claims those facts
+(``register_method_claim``) names it: the core never names a method. A name or facts nobody registered ask the card
+finders (the recipes' registry installs one that imports the recipes), then get the generic text.
 
 This module imports only the standard library: a recipe registers its text without loading the card template or the
 Hub client.
@@ -15,7 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-__all__ = ["METHOD_CARD_FIELDS", "METHODS", "method_card", "register_method_card", "register_card_finder"]
+__all__ = [
+    "METHOD_CARD_FIELDS",
+    "METHODS",
+    "GENERIC_METHOD",
+    "method_card",
+    "register_method_card",
+    "register_method_claim",
+    "claimed_method",
+    "register_card_finder",
+]
 
 # What a card says about its method: the name the collator gives, a paragraph, "Gao et al., 2021", the BibTeX entry.
 METHOD_CARD_FIELDS = ("name", "description", "citation_short", "bibtex")
@@ -25,6 +35,12 @@ METHODS: dict[str, dict] = {}
 
 # Called with a method's name when no text is registered under it, to import what may register it.
 _CARD_FINDERS: list[Callable[[str], None]] = []
+
+# method name -> whether a run's facts are that method's (registered by its recipe)
+_CLAIMS: dict[str, Callable[[Mapping], bool]] = {}
+
+# The name a card gives a run that no registered method claims.
+GENERIC_METHOD = "Contrastive learning"
 
 _GENERIC = {
     "description": "A contrastive objective on pairs of views of the training data, with the other examples of "
@@ -45,6 +61,24 @@ def register_method_card(*cards: Mapping[str, str]) -> None:
                 f"{card.get('name', dict(card))!r} lacks {', '.join(missing)}."
             )
         METHODS[card["name"]] = dict(card)
+
+
+def register_method_claim(name: str, claims: Callable[[Mapping], bool]) -> None:
+    """Name the run ``name`` when ``claims(facts)`` is true of its facts (`claimed_method`). Registering a name again
+    replaces its claim (a module reloaded)."""
+    _CLAIMS[name] = claims
+
+
+def claimed_method(facts: Mapping) -> str | None:
+    """The registered method whose claim holds of ``facts`` (what a run of the core's parts did: its collator's
+    ``card_description()`` and its model's ``model_type`` and ``mlm_weight``), asking the card finders first; None
+    when no method claims them."""
+    for finder in _CARD_FINDERS:
+        finder("")
+    for name, claims in _CLAIMS.items():
+        if claims(facts):
+            return name
+    return None
 
 
 def register_card_finder(finder: Callable[[str], None]) -> None:

@@ -33,7 +33,7 @@ from ..models.objectives import get_loss
 from ..models.poolers import POOLERS, get_pooler
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
 from .adapters import adapted_model, base_model_settings, describe_adapter
-from .method_cards import method_card
+from .method_cards import GENERIC_METHOD, claimed_method, method_card
 
 __all__ = [
     "ModelCardInfo",
@@ -125,7 +125,7 @@ def card_info_from_trainer(
     model = trainer.saved_model()
     collator = trainer.data_collator
     described = collator.card_description() if hasattr(collator, "card_description") else {}
-    method = described.get("method") or getattr(trainer, "card_method", None) or _method_of_model(model)
+    method = _method_of_run(described, model) or getattr(trainer, "card_method", None) or GENERIC_METHOD
     args = trainer.args
     extra_hyperparameters, hyperparameters = (
         hyperparameters,
@@ -190,10 +190,17 @@ def _adapter_fields(model) -> dict:
     }
 
 
-def _method_of_model(model) -> str:
-    if getattr(model.config, "model_type", "") == "dual_encoder":
-        return "DPR"
-    return "CLEAR" if getattr(model.config, "mlm_weight", 0) > 0 else "SimCSE"
+def _method_of_run(described: dict, model) -> str | None:
+    """The method a run's collator names, or the one whose recipe claims what the run did (its collator's facts and
+    its model's type; `hub.method_cards.claimed_method`); for a mixture of datasets, the one method all its datasets
+    share. None when nothing names or claims one."""
+    if described.get("method"):
+        return described["method"]
+    if "parts" in described:
+        methods = {_method_of_run(part, model) for part in described["parts"]}
+        return methods.pop() if len(methods) == 1 else None
+    facts = {"model_type": model.config.model_type, "mlm_weight": getattr(model.config, "mlm_weight", 0), **described}
+    return claimed_method(facts)
 
 
 def _describe_model(model) -> dict:

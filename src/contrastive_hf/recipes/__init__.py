@@ -12,7 +12,8 @@
 The shape (`Recipe`): every recipe's ``__init__`` exports, first in its ``__all__``,
 
 * ``MODEL_CARDS``: ``{method name: card text}``, what a model card says of the method (``name``, ``description``,
-  ``citation_short``, ``bibtex``), under the names its collators give as ``card_description()["method"]``; a recipe
+  ``citation_short``, ``bibtex``), under the names its collators give as ``card_description()["method"]`` or that it
+  claims (``register_recipe(..., claims=...)``: runs of the core's parts, described by facts); a recipe
   with one card also exports it as ``MODEL_CARD``. The multitask recipe has none: its runs end with the Trainer's
   own card.
 * ``DEFAULTS``: the paper's settings as values of the recipe script's arguments (``{flag name without --: value}``),
@@ -30,8 +31,8 @@ what the end of the run needs), so that the script reads top to bottom: parse, b
 A recipe's ``__init__`` ends with ``register_recipe(__name__, ...)``, as peft's methods call
 ``register_peft_method``: it registers the recipe's card texts (`hub.method_cards`) and its model types, and the rest
 of the package never names a recipe. `recipe_names` finds the recipes by their folders, without importing them;
-a model card naming a method nobody has registered yet (CLEAR and SimCSE are named by the core's collators), and
-`recipe_for_model_type`, import them on demand.
+a model card naming a method nobody has registered yet or describing a run of the core's parts (which CLEAR, SimCSE
+and DPR claim), and `recipe_for_model_type`, import them on demand.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from ..hub.method_cards import register_card_finder, register_method_card
+from ..hub.method_cards import register_card_finder, register_method_card, register_method_claim
 
 __all__ = [
     "Recipe",
@@ -130,14 +131,25 @@ class _Registered:
 _REGISTRY: dict[str, _Registered] = {}
 
 
-def register_recipe(module_name: str, *, model_types: Sequence[str] = ()) -> None:
+def register_recipe(
+    module_name: str,
+    *,
+    model_types: Sequence[str] = (),
+    claims: Mapping[str, Callable[[Mapping], bool]] | None = None,
+) -> None:
     """Offer the recipe ``module_name`` (its package, already imported: call this at the end of its ``__init__``):
-    its card texts to every model card naming its methods, and the checkpoint ``model_types`` it registered with the
-    Auto classes to `recipe_for_model_type`. Registering a name again replaces it (a module reloaded)."""
+    its card texts to every model card naming its methods, its ``claims`` (``{method name: whether a run's facts are
+    that method's}``, for runs of the core's parts: `hub.method_cards.claimed_method`), and the checkpoint
+    ``model_types`` it registered with the Auto classes to `recipe_for_model_type`. Registering a name again
+    replaces it (a module reloaded)."""
     module = sys.modules[module_name]
     if not isinstance(module, Recipe):
         raise ValueError(f"The recipe {module_name} needs MODEL_CARDS and DEFAULTS (see contrastive_hf.recipes).")
     register_method_card(*module.MODEL_CARDS.values())
+    for name, claim in (claims or {}).items():
+        if name not in module.MODEL_CARDS:
+            raise ValueError(f"The recipe {module_name} claims runs for {name!r}, which its MODEL_CARDS lack.")
+        register_method_claim(name, claim)
     _REGISTRY[module_name.rpartition(".")[2]] = _Registered(module, tuple(model_types))
 
 
@@ -170,7 +182,8 @@ def recipe_for_model_type(model_type: str) -> ModuleType | None:
 
 
 def _find_method_card(method: str) -> None:
-    """A model card names a method nobody registered: import the recipes, one of which may offer it."""
+    """A model card names a method nobody registered, or describes a run that no registered method claims yet: import
+    the recipes, one of which may offer it."""
     import_recipes()
 
 

@@ -33,4 +33,12 @@ MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
 # CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and run_clear.py's view flags'): nothing to set.
 DEFAULTS: dict = {}
 
-register_recipe(__name__)
+
+def runs_clear(facts) -> bool:
+    """A sentence encoder trained on the core's augmented views (`ContrastiveDataCollator`): any views but dropout
+    alone, or any views with MLM."""
+    views = facts.get("augmentation")
+    return facts.get("model_type") != "dual_encoder" and views is not None and (views != "dropout" or facts.get("mlm"))
+
+
+register_recipe(__name__, claims={"CLEAR": runs_clear})

@@ -209,4 +209,9 @@ class QueryPassageCollator:
         return batch
 
 
-register_recipe(__name__)
+def runs_dpr(facts) -> bool:
+    """A dual encoder (`DualEncoderModel`), whatever its batches."""
+    return facts.get("model_type") == "dual_encoder"
+
+
+register_recipe(__name__, claims={"DPR": runs_dpr})

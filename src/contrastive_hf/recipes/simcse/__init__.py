@@ -228,4 +228,15 @@ def describe_views(mode: str, columns) -> str:
     return views + (f", hard negatives {', '.join(columns[2:])}" if len(columns) > 3 else "")
 
 
-register_recipe(__name__)
+def runs_simcse(facts) -> bool:
+    """A sentence encoder trained on dropout views alone, no MLM (`ContrastiveDataCollator`'s default views)."""
+    sentence_encoder = facts.get("model_type") != "dual_encoder"
+    return sentence_encoder and facts.get("augmentation") == "dropout" and not facts.get("mlm")
+
+
+def runs_supervised_simcse(facts) -> bool:
+    """A sentence encoder trained on (anchor, positive[, negatives]) pairs (`PairCollator`)."""
+    return facts.get("model_type") != "dual_encoder" and bool(facts.get("pairs"))
+
+
+register_recipe(__name__, claims={"SimCSE": runs_simcse, "Supervised SimCSE": runs_supervised_simcse})
