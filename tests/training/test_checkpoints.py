@@ -26,7 +26,7 @@ from contrastive_hf.training.checkpoints import (
     IncompleteCheckpointError,
 )
 from contrastive_hf.training.resume_changes import DataLayoutChangedError
-from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE
+from contrastive_hf.training.trainer import LOSS_STATE_FILE
 
 from helpers.builders import QUEUE_SENTENCES, make_dual_encoder_trainer, make_queue_trainer
 
@@ -62,7 +62,7 @@ def test_a_finished_save_leaves_a_complete_checkpoint_without_the_marker(tokeniz
     for step in (2, 4):
         folder = tmp_path / f"checkpoint-{step}"
         assert not (folder / INCOMPLETE_MARKER).exists()
-        assert (folder / PREBATCH_QUEUE_FILE).exists()
+        assert (folder / LOSS_STATE_FILE).exists()
         assert trainer.checkpoint_layout().problems(str(folder)) == []
 
 
@@ -72,11 +72,11 @@ def test_resuming_the_latest_skips_a_half_written_checkpoint_with_a_warning(toke
     newest = tmp_path / "checkpoint-4"
     if killed == "while_writing_the_model":  # what transformers' own save leaves: no trainer_state.json (written last)
         _truncate(newest / "model.safetensors")
-        for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", PREBATCH_QUEUE_FILE):
+        for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", LOSS_STATE_FILE):
             (newest / name).unlink()
     else:  # the last file, after trainer_state.json: only the marker tells
         (newest / INCOMPLETE_MARKER).write_text("saving")
-        _truncate(newest / PREBATCH_QUEUE_FILE)
+        _truncate(newest / LOSS_STATE_FILE)
 
     with caplog.at_level(logging.WARNING, logger="contrastive_hf.training.checkpoints"):
         trainer, steps = _train(tokenizer, tmp_path, resume=True, prebatch_size=2)
@@ -158,7 +158,7 @@ def test_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tokenizer, tmp_pa
     assert f"{tmp_path / 'checkpoint-4'} failed: the disk is full" in message
     assert f"{tmp_path / 'checkpoint-2'} is the latest complete checkpoint" in message
     assert "--output_dir" in message and "--save_total_limit" in message
-    layout = CheckpointLayout(extra_files=(PREBATCH_QUEUE_FILE,))
+    layout = CheckpointLayout(extra_files=(LOSS_STATE_FILE,))
     assert layout.problems(str(tmp_path / "checkpoint-2")) == []  # not rotated away by the failed save
     assert (tmp_path / "checkpoint-4" / INCOMPLETE_MARKER).exists()
 

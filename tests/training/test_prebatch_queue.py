@@ -6,8 +6,9 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining
+from contrastive_hf.models.objectives import InfoNCELoss
 from contrastive_hf.models.prebatch_queue import PrebatchQueue
-from contrastive_hf.training.trainer import PREBATCH_QUEUE_FILE, ContrastiveTrainer
+from contrastive_hf.training.trainer import LOSS_STATE_FILE, ContrastiveTrainer
 from contrastive_hf.training.training_args import ContrastiveTrainingArguments
 
 from conftest import tiny_bert_config
@@ -78,8 +79,63 @@ def test_trainer_feeds_the_queue_after_warmup(tokenizer, tmp_path):
 def test_nt_xent_with_a_queue_is_refused_with_the_fix(tokenizer, tmp_path):
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer))))
     args = ContrastiveTrainingArguments(output_dir=str(tmp_path), prebatch_size=2, report_to="none", use_cpu=True)
-    with pytest.raises(ValueError, match="info_nce"):
+    with pytest.raises(ValueError, match=r"--prebatch_size: The 'nt_xent' loss takes no extra negatives.*info_nce"):
         ContrastiveTrainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": QUEUE_SENTENCES}))
+
+
+class _CountingLoss(InfoNCELoss):
+    """InfoNCE holding a state of its own (the training batches it scored), through the protocol the trainer calls
+    for any loss: the trainer knows nothing of it."""
+
+    name = "counting_info_nce"
+
+    def __init__(self, **settings):
+        super().__init__(**settings)
+        self.scored, self.steps, self.epochs = torch.zeros(()), [], 0
+
+    has_state = True
+
+    def forward(self, embeddings, sentence_ids=None):
+        self.scored += self.training
+        return super().forward(embeddings, sentence_ids)
+
+    def on_step_begin(self, step):
+        self.steps.append(step)
+
+    def on_epoch_begin(self):
+        self.epochs += 1
+
+    def step_metrics(self):
+        return {"scored": float(self.scored)}
+
+    def loss_state(self):
+        return {"scored": self.scored.clone()}
+
+    def load_loss_state(self, state, device="cpu"):
+        self.scored = state["scored"].to(device)
+
+
+def test_a_loss_with_state_of_its_own_is_stepped_logged_saved_and_restored_by_the_trainer(tokenizer, tmp_path):
+    first = make_queue_trainer(tokenizer, tmp_path, max_steps=2, save_strategy="steps", save_steps=2, logging_steps=1)
+    first.loss_fn.__class__ = _CountingLoss  # the model's loss, with its settings, counting
+    first.loss_fn.scored, first.loss_fn.steps, first.loss_fn.epochs = torch.zeros(()), [], 0
+    first = ContrastiveTrainer(
+        model=first.model, args=first.args, train_dataset=first.train_dataset, data_collator=first.data_collator
+    )
+    first.train()
+    assert first.loss_fn.steps == [0, 1] and first.loss_fn.epochs == 1
+    assert [entry["scored"] for entry in first.state.log_history if "scored" in entry] == [1.0, 2.0]
+    assert float(load_file(tmp_path / "checkpoint-2" / LOSS_STATE_FILE)["scored"]) == 2.0
+
+    resumed = make_queue_trainer(tokenizer, tmp_path, max_steps=3, save_strategy="no")
+    resumed.loss_fn.__class__ = _CountingLoss
+    resumed.loss_fn.scored, resumed.loss_fn.steps, resumed.loss_fn.epochs = torch.zeros(()), [], 0
+    resumed = ContrastiveTrainer(
+        model=resumed.model, args=resumed.args, train_dataset=resumed.train_dataset,
+        data_collator=resumed.data_collator,
+    )  # fmt: skip
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.loss_fn.steps == [2] and float(resumed.loss_fn.scored) == 3.0  # restored, then one more
 
 
 def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer, tmp_path):
@@ -91,7 +147,7 @@ def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer
     )
     first.train()  # saves checkpoint-2 (with its queue) and checkpoint-4
     checkpoint = tmp_path / "resumed" / "checkpoint-2"
-    saved = load_file(checkpoint / PREBATCH_QUEUE_FILE)
+    saved = load_file(checkpoint / LOSS_STATE_FILE)
     assert sorted(saved) == ["batch_0", "batch_1", "ids_0", "ids_1"]  # two batches of keys, with their sentence ids
     resumed = make_queue_trainer(tokenizer, tmp_path / "resumed", max_steps=4, prebatch_size=2, save_strategy="no")
     resumed.train(resume_from_checkpoint=str(checkpoint))

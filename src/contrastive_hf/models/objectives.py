@@ -103,7 +103,11 @@ class ContrastiveLoss(nn.Module):
 
     Attributes:
         prebatch: the pre-batch queue (`PrebatchQueue`) whose keys are negatives of every query in training, or None;
-            `ContrastiveTrainer` gives one with ``prebatch_size`` (a loss that ``takes_extra_negatives`` only).
+            `use_prebatch` builds it (`ContrastiveTrainer` calls it with ``prebatch_size``).
+
+    A loss with state takes part in training through four calls, which `ContrastiveTrainer` makes for any loss
+    without knowing what the state is: `on_step_begin` and `on_epoch_begin` (a callback), `step_metrics` (logged
+    with the step's), and `loss_state` / `load_loss_state` (a checkpoint's file, when `has_state`).
 
     A subclass sets ``name`` (its ``contrastive_loss``), ``description`` (the model card's and ``--help``'s words),
     ``takes_extra_negatives`` (it scores views 2.. and queued keys), and writes `compute`.
@@ -130,6 +134,7 @@ class ContrastiveLoss(nn.Module):
         self.hard_negative_weight = float(hard_negative_weight)
         self.gather_across_devices = gather_across_devices
         self.prebatch: PrebatchQueue | None = None
+        self.prebatch_reset_each_epoch = False
 
     @classmethod
     def from_config(cls, config) -> ContrastiveLoss:
@@ -197,6 +202,39 @@ class ContrastiveLoss(nn.Module):
         """``(loss, negatives per query)``: this process's mean loss over its queries (before its share of the global
         batch is taken) and the number of negatives in each query's softmax (a tensor, or a host number)."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute(views).")
+
+    def use_prebatch(self, num_batches: int, warmup_steps: int = 0, reset_each_epoch: bool = False) -> None:
+        """Contrast every training query with the keys of the last ``num_batches`` batches as well (DensePhrases'
+        pre-batch negatives, `PrebatchQueue`): none before ``warmup_steps`` optimisation steps, and none of an
+        earlier epoch with ``reset_each_epoch``. Only a loss that ``takes_extra_negatives`` can."""
+        if not self.takes_extra_negatives:
+            takers = [loss_class.name for loss_class in LOSSES if loss_class.takes_extra_negatives]
+            raise ValueError(
+                f"The {self.name or type(self).__name__!r} loss takes no extra negatives, so it cannot contrast "
+                f"queries with a pre-batch queue's keys; use one that does ({', '.join(takers)})."
+            )
+        self.prebatch = PrebatchQueue(num_batches, warmup_steps)
+        self.prebatch_reset_each_epoch = reset_each_epoch
+
+    @property
+    def has_state(self) -> bool:
+        """Whether the loss holds state that an exact resume needs (`loss_state`): its pre-batch queue."""
+        return self.prebatch is not None
+
+    def on_step_begin(self, step: int) -> None:
+        """Optimisation step ``step`` (those done so far) begins: the queue's warm-up counts them."""
+        if self.prebatch is not None:
+            self.prebatch.step = step
+
+    def on_epoch_begin(self) -> None:
+        """An epoch begins: with ``prebatch_reset_each_epoch``, the queue drops the previous epoch's keys."""
+        if self.prebatch is not None and self.prebatch_reset_each_epoch:
+            self.prebatch.reset()
+
+    def step_metrics(self) -> dict[str, float]:
+        """What the trainer logs of the loss beside the step's losses: ``queue_fill``, how full the queue was when
+        the last training batch read it (a host number)."""
+        return {} if self.prebatch is None else {"queue_fill": self.prebatch.fill_used}
 
     def loss_state(self) -> dict[str, torch.Tensor]:
         """What a checkpoint saves of this loss for an exact resume: its queue's keys and ids (none without one)."""

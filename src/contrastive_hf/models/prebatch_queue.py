@@ -7,7 +7,8 @@ settled, and `reset` (e.g. at each epoch) drops what it holds.
 
 A loss that takes extra negatives owns its queue (`objectives.ContrastiveLoss.prebatch`): it reads the queue before
 scoring a training batch and pushes the batch's keys after, and its `loss_state` is the queue's, which a checkpoint
-saves for an exact resume. The trainer only tells the queue which optimisation step is running (``step``).
+saves for an exact resume; the loss tells it which optimisation step runs (``step``, from the trainer's
+`ContrastiveLoss.on_step_begin`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class PrebatchQueue:
         warmup_steps: `negatives` returns nothing before this many optimisation steps.
 
     Attributes:
-        step: the optimisation steps done so far (the trainer sets it as each step begins).
+        step: the optimisation steps done so far (its loss sets it as each step begins).
         fill_used: `fill` when the last training batch read the queue (the ``queue_fill`` the trainer logs).
     """
 

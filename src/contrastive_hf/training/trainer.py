@@ -25,8 +25,7 @@ from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_c
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.losses import alignment, uniformity
-from ..models.objectives import LOSSES, build_loss
-from ..models.prebatch_queue import PrebatchQueue
+from ..models.objectives import LOSSES, ContrastiveLoss, build_loss
 from ..models.precision import Precision, log_precision_once
 from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
@@ -35,12 +34,13 @@ from .resuming import CheckedResume
 from .sanity import NonFiniteLossWatch, TrainingSanityCallback, check_training_setup
 from .training_args import ContrastiveTrainingArguments, SecretFreeOutputs, arguments_set
 
-__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "PREBATCH_QUEUE_FILE", "means_over_processes"]
+__all__ = ["ContrastiveTrainer", "LOSS_COMPONENTS", "STEP_METRICS", "LOSS_STATE_FILE", "means_over_processes"]
 
 logger = logging.getLogger(__name__)
 
-# The loss's state in a checkpoint (`ContrastiveLoss.loss_state`: its pre-batch queue), for an exact resume
-PREBATCH_QUEUE_FILE = "prebatch_queue.safetensors"
+# The loss's state in a checkpoint (`ContrastiveLoss.loss_state`: its pre-batch queue), for an exact resume; the
+# name checkpoints have always had
+LOSS_STATE_FILE = "prebatch_queue.safetensors"
 
 # Logged beside `loss`, each averaged over the steps since the last log and over processes: the parts of the
 # objective (unweighted; `loss` is their weighted sum), the alignment and uniformity of the training embeddings
@@ -68,8 +68,9 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
     The contrastive loss is the model's ``loss_fn`` (`models.objectives.ContrastiveLoss`, built from its config);
     ``loss=`` hands the model another (e.g. ``NTXentLoss(temperature=0.1)`` for DPR's two towers, or a
     ``MatryoshkaLoss`` of a loss of one's own). The trainer tells the loss once whether to gather the views of every
-    process (``gather_negatives_across_devices`` with several processes) and gives it its pre-batch queue
-    (``prebatch_size``), which the loss owns and a checkpoint saves as the loss's state.
+    process (``gather_negatives_across_devices`` with several processes) and whether to keep a pre-batch queue
+    (``prebatch_size``: `ContrastiveLoss.use_prebatch`); the loss owns its state, and the trainer only tells it the
+    steps and epochs, logs its `step_metrics` and saves and restores its `loss_state` with each checkpoint.
 
     STS evaluation during training, as SimCSE selects checkpoints: an `STSData` among the eval datasets, e.g.
     ``eval_dataset={"stsb": read_stsbenchmark("sts-dev.csv")}``, is scored every ``eval_steps`` (cosine similarity,
@@ -113,17 +114,22 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
             gather = self.args.world_size > 1 and self._option("gather_negatives_across_devices")
             self.loss_fn.gather_across_devices = gather
         if self._option("prebatch_size"):
-            if not getattr(self.loss_fn, "takes_extra_negatives", False):
-                takers = [loss_class.name for loss_class in LOSSES if loss_class.takes_extra_negatives]
-                config = getattr(unwrapped, "config", None)
-                name = getattr(self.loss_fn, "name", None) or getattr(config, "contrastive_loss", None)
-                raise ValueError(
-                    f"--prebatch_size needs a contrastive_loss that takes extra negatives ({', '.join(takers)}: "
-                    f"queued keys are negatives of the anchors), the model uses {name!r}: set it in the model config "
-                    "(--contrastive_loss)."
+            if not isinstance(self.loss_fn, ContrastiveLoss):
+                own = type(self.loss_fn).__name__
+                raise ValueError(f"--prebatch_size needs a contrastive loss (models.objectives.ContrastiveLoss) to "
+                                 f"queue keys for; {type(unwrapped).__name__}'s is {own}.")  # fmt: skip
+            try:
+                self.loss_fn.use_prebatch(
+                    self._option("prebatch_size"),
+                    self._option("prebatch_warmup_steps"),
+                    self._option("prebatch_reset_each_epoch"),
                 )
-            self.loss_fn.prebatch = PrebatchQueue(self._option("prebatch_size"), self._option("prebatch_warmup_steps"))
-            self.add_callback(_PrebatchSteps(self.loss_fn.prebatch, self._option("prebatch_reset_each_epoch")))
+            except ValueError as error:
+                raise ValueError(
+                    f"--prebatch_size: {error} Set it in the model config (--contrastive_loss)."
+                ) from None
+        if isinstance(self.loss_fn, ContrastiveLoss):  # its state follows the steps and epochs
+            self.add_callback(_LossSteps(self.loss_fn))
         if self._option("grad_cache_chunk_size"):
             model = self.accelerator.unwrap_model(self.model)
             if not isinstance(model, GradCacheModel):
@@ -215,9 +221,8 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
             metrics["alignment"] = alignment(embeddings[:, 0], embeddings[:, 1])
             if embeddings.shape[0] >= 2:
                 metrics["uniformity"] = uniformity(embeddings[:, 0])
-        queue = self._prebatch_queue
-        if queue is not None:
-            metrics["queue_fill"] = queue.fill_used  # as the loss read it; a host number
+        if self._loss_metrics:
+            metrics.update(self.loss_fn.step_metrics())  # host numbers
         dataset = getattr(self, "_batch_dataset", None)
         if dataset is not None and getattr(outputs, "cl_loss", None) is not None:
             metrics[f"cl_loss_{dataset}"] = outputs.cl_loss  # every process draws the same dataset at a step
@@ -237,6 +242,8 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         """Each step metric's mean over the steps of every process since the last log (`means_over_processes`): a
         process may lack a metric another has (uniformity needs two rows in a batch)."""
         names = list(self.step_metrics)
+        if self._loss_metrics:  # the same loss, so the same names, on every process
+            names += [name for name in self.loss_fn.step_metrics() if name not in names]
         if isinstance(self.train_dataset, DatasetMixture):  # every process knows every dataset's name
             names += [f"cl_loss_{name}" for name in self.train_dataset.names]
         means = means_over_processes(self.accelerator, names, self._metric_sums, self._metric_counts, self.args.device)
@@ -407,22 +414,26 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         super()._save_checkpoint(model, trial)
 
     @property
-    def _prebatch_queue(self) -> PrebatchQueue | None:
-        return getattr(self.loss_fn, "prebatch", None)
+    def _loss_has_state(self) -> bool:
+        return bool(getattr(self.loss_fn, "has_state", False))
+
+    @property
+    def _loss_metrics(self) -> bool:
+        return isinstance(self.loss_fn, ContrastiveLoss)
 
     def checkpoint_extra_files(self) -> tuple[str, ...]:
-        return (PREBATCH_QUEUE_FILE,) if self._prebatch_queue is not None else ()
+        return (LOSS_STATE_FILE,) if self._loss_has_state else ()
 
     def save_checkpoint_extras(self, folder: str) -> None:
-        if self._prebatch_queue is not None:  # the loss's state (its queue) is part of an exact resume
-            save_file(self.loss_fn.loss_state(), os.path.join(folder, PREBATCH_QUEUE_FILE))
+        if self._loss_has_state:  # the loss's state (e.g. its queue) is part of an exact resume
+            save_file(self.loss_fn.loss_state(), os.path.join(folder, LOSS_STATE_FILE))
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
-        """The random states, and the loss's own state (its pre-batch queue): the last of a checkpoint's states that
-        every resume reads, with DeepSpeed too."""
+        """The random states, and the loss's own state (e.g. its pre-batch queue): the last of a checkpoint's states
+        that every resume reads, with DeepSpeed too."""
         super()._load_rng_state(checkpoint)
-        path = os.path.join(checkpoint or "", PREBATCH_QUEUE_FILE)
-        if self._prebatch_queue is not None and checkpoint is not None and os.path.isfile(path):
+        path = os.path.join(checkpoint or "", LOSS_STATE_FILE)
+        if self._loss_has_state and checkpoint is not None and os.path.isfile(path):
             self.loss_fn.load_loss_state(load_file(path), device=self.args.device)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
@@ -560,19 +571,18 @@ class _EpochExampleCount(TrainerCallback):
         self.examples, self.skipped_batches = 0, None
 
 
-class _PrebatchSteps(TrainerCallback):
-    """Tells the loss's pre-batch queue which optimisation step runs (its warm-up counts them), and with
-    ``reset_each_epoch`` empties it at the start of every epoch (its keys would be an epoch old)."""
+class _LossSteps(TrainerCallback):
+    """Tells the loss which optimisation step and epoch begin (`ContrastiveLoss.on_step_begin`, `on_epoch_begin`:
+    e.g. its pre-batch queue's warm-up and reset)."""
 
-    def __init__(self, queue: PrebatchQueue, reset_each_epoch: bool):
-        self.queue, self.reset_each_epoch = queue, reset_each_epoch
+    def __init__(self, loss: ContrastiveLoss):
+        self.loss = loss
 
     def on_step_begin(self, args, state, control, **kwargs):
-        self.queue.step = state.global_step
+        self.loss.on_step_begin(state.global_step)
 
     def on_epoch_begin(self, args, state, control, **kwargs):
-        if self.reset_each_epoch:
-            self.queue.reset()
+        self.loss.on_epoch_begin()
 
 
 def _contrastive_loss(model, loss: torch.nn.Module | None) -> torch.nn.Module | None:
