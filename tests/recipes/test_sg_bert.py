@@ -15,6 +15,7 @@ import contrastive_hf  # noqa: F401  (registers the model type)
 import contrastive_hf.models.distributed as distributed
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.evaluation import STSData, evaluate_sts
+from contrastive_hf.models.objectives import NTXentLoss, get_loss
 from contrastive_hf.recipes.sg_bert import (
     HEAD_FILE,
     SelfGuidedCollator,
@@ -299,6 +300,35 @@ def test_the_models_loss_is_the_papers_objective_on_bert_f_layers_and_bert_t_cls
     torch.testing.assert_close(output.embeddings, c)
 
 
+@pytest.mark.parametrize("loss", ["info_nce", "nt_xent"])
+def test_a_registered_in_batch_loss_scores_each_sentence_against_its_layer_view(tokenizer, loss):
+    """Any registered loss trains SG-BERT: c_i (through f) is the query and its sampled layer view the positive."""
+    model = SelfGuidedModel(tiny_tuned(tokenizer), loss=loss, temperature=0.05, projection_hidden_size=16)
+    assert isinstance(model.loss_fn, get_loss(loss)) and model.loss_fn.temperature == 0.05
+    batch = SelfGuidedCollator(tokenizer)([{"text": s} for s in SENTENCES[:5]])
+    view_layers = torch.tensor([0, 2, 1, 2, 0])
+    output = model.train()(**batch, view_layers=view_layers)
+    f_c = model.projection(output.embeddings)
+    f_h = model.projection(model.layer_views(**batch)[torch.arange(5), view_layers])
+    expected, negatives = get_loss(loss)(temperature=0.05)(torch.stack([f_c, f_h], dim=1))
+    torch.testing.assert_close(output.cl_loss, expected)
+    assert float(output.negatives_per_query) == float(negatives) == (4 if loss == "info_nce" else 8)
+    output.loss.backward()
+    assert all(p.grad is not None for p in model.contrastive.encoder.encoder.parameters())
+
+
+def test_a_loss_handed_to_the_trainer_trains_sg_bert(tokenizer, tmp_path):
+    trainer = make_trainer(tokenizer, tmp_path, loss="base", max_steps=2)
+    handed = SelfGuidedTrainer(
+        model=trainer.model, args=trainer.args, train_dataset=trainer.train_dataset,
+        data_collator=trainer.data_collator, processing_class=tokenizer, loss=NTXentLoss(temperature=0.1),
+    )  # fmt: skip
+    assert trainer.model.loss_fn is handed.loss_fn and isinstance(handed.loss_fn, NTXentLoss)
+    handed.train()
+    logged = [entry for entry in handed.state.log_history if "cl_loss" in entry]
+    assert len(logged) == 2 and all(entry["negatives_per_query"] == 14 for entry in logged)  # 2 x 8 - 2
+
+
 def test_the_frozen_copy_gets_no_gradient_and_stays_in_eval_mode(tokenizer):
     model = SelfGuidedModel(tiny_tuned(tokenizer), loss="base", projection_hidden_size=16).train()
     assert not model.frozen_encoder.training and model.contrastive.training
@@ -326,7 +356,7 @@ def test_from_encoder_pretrained_starts_from_a_plain_encoder_or_continues_a_cont
 
 
 def test_bad_settings_are_clear_errors(tokenizer):
-    with pytest.raises(ValueError, match="choose one of base, opt1, opt2, opt3"):
+    with pytest.raises(ValueError, match=r"one of base, opt1, opt2, opt3, or a registered in-batch loss \(nt_xent"):
         SelfGuidedConfig(loss="opt4")
     with pytest.raises(ValueError, match="projection_type='none'"):
         config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), projection_type="mlp")

@@ -20,6 +20,7 @@ from ...models.encoding_policy import attention_mask_for
 from ...models.heads import ProjectionHead
 from ...models.host_data import host_array
 from ...models.modeling_contrastive import ContrastiveModel
+from ...models.objectives import LOSSES, ContrastiveLoss, get_loss, loss_names
 from .losses import (
     LAYER_POOLINGS,
     SELF_GUIDED_LOSSES,
@@ -43,7 +44,9 @@ class SelfGuidedConfig:
     """Hyper-parameters of SG-BERT's objective (defaults: the paper's Table 8).
 
     Args:
-        loss: ``base``, ``opt1``, ``opt2`` or ``opt3`` (SG-OPT); see the module docstring for each formula.
+        loss: ``base``, ``opt1``, ``opt2`` or ``opt3`` (SG-OPT), see the module docstring for each formula; or the
+            name of any registered in-batch loss (`models.objectives`, e.g. ``info_nce``), which scores each
+            sentence's vector against its sampled layer view as a (query, positive) pair.
         temperature: tau of :math:`\\phi`; the paper uses 0.01.
         regularization_weight: lambda, the weight of :math:`\\|BERT_F - BERT_T\\|_2^2` (0 turns it off).
         projection_hidden_size: width of both linear layers of the head f (4096 in the paper).
@@ -62,8 +65,11 @@ class SelfGuidedConfig:
     freeze_embeddings: bool = True
 
     def __post_init__(self):
-        if self.loss not in SELF_GUIDED_LOSSES:
-            raise ValueError(f"Unknown SG-BERT loss {self.loss!r}: choose one of {', '.join(SELF_GUIDED_LOSSES)}.")
+        if self.loss not in SELF_GUIDED_LOSSES and self.loss not in LOSSES:
+            raise ValueError(
+                f"Unknown SG-BERT loss {self.loss!r}: choose one of {', '.join(SELF_GUIDED_LOSSES)}, or a registered "
+                f"in-batch loss ({', '.join(loss_names())}; models.objectives.register_loss)."
+            )
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}; SG-BERT uses 0.01.")
         if self.regularization_weight < 0:
@@ -96,13 +102,15 @@ class SelfGuidedOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*):
             cl_loss + regularization_weight * regularization_loss.
         cl_loss (`torch.FloatTensor` of shape `()`, *optional*):
-            The contrastive term (L_base, L_opt1, L_opt2 or L_opt3).
+            The contrastive term (L_base, L_opt1, L_opt2 or L_opt3, or the in-batch loss's).
         regularization_loss (`torch.FloatTensor` of shape `()`, *optional*):
             ||BERT_F - BERT_T||^2, unweighted (None when its weight is 0).
         embeddings (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
             BERT_T's sentence vectors c_i (before the head f): what the saved model returns.
         view_layers (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
-            The layer the sampler picked for each sentence (base, opt1, opt2).
+            The layer the sampler picked for each sentence (base, opt1, opt2, and an in-batch loss).
+        negatives_per_query (`torch.FloatTensor` of shape `()`, *optional*):
+            With an in-batch loss: the mean number of negatives in each sentence's softmax.
     """
 
     loss: torch.FloatTensor | None = None
@@ -110,6 +118,7 @@ class SelfGuidedOutput(ModelOutput):
     regularization_loss: torch.FloatTensor | None = None
     embeddings: torch.FloatTensor | None = None
     view_layers: torch.LongTensor | None = None
+    negatives_per_query: torch.FloatTensor | None = None
 
 
 def _embedding_layer(encoder: nn.Module) -> nn.Module:
@@ -157,7 +166,10 @@ class SelfGuidedModel(nn.Module):
             config = SelfGuidedConfig(**{**config.to_dict(), **config_overrides})
         self.self_guided_config = config
         self.contrastive = contrastive
-        self.loss_fn = SelfGuidedLoss(config.loss, config.temperature)
+        if config.loss in SELF_GUIDED_LOSSES:
+            self.loss_fn = SelfGuidedLoss(config.loss, config.temperature)
+        else:  # a registered in-batch loss, on (sentence, layer view) pairs
+            self.loss_fn = get_loss(config.loss)(temperature=config.temperature)
         self.frozen_encoder = copy.deepcopy(contrastive.encoder).requires_grad_(False).eval()  # BERT_F
         if config.freeze_embeddings:
             _embedding_layer(contrastive.encoder).requires_grad_(False)
@@ -288,7 +300,8 @@ class SelfGuidedModel(nn.Module):
         if return_loss:
             layer_views = self.layer_views(input_ids, attention_mask, token_type_ids, input_lengths)  # (B, K, h)
             projected = self.projection(sentences)  # (B, d)
-            if config.loss == "opt3":
+            in_batch = isinstance(self.loss_fn, ContrastiveLoss)  # registered, or handed by the trainer
+            if config.loss == "opt3" and not in_batch:
                 views = self.projection(layer_views)  # (B, K, d)
             else:
                 if view_layers is None:
@@ -298,7 +311,10 @@ class SelfGuidedModel(nn.Module):
                     picked = layer_views[torch.arange(input_ids.shape[0], device=input_ids.device), view_layers]
                 views = self.projection(picked)  # (B, d)
             # each process's share of the global batch's loss: their average is the global batch's loss
-            cl_loss = self.loss_fn(projected, views)  # gathers every process's views when the trainer says so
+            if in_batch:  # each sentence's vector (query) and its layer view (positive): (B, 2, d)
+                cl_loss, output.negatives_per_query = self.loss_fn(torch.stack([projected, views], dim=1))
+            else:
+                cl_loss = self.loss_fn(projected, views)  # gathers every process's views when the trainer says so
             output.cl_loss, output.loss, output.view_layers = cl_loss, cl_loss, view_layers
             if config.regularization_weight > 0:
                 output.regularization_loss = parameter_distance(self.frozen_encoder, self.contrastive.encoder)

@@ -29,7 +29,10 @@ class SelfGuidedArguments:
     pooler_type: str = field(
         default="cls_before_pooler", metadata={"help": "BERT_T's sentence vector: the last layer's [CLS] (paper)."}
     )
-    loss: str = field(default=_DEFAULTS.loss, metadata={"help": f"One of {', '.join(SELF_GUIDED_LOSSES)}."})
+    loss: str = field(
+        default=_DEFAULTS.loss,
+        metadata={"help": f"One of {', '.join(SELF_GUIDED_LOSSES)}, or a registered in-batch loss (e.g. info_nce)."},
+    )
     temperature: float = field(default=_DEFAULTS.temperature, metadata={"help": "tau of the loss."})
     regularization_weight: float = field(
         default=_DEFAULTS.regularization_weight, metadata={"help": "lambda of ||BERT_F - BERT_T||^2 (0: off)."}
