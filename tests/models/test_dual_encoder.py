@@ -14,8 +14,9 @@ import contrastive_hf.models.distributed as distributed
 import contrastive_hf.models.objectives as objectives
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
-from contrastive_hf.models.objectives import InfoNCELoss
+from contrastive_hf.models.objectives import InfoNCELoss, register_loss, unregister_loss
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
+from contrastive_hf.training.trainer import ContrastiveTrainer
 
 from conftest import tiny_bert_config
 from helpers.builders import (
@@ -328,6 +329,30 @@ def test_a_loss_handed_to_the_trainer_trains_both_towers_and_the_card_names_it(t
     trainer.create_model_card()
     card = (tmp_path / "README.md").read_text()
     assert "counted_info_nce: InfoNCE, counted (a test's), over cosine similarities, temperature 0.1" in card
+
+
+def test_a_registered_loss_named_in_the_config_trains_dpr_and_its_checkpoint_keeps_the_name(tokenizer, tmp_path):
+    """A loss of one's own is one class and one registration: DualEncoderConfig(contrastive_loss=...) (run_dpr's
+    --contrastive_loss) builds it, it trains both towers, the saved checkpoint names it and loads with it."""
+    register_loss(CountedInfoNCE)
+    try:
+        model = make_dual_encoder(vocab_size=len(tokenizer), contrastive_loss="counted_info_nce")
+        assert isinstance(model.loss_fn, CountedInfoNCE) and model.loss_fn.temperature == model.config.temperature
+        model.tokenizer = tokenizer
+        model.save_pretrained(tmp_path / "saved")
+        reloaded = DualEncoderModel.from_pretrained(tmp_path / "saved")
+        assert reloaded.config.contrastive_loss == "counted_info_nce" and isinstance(reloaded.loss_fn, CountedInfoNCE)
+        parts = make_dual_encoder_trainer(tokenizer, tmp_path / "run", max_steps=1)
+        trainer = ContrastiveTrainer(
+            model=reloaded, args=parts.args, train_dataset=parts.train_dataset, data_collator=parts.data_collator,
+            processing_class=tokenizer,
+        )  # fmt: skip
+        trainer.train()
+        assert trainer.model.loss_fn is trainer.loss_fn and trainer.loss_fn.calls == 1
+    finally:
+        unregister_loss("counted_info_nce")
+    assert DualEncoderModel.from_pretrained(tmp_path / "saved").loss_fn is None  # loads and encodes without it
+    assert make_dual_encoder(vocab_size=len(tokenizer)).config.contrastive_loss == "info_nce"  # DPR's
 
 
 def test_grad_cache_chunks_give_the_full_batch_update(tokenizer, tmp_path):

@@ -220,7 +220,8 @@ def _describe_model(model) -> dict:
         return {
             "encoder_description": f"{towers}: {encoder_text}",
             "projection_description": projection,
-            "objective_description": f"InfoNCE over {config.similarity} similarities (DPR)",
+            "objective_description": f"L_CL ({_loss_words(config.contrastive_loss)}), over {config.similarity} "
+            "similarities",
             "similarity": config.similarity,
         }
     if config.projection_type == "none":
@@ -234,7 +235,7 @@ def _describe_model(model) -> dict:
             projection = (
                 f"MLP, {config.projection_layers} layers, {config.projection_activation}, output {size} ({usage})"
             )
-    loss = f"{config.contrastive_loss}: {get_loss(config.contrastive_loss).description}"
+    loss = _loss_words(config.contrastive_loss)
     objective = f"L_CL ({loss})"
     if config.mlm_weight > 0:
         objective = f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({loss})"
@@ -244,6 +245,11 @@ def _describe_model(model) -> dict:
         "objective_description": objective,
         "similarity": "cosine",
     }
+
+
+def _loss_words(name: str) -> str:
+    """A registered loss in the card's words: ``name: description``."""
+    return f"{name}: {get_loss(name).description}"
 
 
 def _framework_versions() -> str:

@@ -45,6 +45,10 @@ class DualEncoderConfig(PreTrainedConfig):
             `dot` (DPR's inner product) or `cosine`.
         temperature (`float`, *optional*):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
+        contrastive_loss (`str`, defaults to `"info_nce"`):
+            The in-batch loss (a name registered in `models.objectives`, as [`ContrastiveConfig`]'s): DPR's InfoNCE
+            over each query's positive, the other queries' passages and hard negatives; any registered loss, one's
+            own included, trains the dual encoder the same way.
         sub_batch_size (`int` or `str`, defaults to `"auto"`), sub_batch_tokens (`int`, defaults to 1024):
             How training batches are encoded, as [`ContrastiveConfig`]'s (the same values, meanings and policy,
             `EncodingPolicy`), each side on its own: the queries in one call, the passages (positives and
@@ -86,6 +90,7 @@ class DualEncoderConfig(PreTrainedConfig):
     projection_dim: int | None = None
     similarity: str = "dot"
     temperature: float | None = None
+    contrastive_loss: str = "info_nce"
     sub_batch_size: int | str = "auto"
     sub_batch_tokens: int = 1024
     prompts: dict | None = None
@@ -173,6 +178,7 @@ DUAL_ENCODER_FIELDS = (
     "projection_dim",
     "similarity",
     "temperature",
+    "contrastive_loss",
     "sub_batch_size",
     "sub_batch_tokens",
     "prompts",

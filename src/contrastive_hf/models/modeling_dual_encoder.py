@@ -43,7 +43,7 @@ from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import encode_with
 from .heads import build_encoder, init_weights
-from .objectives import ContrastiveLoss, build_loss, cached_gradient_surrogate
+from .objectives import LOSSES, ContrastiveLoss, build_loss, cached_gradient_surrogate
 from .poolers import SentencePooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack, write_json
 from .sentence_transformers_folders import (
@@ -202,7 +202,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             self.query_projection = nn.Linear(config.query_encoder.hidden_size, config.projection_dim)
             if not config.share_encoders:
                 self.passage_projection = nn.Linear(config.passage_encoder.hidden_size, config.projection_dim)
-        self.loss_fn: ContrastiveLoss = build_loss(config)  # InfoNCE with the config's similarity and temperature
+        # the config's loss (DPR's InfoNCE) with its similarity and temperature; built when first asked where its
+        # name is registered later (a checkpoint trained with a loss of one's own loads and encodes without it)
+        self.loss_fn: ContrastiveLoss | None = build_loss(config) if config.contrastive_loss in LOSSES else None
         self.post_init()
 
     def _sync_encoder_configs(self) -> None:
@@ -335,9 +337,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         self, embeddings: torch.Tensor, sentence_ids: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """DPR's loss on ``(B, S, d)`` embeddings (S = 2: query, positive; S = 3: + hard negative): this model's
-        ``loss_fn`` (InfoNCE with the config's similarity, temperature and Matryoshka dimensions, or the loss
-        `ContrastiveTrainer` was handed), which also gathers the passages of every process and reads its pre-batch
-        queue (DensePhrases' pre-batch negatives) when it has one.
+        ``loss_fn`` (the config's ``contrastive_loss``, InfoNCE by default, with its similarity, temperature and
+        Matryoshka dimensions, or the loss `ContrastiveTrainer` was handed), which also gathers the passages of
+        every process and reads its pre-batch queue (DensePhrases' pre-batch negatives) when it has one.
 
         Args:
             embeddings: the output of `embed_views`.
@@ -348,6 +350,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             ``(loss, negatives_per_query)``: the mean of the local queries' losses, and the mean number of negatives
             in their softmax.
         """
+        if self.loss_fn is None:  # registered since the model was built, or the registry's error naming the loss
+            self.loss_fn = build_loss(self.config)
         return self.loss_fn(embeddings, sentence_ids)
 
     def forward(

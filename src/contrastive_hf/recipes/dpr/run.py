@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from ...commands.arguments import AdapterArguments, MatryoshkaArguments, PromptArguments
+from ...commands.arguments import AdapterArguments, MatryoshkaArguments, PromptArguments, loss_help
 from ...commands.errors import UsageError, as_usage_error
 from ...commands.loaders import corpus_progress_bars, evaluates_during_training
 from ...commands.loading import with_lora_adapter
@@ -22,6 +22,7 @@ from ...data.reading import drop_incomplete_rows, load_corpus
 from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluate_retrieval, retrieval_eval_metrics
 from ...models.configuration_dual_encoder import DualEncoderConfig
 from ...models.modeling_dual_encoder import DualEncoderModel
+from ...models.objectives import get_loss
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import RecipeRun
 from . import QueryPassageCollator, tokenize_query_passage_pairs
@@ -66,6 +67,7 @@ class ModelArguments(PromptArguments, MatryoshkaArguments):
     temperature: float | None = field(
         default=None, metadata={"help": "Scores are divided by it; default 1.0 for dot, 0.05 for cosine."}
     )
+    contrastive_loss: str | None = field(default=None, metadata={"help": loss_help()})  # rewritten when parsing
     projection_dim: int | None = field(
         default=None, metadata={"help": "A linear layer to this size on each tower's vector (none when unset)."}
     )
@@ -132,11 +134,15 @@ class DataArguments:
 
 def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
     """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config."""
+    if model_args.contrastive_loss is not None:
+        with as_usage_error():  # the registered names, in one usage line
+            get_loss(model_args.contrastive_loss)
     loss_overrides = {
         name: value
         for name, value in (
             ("similarity", model_args.similarity),
             ("temperature", model_args.temperature),
+            ("contrastive_loss", model_args.contrastive_loss),
         )
         if value is not None
     }
