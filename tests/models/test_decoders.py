@@ -9,6 +9,8 @@ padding token and no [CLS]/[SEP], as decoder tokenizers are.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
     AutoModel,
+    AutoTokenizer,
     BertConfig,
     Gemma2Config,
     Gemma3TextConfig,
@@ -27,6 +30,7 @@ from transformers import (
     Phi3Config,
     PreTrainedTokenizerFast,
     Qwen2Config,
+    Qwen2Tokenizer,
     Qwen3Config,
 )
 
@@ -212,3 +216,90 @@ def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_witho
     )
     assert ContrastiveModel.from_pretrained(tmp_path / "cl").config.mlm_weight == 0
     assert "vocabulary 4001, causal attention |" in (tmp_path / "cl" / "README.md").read_text()  # and [DEL]
+
+
+# --- the end-of-sequence rule of last-token pooling (models/end_of_sequence.py) -----------------------------------
+
+
+def qwen2_tokenizer() -> Qwen2Tokenizer:
+    """A Qwen2 tokenizer as Qwen2's own loads (byte-level BPE, <|endoftext|>, no BOS, no EOS appended), its merges
+    trained here on the repository's Wikipedia sample."""
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    bpe.train_from_iterator((DEMO_DATA / "wiki1m_sample.txt").read_text().splitlines()[:2000], trainer)
+    state = json.loads(bpe.to_str())["model"]
+    merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in state["merges"]]
+    return Qwen2Tokenizer(vocab=state["vocab"], merges=merges, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                          unk_token=None, bos_token=None)  # fmt: skip
+
+
+def test_a_last_token_model_trains_on_texts_ending_with_eos_and_its_saved_tokenizer_appends_it_everywhere(tmp_path):
+    """Qwen2's tokenizer appends no EOS; ContrastiveTrainer makes it (once, said in the log), the collator's batches
+    end with it, and the saved tokenizer does it in AutoTokenizer and sentence-transformers, which then embed as
+    contrastive_hf does."""
+    from datasets import Dataset
+
+    from contrastive_hf import ContrastiveForPreTraining
+    from contrastive_hf.data.collators import ContrastiveDataCollator
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    tokenizer = qwen2_tokenizer()
+    eos = tokenizer.eos_token_id
+    assert tokenizer("A man is playing a guitar.")["input_ids"][-1] != eos
+    torch.manual_seed(0)
+    config = ContrastiveConfig(encoder=decoder_config("qwen2", len(tokenizer)), pooler_type="last_token",
+                               projection_type="none", mlm_weight=0.0, contrastive_loss="info_nce")  # fmt: skip
+    collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mlm=False, max_length=32)
+    arguments = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, report_to="none", use_cpu=True,
+        save_strategy="no",
+    )  # fmt: skip
+    trainer = ContrastiveTrainer(
+        model=ContrastiveForPreTraining(config), args=arguments, data_collator=collator, processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"text": SENTENCES}),
+    )  # fmt: skip
+    assert tokenizer("A man is playing a guitar.")["input_ids"][-1] == eos
+    batch = collator([{"text": text} for text in SENTENCES])
+    lengths = batch["attention_mask"][:, 0].sum(dim=1)
+    assert all(int(row[length - 1]) == eos for row, length in zip(batch["input_ids"][:, 0], lengths, strict=True))
+    trainer.train()
+    trainer.save_model()
+
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert (
+        reloaded("Rain.")["input_ids"] == tokenizer("Rain.")["input_ids"] and reloaded("Rain.")["input_ids"][-1] == eos
+    )
+    served = SentenceTransformer(str(tmp_path), device="cpu")
+    assert served.tokenize(["Rain."])["input_ids"][0, -1] == eos
+    mine = ContrastiveModel.from_pretrained(tmp_path).encode(SENTENCES)
+    np.testing.assert_allclose(served.encode(SENTENCES), mine, rtol=0, atol=1e-5)
+
+
+def test_the_eos_rule_keeps_a_beginning_token_leaves_bert_alone_and_refuses_what_cannot_follow_it(decoder_tokenizer):
+    from tokenizers import processors
+
+    from contrastive_hf.models.end_of_sequence import append_eos_token
+
+    words = Tokenizer.from_str(decoder_tokenizer.backend_tokenizer.to_str())
+    words.add_special_tokens(["<s>"])
+    words.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", words.token_to_id("<s>"))]
+    )
+    llama_like = PreTrainedTokenizerFast(tokenizer_object=words, eos_token="</s>", bos_token="<s>", pad_token="<pad>")
+    before = llama_like("the cat")["input_ids"]
+    assert before[0] == llama_like.bos_token_id and before[-1] != llama_like.eos_token_id
+    assert append_eos_token(llama_like)
+    assert llama_like("the cat")["input_ids"] == [*before, llama_like.eos_token_id]
+    assert not append_eos_token(llama_like)  # once
+
+    bert = AutoTokenizer.from_pretrained(REPO_ROOT / "examples" / "demo" / "tokenizer")
+    ids = bert("the cat")["input_ids"]
+    assert not append_eos_token(bert) and bert("the cat")["input_ids"] == ids  # [SEP] already ends every text
+
+    no_eos = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(decoder_tokenizer.backend_tokenizer.to_str()),
+                                     pad_token="<pad>")  # fmt: skip
+    with pytest.raises(ValueError, match=r"has no eos_token to append: set one \(tokenizer.eos_token = "):
+        append_eos_token(no_eos)

@@ -97,6 +97,9 @@ class PoolerSpec:
         needs_hidden_states: it reads layers other than the last (the encoder runs with ``output_hidden_states``).
         uses_encoder_pooler_layer: it applies the encoder's own pooler layer (kept trainable, and exported as a Dense
             module with tanh after the Pooling module).
+        reads_end_of_sequence: it pools the last token, which should be the end-of-sequence token a decoder
+            embedder is trained on: `ContrastiveTrainer` makes its tokenizer append one where it does not
+            (`end_of_sequence.append_eos_token`).
     """
 
     name: str
@@ -106,6 +109,7 @@ class PoolerSpec:
     served_by_text_embeddings_inference: bool = False
     needs_hidden_states: bool = False
     uses_encoder_pooler_layer: bool = False
+    reads_end_of_sequence: bool = False
 
     def sentence_transformers_refusal(self) -> str | None:
         """Why no sentence-transformers module computes this pooler, or None when its ``Pooling`` mode does."""
@@ -146,6 +150,7 @@ def register_pooler(
     served_by_text_embeddings_inference: bool = False,
     needs_hidden_states: bool = False,
     uses_encoder_pooler_layer: bool = False,
+    reads_end_of_sequence: bool = False,
     replace: bool = False,
 ) -> PoolerSpec:
     """Offer a pooler to every part of the library (see `PoolerSpec` for the arguments); returns its spec."""
@@ -157,6 +162,7 @@ def register_pooler(
         served_by_text_embeddings_inference,
         needs_hidden_states,
         uses_encoder_pooler_layer,
+        reads_end_of_sequence,
     )
     return POOLERS.add(name, spec, replace=replace)
 
@@ -314,6 +320,7 @@ register_pooler(
     "the last layer's state of each sentence's last token, the only one a causal decoder lets see the whole sentence "
     "(decoder embedders: SGPT, E5-Mistral, Qwen3-Embedding)",
     sentence_transformers_mode="lasttoken",
+    reads_end_of_sequence=True,
 )
 register_pooler(
     "max",

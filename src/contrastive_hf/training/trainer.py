@@ -24,8 +24,10 @@ from ..hub.model_card import card_info_from_trainer, write_model_card
 from ..models.checkpoint_files import EmbeddingCheckpointMixin, make_tokenizer_config_portable
 from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
+from ..models.end_of_sequence import append_eos_token
 from ..models.losses import alignment, uniformity
 from ..models.objectives import LOSSES, ContrastiveLoss, build_loss
+from ..models.poolers import POOLERS, get_pooler
 from ..models.precision import Precision, log_precision_once
 from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
 from .grad_cache import GradCacheModel, chunk_backward, chunk_count, grad_cache_step
@@ -109,6 +111,7 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         if isinstance(unwrapped, SentenceEmbeddingMixin) and unwrapped.tokenizer is None:
             # `encode` uses it, and a two-tower checkpoint saves it beside each tower
             unwrapped.tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        _append_eos_where_pooled(unwrapped, self.processing_class, self.data_collator)
         self.loss_fn = _contrastive_loss(unwrapped, loss)
         if self.loss_fn is not None:  # exact global-batch negatives (distributed.py)
             gather = self.args.world_size > 1 and self._option("gather_negatives_across_devices")
@@ -583,6 +586,22 @@ class _LossSteps(TrainerCallback):
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.loss.on_epoch_begin()
+
+
+def _append_eos_where_pooled(model, *holders) -> None:
+    """The end-of-sequence rule (`models.end_of_sequence`): a model pooling its last token trains on texts ending
+    with the tokenizer's eos_token, so the tokenizers of ``holders`` (the processing class, the collator) append it."""
+    owner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    pooler_type = getattr(getattr(owner, "config", None), "pooler_type", None)
+    if pooler_type is None or pooler_type not in POOLERS or not get_pooler(pooler_type).reads_end_of_sequence:
+        return
+    tokenizers = {}
+    for holder in holders:
+        tokenizer = getattr(holder, "tokenizer", holder)
+        if tokenizer is not None and callable(tokenizer) and hasattr(tokenizer, "all_special_ids"):
+            tokenizers[id(tokenizer)] = tokenizer
+    for tokenizer in tokenizers.values():
+        append_eos_token(tokenizer)
 
 
 def _contrastive_loss(model, loss: torch.nn.Module | None) -> torch.nn.Module | None:
