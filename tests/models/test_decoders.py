@@ -303,3 +303,32 @@ def test_the_eos_rule_keeps_a_beginning_token_leaves_bert_alone_and_refuses_what
                                      pad_token="<pad>")  # fmt: skip
     with pytest.raises(ValueError, match=r"has no eos_token to append: set one \(tokenizer.eos_token = "):
         append_eos_token(no_eos)
+
+
+@pytest.mark.parametrize("pooler_type", ["mean", "last_token"])
+def test_a_decoder_s_prompt_left_out_of_the_pooling_is_sentence_transformers_and_counts_no_cls(pooler_type, tmp_path):
+    """A decoder tokenizer has no [CLS]/[SEP]: the prompt's tokens are its own (no leading special token), the
+    eos_token the rule appends ends the text, and mean pooling without the prompt, or the last token, is
+    sentence-transformers' on the saved folder (its Pooling with include_prompt=False)."""
+    from contrastive_hf.models.end_of_sequence import append_eos_token
+    from contrastive_hf.models.prompts import prompt_token_count
+
+    tokenizer = qwen2_tokenizer()
+    append_eos_token(tokenizer)
+    prompt = "Instruct: Given a sentence, retrieve a paraphrase\nQuery: "
+    assert prompt_token_count(tokenizer, prompt) == len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    model = decoder_model("qwen2", len(tokenizer), pooler_type=pooler_type, prompts={"query": prompt},
+                          include_prompt=False)  # fmt: skip
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    served = SentenceTransformer(str(tmp_path), device="cpu")
+    assert served[1].include_prompt is False
+    np.testing.assert_allclose(
+        served.encode(SENTENCES, prompt_name="query"),
+        ContrastiveModel.from_pretrained(tmp_path).encode(SENTENCES, prompt_name="query"),
+        rtol=0,
+        atol=1e-5,
+    )
+    without_prompt = model.encode(SENTENCES, tokenizer=tokenizer)
+    with_prompt = model.encode(SENTENCES, tokenizer=tokenizer, prompt_name="query")
+    assert not np.allclose(without_prompt, with_prompt, atol=1e-3)  # the text attends to the prompt before it
