@@ -332,3 +332,34 @@ def test_a_decoder_s_prompt_left_out_of_the_pooling_is_sentence_transformers_and
     without_prompt = model.encode(SENTENCES, tokenizer=tokenizer)
     with_prompt = model.encode(SENTENCES, tokenizer=tokenizer, prompt_name="query")
     assert not np.allclose(without_prompt, with_prompt, atol=1e-3)  # the text attends to the prompt before it
+
+
+def test_e5_style_instruction_tuning_of_a_decoder_runs_as_its_page_says(tmp_path):
+    """docs/recipes/e5-instruct.md's settings (examples/llm/e5_instruct.json) on a tiny Qwen2 with its own kind of
+    tokenizer: LoRA on every projection, last-token pooling on the appended EOS, the instruction on the queries only;
+    the merged checkpoint serves the same query embeddings in sentence-transformers, its prompt included."""
+    folder = tmp_path / "qwen2"
+    tokenizer = qwen2_tokenizer()
+    torch.manual_seed(0)
+    AutoModel.from_config(decoder_config("qwen2", len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    settings = json.loads((REPO_ROOT / "examples" / "llm" / "e5_instruct.json").read_text())
+    run = run_script(
+        REPO_ROOT / "examples" / "run_simcse.py",
+        [REPO_ROOT / "examples" / "llm" / "e5_instruct.json", "--model_name_or_path", folder,
+         "--train_file", DEMO_DATA / "nli_sample.csv", "--max_train_samples", "16", "--per_device_train_batch_size",
+         "8", "--max_steps", "2", "--max_seq_length", "48", "--warmup_steps", "0", "--output_dir", tmp_path / "out",
+         "--use_cpu", "true"],
+    )  # fmt: skip
+    assert "Training a LoRA adapter" in run.output and "appends its eos_token" in run.output
+    merged = tmp_path / "out-merged"
+    trained = ContrastiveModel.from_pretrained(merged)
+    assert trained.config.pooler_type == "last_token" and trained.config.temperature == 0.02
+    assert trained.config.prompts == {"query": settings["query_prompt"]}
+    served = SentenceTransformer(str(merged), device="cpu")
+    assert served.tokenize(["Rain."])["input_ids"][0, -1] == tokenizer.eos_token_id
+    queries = ["A man is playing a guitar.", "Rain."]
+    np.testing.assert_allclose(
+        served.encode(queries, prompt_name="query"), trained.encode_query(queries), rtol=0, atol=1e-5
+    )
+    assert "LORA adapter (r=16, alpha=32) on down_proj, gate_proj" in (tmp_path / "out" / "README.md").read_text()
