@@ -14,7 +14,8 @@ Steps, each in a process of its own with a time limit, each recorded (passed, fa
    before and after, and the run's reload check;
 4. ``recipes``: every example script (CLEAR, SimCSE unsupervised and supervised, DeCLUTR, SG-BERT, DPR, multitask)
    for ``--recipe_steps`` steps in the device's default precision, each ending with its own reload check, on a
-   4-layer BERT built from scratch (SG-BERT and the multitask recipe from the same encoder saved as "pretrained");
+   4-layer BERT built from scratch (SG-BERT and the multitask recipe from the same encoder saved as "pretrained"),
+   and E5-style instruction tuning (``examples/llm/e5_instruct.json``: LoRA, last-token pooling) of a tiny Qwen2;
 5. ``zero2_bf16`` and ``zero3_bf16``: CLEAR (an MLP kept at inference) and DPR under ``accelerate launch
    --config_file ds_configs/accelerate_zero{2,3}.yaml --num_processes 1 ... --bf16 true``: the float32 checkpoint
    written from DeepSpeed's master weights and its reload check;
@@ -222,6 +223,15 @@ def encoder_files(folder: Path, dry_run: bool) -> tuple[Path, Path]:
     return config_file, pretrained
 
 
+def decoder_folder(folder: Path) -> Path:
+    """A tiny Qwen2 with a Qwen2 tokenizer, built in code as the suite builds it (tests/helpers/decoders.py), saved
+    as a pretrained decoder's folder (for the E5-style recipe)."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from helpers.decoders import save_tiny_qwen2
+
+    return save_tiny_qwen2(folder / "pretrained_decoder")
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -259,7 +269,9 @@ def device_flags(args) -> list[str]:
     return ["--use_cpu", "true"] if args.dry_run else []
 
 
-def recipe_jobs(args, work: Path, config_file: Path, pretrained: Path, extra: list[str]) -> list[dict]:
+def recipe_jobs(
+    args, work: Path, config_file: Path, pretrained: Path, extra: list[str], decoder: Path | None = None
+) -> list[dict]:
     """Every example script for a few steps, each into ``work/<name>``."""
     steps = "2" if args.dry_run else str(args.recipe_steps)
     batch = "4" if args.dry_run else "32"
@@ -286,6 +298,10 @@ def recipe_jobs(args, work: Path, config_file: Path, pretrained: Path, extra: li
                                         "--stsb_dir", str(FIXTURES / "sts" / "stsbenchmark"),
                                         "--max_seq_length", "64"]),
     }  # fmt: skip
+    if decoder is not None:  # a decoder instruction-tuned with LoRA (docs/recipes/e5-instruct.md)
+        recipes["e5_decoder"] = ("run_simcse", [str(REPO_ROOT / "examples" / "llm" / "e5_instruct.json"),
+                                                "--model_name_or_path", str(decoder), "--train_file", nli,
+                                                "--max_seq_length", "64", "--warmup_steps", "0"])  # fmt: skip
     return [
         {"name": name, "script": f"examples/{script}.py", "argv": [*flags, *common, "--output_dir", str(work / name)]}
         for name, (script, flags) in recipes.items()
@@ -353,7 +369,7 @@ def main() -> None:
     demo_steps(check, args, work)
 
     config_file, pretrained = encoder_files(work, args.dry_run)
-    recipes = recipe_jobs(args, work, config_file, pretrained, device_flags(args))
+    recipes = recipe_jobs(args, work, config_file, pretrained, device_flags(args), decoder_folder(work))
     jobs_step(check, "recipes", recipes, work, 180, env=env)
 
     for stage in (2, 3):

@@ -9,7 +9,9 @@ launch's. The scenarios, by the test module that checks them:
 
 - tests/integration/test_scripts_under_zero.py: every example script, from a checkpoint and from scratch;
 - tests/integration/test_deepspeed.py: CLEAR from one saved checkpoint under ZeRO-2 and ZeRO-3 (compared with DDP),
-  ZeRO-3 with a checkpoint every 2 steps (resumed there on "two machines"), a LoRA adapter merged under ZeRO-3;
+  ZeRO-3 with a checkpoint every 2 steps (resumed there on "two machines"), a LoRA adapter merged under ZeRO-3, and
+  a decoder (a tiny Qwen2 with a Qwen2 tokenizer) instruction-tuned with LoRA in bf16 with E5's settings
+  (``DECODER_JOB``);
 - tests/integration/test_zero_checkpoints.py: checkpoints of every head kept at inference under ZeRO-1, 2 and 3, in
   bf16 and float32, and a ZeRO-3 configuration that cannot save whole, refused before training (last: it stops).
 
@@ -29,6 +31,7 @@ from transformers import AutoTokenizer, BertModel
 
 from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
 from helpers.builders import write_snli_sample
+from helpers.decoders import save_tiny_qwen2
 from helpers.launching import (
     CPU_ENV,
     DEEPSPEED_ON_CPU,
@@ -89,6 +92,8 @@ CHECKPOINT_RUNS = {
 # ZeRO-3 without stage3_gather_16bit_weights_on_model_save: refused before training, a usage error (exit status 2 on
 # each process)
 NOT_GATHERED = "zero3_not_gathered"
+# A decoder instruction-tuned as docs/recipes/e5-instruct.md says, under ZeRO-3 in bf16
+DECODER_JOB = "zero3_decoder_e5"
 
 
 @dataclass
@@ -245,12 +250,22 @@ def _deepspeed_jobs(stage: str, folder: Path) -> list[dict]:
     base = folder / "lora_base"
     from transformers import BertForMaskedLM
 
+    decoder = save_tiny_qwen2(folder / "qwen2")
+    (folder / DECODER_JOB).mkdir()
+    e5 = _job(DECODER_JOB, "examples/run_simcse.py", [
+        REPO_ROOT / "examples" / "llm" / "e5_instruct.json", "--model_name_or_path", decoder,
+        "--train_file", DEMO_DATA / "nli_sample.csv", "--max_train_samples", "32", "--per_device_train_batch_size",
+        "8", "--max_steps", "2", "--max_seq_length", "48", "--warmup_steps", "0", "--bf16", "true",
+        "--output_dir", folder / DECODER_JOB / "out", *DEEPSPEED_ON_CPU,
+    ])  # fmt: skip
+
     BertForMaskedLM(tiny_bert_config()).save_pretrained(base)
     AutoTokenizer.from_pretrained(DEMO_TOKENIZER).save_pretrained(base)
     return [
         # a checkpoint every 2 steps (at steps 2 and 3), the final STS-B evaluation
         _run_clear_job(folder, "zero3_run", *start, "--save_strategy", "steps", "--save_steps", "2"),
         _run_clear_job(folder, "lora", "--model_name_or_path", base, "--lora_r", "4", "--pooler_type", "mean"),
+        e5,
     ]
 
 

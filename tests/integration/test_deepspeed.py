@@ -16,7 +16,9 @@ import json
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 from transformers import AutoModel
 
@@ -38,7 +40,7 @@ from helpers.launching import (
     train_engines,
     weights,
 )
-from helpers.zero_launches import NO_STS_EVAL, TRAINING
+from helpers.zero_launches import DECODER_JOB, NO_STS_EVAL, TRAINING
 
 # its module-scoped launch and the shared ZeRO launches run once, on one pytest-xdist worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("zero")
@@ -235,6 +237,30 @@ def test_zero3_lora_adapter_merges_into_a_whole_checkpoint(zero_launches):
         contrastive_hf.ContrastiveModel.from_pretrained(output_dir.parent / "out-merged"),
         contrastive_hf.ContrastiveModel,
     )
+
+
+def test_a_decoder_instruction_tuned_with_lora_under_zero3_in_bf16_serves_its_queries(zero_launches):
+    """E5's settings (examples/llm/e5_instruct.json) on a tiny Qwen2 under ZeRO-3 on 2 processes, bf16: the LoRA
+    adapter merged from the gathered shards, the tokenizer appending its EOS, the query prompt saved; the merged
+    checkpoint passes the script's own reload check and serves its queries in sentence-transformers."""
+    from sentence_transformers import SentenceTransformer
+
+    launch = zero_launches.run("zero3")
+    assert launch.status(DECODER_JOB) == 0, launch.failure(DECODER_JOB)
+    log = launch.log(DECODER_JOB)
+    assert "Training a LoRA adapter" in log and "appends its eos_token" in log
+    assert log.count("gives the trained embeddings") == 2  # ContrastiveModel and sentence-transformers
+    merged = launch.output(DECODER_JOB).parent / "out-merged"
+    trained = contrastive_hf.ContrastiveModel.from_pretrained(merged)
+    assert trained.config.pooler_type == "last_token" and set(trained.config.prompts) == {"query"}
+    # the frozen base trained in bf16 (DeepSpeed keeps float32 masters of trained weights only), and the merged
+    # checkpoint is saved in it, every weight in the one dtype, as peft merges an adapter into a bf16 base
+    assert {parameter.dtype for parameter in trained.parameters()} == {torch.bfloat16}
+    served = SentenceTransformer(str(merged), device="cpu")
+    queries = ["A man is playing a guitar.", "Rain."]
+    theirs, mine = served.encode(queries, prompt_name="query"), trained.encode_query(queries)  # both in bf16
+    cosines = (theirs * mine).sum(1) / np.linalg.norm(theirs, axis=1) / np.linalg.norm(mine, axis=1)
+    assert cosines.min() > 0.9999, cosines  # the same vectors up to bf16's rounding (padded in other groups)
 
 
 # GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives

@@ -30,7 +30,6 @@ from transformers import (
     Phi3Config,
     PreTrainedTokenizerFast,
     Qwen2Config,
-    Qwen2Tokenizer,
     Qwen3Config,
 )
 
@@ -38,6 +37,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.models.configuration_contrastive import BIDIRECTIONAL_DECODERS
 
 from conftest import DEMO_DATA, REPO_ROOT
+from helpers.decoders import qwen2_tokenizer, save_tiny_qwen2
 from helpers.in_process import run_script
 
 SENTENCES = [
@@ -221,20 +221,6 @@ def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_witho
 # --- the end-of-sequence rule of last-token pooling (models/end_of_sequence.py) -----------------------------------
 
 
-def qwen2_tokenizer() -> Qwen2Tokenizer:
-    """A Qwen2 tokenizer as Qwen2's own loads (byte-level BPE, <|endoftext|>, no BOS, no EOS appended), its merges
-    trained here on the repository's Wikipedia sample."""
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
-    bpe.train_from_iterator((DEMO_DATA / "wiki1m_sample.txt").read_text().splitlines()[:2000], trainer)
-    state = json.loads(bpe.to_str())["model"]
-    merges = [tuple(merge.split(" ")) if isinstance(merge, str) else tuple(merge) for merge in state["merges"]]
-    return Qwen2Tokenizer(vocab=state["vocab"], merges=merges, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
-                          unk_token=None, bos_token=None)  # fmt: skip
-
-
 def test_a_last_token_model_trains_on_texts_ending_with_eos_and_its_saved_tokenizer_appends_it_everywhere(tmp_path):
     """Qwen2's tokenizer appends no EOS; ContrastiveTrainer makes it (once, said in the log), the collator's batches
     end with it, and the saved tokenizer does it in AutoTokenizer and sentence-transformers, which then embed as
@@ -338,11 +324,8 @@ def test_e5_style_instruction_tuning_of_a_decoder_runs_as_its_page_says(tmp_path
     """docs/recipes/e5-instruct.md's settings (examples/llm/e5_instruct.json) on a tiny Qwen2 with its own kind of
     tokenizer: LoRA on every projection, last-token pooling on the appended EOS, the instruction on the queries only;
     the merged checkpoint serves the same query embeddings in sentence-transformers, its prompt included."""
-    folder = tmp_path / "qwen2"
-    tokenizer = qwen2_tokenizer()
-    torch.manual_seed(0)
-    AutoModel.from_config(decoder_config("qwen2", len(tokenizer))).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     settings = json.loads((REPO_ROOT / "examples" / "llm" / "e5_instruct.json").read_text())
     run = run_script(
         REPO_ROOT / "examples" / "run_simcse.py",
