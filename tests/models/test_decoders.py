@@ -346,3 +346,28 @@ def test_e5_style_instruction_tuning_of_a_decoder_runs_as_its_page_says(tmp_path
         served.encode(queries, prompt_name="query"), trained.encode_query(queries), rtol=0, atol=1e-5
     )
     assert "LORA adapter (r=16, alpha=32) on down_proj, gate_proj" in (tmp_path / "out" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("share_encoders", [True, False])
+def test_a_decoder_dual_encoder_trains_with_last_token_pooling_and_serves_both_towers(share_encoders, tmp_path):
+    """run_dpr.py on a tiny Qwen2 (one tower or two), last-token pooling on the appended EOS and an instruction on
+    the queries: sentence-transformers serves the queries and the passages as the dual encoder embeds them."""
+    from contrastive_hf import DualEncoderModel
+
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    run_script(
+        "run_dpr",
+        ["--model_name_or_path", folder, "--train_file", DEMO_DATA / "nli_sample.csv", "--pooler_type", "last_token",
+         "--similarity", "cosine", "--temperature", "0.02", "--query_prompt", "Instruct: retrieve one\nQuery: ",
+         "--share_encoders", str(share_encoders).lower(), "--max_steps", "2", "--per_device_train_batch_size", "8",
+         "--eval_size", "16", "--output_dir", tmp_path / "out", "--use_cpu", "true", "--report_to", "none"],
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert tokenizer("Rain.")["input_ids"][-1] == tokenizer.eos_token_id
+    trained = DualEncoderModel.from_pretrained(tmp_path / "out")
+    assert trained.config.pooler_type == "last_token" and trained.config.share_encoders is share_encoders
+    served = SentenceTransformer(str(tmp_path / "out"), device="cpu")
+    np.testing.assert_allclose(served.encode_query(SENTENCES), trained.encode_query(SENTENCES), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        served.encode_document(SENTENCES), trained.encode_document(SENTENCES), rtol=0, atol=1e-5
+    )
