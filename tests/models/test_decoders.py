@@ -1,7 +1,8 @@
 """Decoder LLMs as encoders, on tiny decoders built in code: pooled by their last token (the `last_token` pooler
 against sentence-transformers' ``lasttoken`` Pooling on the same weights, with the tokenizer padding on the right and
-on the left, for each family that rotates its positions: Llama, Mistral, Qwen2, Qwen3, Phi-3), and attending both
-ways (``bidirectional_attention``, for every family of `BIDIRECTIONAL_DECODERS`, kept by the saved checkpoint).
+on the left, for each family that rotates its positions: Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3), and
+attending both ways (``bidirectional_attention``, for every family of `BIDIRECTIONAL_DECODERS`, kept by the saved
+checkpoint); the end-of-sequence rule, prompts, E5-style instruction tuning and the dual encoder on a tiny Qwen2.
 
 The tokenizer is a word-level one trained here on the repository's Wikipedia sample, with an end-of-sequence and a
 padding token and no [CLS]/[SEP], as decoder tokenizers are.
@@ -85,7 +86,7 @@ def decoder_model(family: str, vocab_size: int, pooler_type="last_token", **sett
     return ContrastiveModel(config).eval()
 
 
-@pytest.mark.parametrize("family", list(DECODERS))
+@pytest.mark.parametrize("family", [*DECODERS, "gemma", "gemma2", "gemma3_text"])
 def test_last_token_pooling_of_a_decoder_is_sentence_transformers_lasttoken_with_either_padding_side(
     family, decoder_tokenizer, tmp_path
 ):
