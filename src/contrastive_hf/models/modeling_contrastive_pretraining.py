@@ -25,7 +25,7 @@ from .heads import MaskedLMHead
 from .host_data import host_array, to_device
 from .masked_lm_checkpoint import MaskedLMLayout, masked_lm_layout
 from .modeling_contrastive import ContrastiveModel, ContrastivePreTrainedModel
-from .objectives import LOSSES, ContrastiveLoss, build_loss, cached_gradient_surrogate
+from .objectives import ContrastiveLoss, build_loss, build_registered_loss, cached_gradient_surrogate
 
 __all__ = ["ContrastiveForPreTraining", "ContrastivePreTrainingOutput"]
 
@@ -81,7 +81,7 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         self.config.encoder = self.contrastive.encoder.config
         self.mlm_head = self._new_mlm_head()
         # L_CL, built from the config (a loss nobody registered yet: the trainer builds it once it is, or refuses)
-        self.loss_fn: ContrastiveLoss | None = build_loss(config) if config.contrastive_loss in LOSSES else None
+        self.loss_fn: ContrastiveLoss | None = build_registered_loss(config)
         self.post_init()
 
     def _new_mlm_head(self) -> MaskedLMHead:

@@ -43,7 +43,7 @@ from .configuration_dual_encoder import DUAL_ENCODER_FIELDS, DualEncoderConfig
 from .encoding import SentenceEmbeddingMixin
 from .encoding_policy import encode_with
 from .heads import build_encoder, init_weights
-from .objectives import LOSSES, ContrastiveLoss, build_loss, cached_gradient_surrogate
+from .objectives import ContrastiveLoss, build_loss, build_registered_loss, cached_gradient_surrogate
 from .poolers import SentencePooler, uses_encoder_pooler_layer
 from .sentence_transformers_files import DenseLayer, SentenceTransformersStack, write_json
 from .sentence_transformers_folders import (
@@ -202,9 +202,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
             self.query_projection = nn.Linear(config.query_encoder.hidden_size, config.projection_dim)
             if not config.share_encoders:
                 self.passage_projection = nn.Linear(config.passage_encoder.hidden_size, config.projection_dim)
-        # the config's loss (DPR's InfoNCE) with its similarity and temperature; built when first asked where its
-        # name is registered later (a checkpoint trained with a loss of one's own loads and encodes without it)
-        self.loss_fn: ContrastiveLoss | None = build_loss(config) if config.contrastive_loss in LOSSES else None
+        # the config's loss (DPR's InfoNCE) with its similarity and temperature (`build_registered_loss`)
+        self.loss_fn: ContrastiveLoss | None = build_registered_loss(config)
         self.post_init()
 
     def _sync_encoder_configs(self) -> None:

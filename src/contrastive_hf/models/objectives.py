@@ -55,6 +55,7 @@ __all__ = [
     "get_loss",
     "loss_names",
     "build_loss",
+    "build_registered_loss",
     "cached_gradient_surrogate",
 ]
 
@@ -419,6 +420,12 @@ def build_loss(config) -> ContrastiveLoss:
     loss = get_loss(getattr(config, "contrastive_loss", "info_nce")).from_config(config)
     dims = getattr(config, "matryoshka_dims", None)
     return MatryoshkaLoss(loss, dims, getattr(config, "matryoshka_weights", None)) if dims else loss
+
+
+def build_registered_loss(config) -> ContrastiveLoss | None:
+    """`build_loss` of ``config`` where its loss is registered now, else None: a checkpoint trained with a loss of
+    one's own loads and encodes without it, and its loss is built when it is registered and first asked for."""
+    return build_loss(config) if getattr(config, "contrastive_loss", "info_nce") in LOSSES else None
 
 
 def _mean_count(counts, device: torch.device) -> torch.Tensor:

@@ -26,7 +26,7 @@ from ..models.distributed import gather_sizes
 from ..models.encoding import SentenceEmbeddingMixin
 from ..models.end_of_sequence import append_eos_token
 from ..models.losses import alignment, uniformity
-from ..models.objectives import LOSSES, ContrastiveLoss, build_loss
+from ..models.objectives import ContrastiveLoss, build_registered_loss
 from ..models.poolers import POOLERS, get_pooler
 from ..models.precision import Precision, log_precision_once
 from .deepspeed_weights import SavesMasterWeights, ZeroCannotSaveError
@@ -618,6 +618,6 @@ def _contrastive_loss(model, loss: torch.nn.Module | None) -> torch.nn.Module | 
         owner.loss_fn = loss
     current = getattr(owner, "loss_fn", None)
     config = getattr(owner, "config", None)
-    if current is None and hasattr(owner, "loss_fn") and getattr(config, "contrastive_loss", None) in LOSSES:
-        owner.loss_fn = current = build_loss(config)
+    if current is None and hasattr(owner, "loss_fn") and getattr(config, "contrastive_loss", None) is not None:
+        owner.loss_fn = current = build_registered_loss(config)
     return current
