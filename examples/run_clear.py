@@ -12,39 +12,14 @@ TrainingArguments flag works.
 
 from __future__ import annotations
 
-from transformers import HfArgumentParser
-
-from contrastive_hf.commands.arguments import parse_arguments
 from contrastive_hf.commands.errors import exit_on_usage_error
-from contrastive_hf.commands.logs import run_training, setup_logging
-from contrastive_hf.commands.run_end import finish_sentence_encoder_run
-from contrastive_hf.hub.model_card import card_info_from_trainer
-from contrastive_hf.recipes import clear
-from contrastive_hf.recipes.clear.run import ARGUMENTS, build, logger
-from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.recipes import run_recipe
 
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    arguments = parse_arguments(HfArgumentParser(ARGUMENTS), argv, defaults=clear.DEFAULTS)
-    training_args = arguments[-1]
-    setup_logging(training_args, logger)
-    run = build(arguments)  # the tokenizer, model, sentences, views' collator and STS-B dev set
-
-    trainer = ContrastiveTrainer(
-        model=run.model,
-        args=training_args,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        data_collator=run.data_collator,
-        processing_class=run.tokenizer,
-    )
-    train_result = run_training(trainer)
-    card_info = card_info_from_trainer(trainer, **run.card)
-    # save, STS-B dev before/after, card, push, LoRA merge, reload check
-    finish_sentence_encoder_run(
-        trainer, train_result, run.tokenizer, card_info, stsb=run.stsb, sts_before=run.sts_before, **run.train_counts
-    )
+    # the recipe's script: contrastive_hf.recipes.clear.run (its defaults, arguments and build)
+    run_recipe("clear", argv)
 
 
 if __name__ == "__main__":

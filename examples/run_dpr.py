@@ -23,48 +23,14 @@ Natural Questions from the Hub (question, Wikipedia passage pairs):
 
 from __future__ import annotations
 
-from transformers import HfArgumentParser
-
-from contrastive_hf.commands.arguments import parse_arguments
 from contrastive_hf.commands.errors import exit_on_usage_error
-from contrastive_hf.commands.logs import run_training, setup_logging
-from contrastive_hf.commands.reload_check import loading_instructions
-from contrastive_hf.commands.run_end import log_before_after, publish, save_merged_model, save_trained_model
-from contrastive_hf.recipes import dpr
-from contrastive_hf.recipes.dpr.run import ARGUMENTS, build, logger
-from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.recipes import run_recipe
 
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    arguments = parse_arguments(HfArgumentParser(ARGUMENTS), argv, defaults=dpr.DEFAULTS)
-    model_args, data_args, adapter_args, training_args = arguments
-    setup_logging(training_args, logger, summary=True)
-    run = build(arguments)  # the tokenizer, dual encoder, pairs, collator and held-out retrieval evaluation
-
-    trainer = ContrastiveTrainer(
-        model=run.model,
-        args=training_args,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,  # the held-out retrieval, with --eval_strategy or --eval_on_start
-        data_collator=run.data_collator,
-        processing_class=run.tokenizer,
-    )
-    # Scored on every process (each computes the same figures; the main one writes and prints them): under DeepSpeed
-    # ZeRO-3 a forward pass needs every process's shards. Before training on the device training will use.
-    before = None
-    if run.score is not None and data_args.evaluate_before_training:
-        run.model.to(training_args.device)
-        before = run.score(trainer.model)
-
-    train_result = run_training(trainer)
-    save_trained_model(trainer, train_result, train_pairs=len(run.train_dataset))
-    if run.score is not None:
-        log_before_after(trainer, run.score(trainer.model), before)
-    publish(trainer)
-    loadable_dir = save_merged_model(trainer, run.tokenizer)  # with --lora_r: the adapter merged, beside output_dir
-    if trainer.is_world_process_zero():
-        print(loading_instructions(loadable_dir, dual_encoder=True))
+    # the recipe's script: contrastive_hf.recipes.dpr.run (its defaults, arguments and build)
+    run_recipe("dpr", argv)
 
 
 if __name__ == "__main__":

@@ -16,39 +16,14 @@ AdamW betas (0.9, 0.9), 10% warm-up, tau 0.01, lambda 0.1, --loss opt3 = SG-OPT)
 
 from __future__ import annotations
 
-from transformers import HfArgumentParser
-
-from contrastive_hf.commands.arguments import parse_arguments
 from contrastive_hf.commands.errors import exit_on_usage_error
-from contrastive_hf.commands.logs import run_training, setup_logging
-from contrastive_hf.commands.run_end import finish_sentence_encoder_run
-from contrastive_hf.hub.model_card import card_info_from_trainer
-from contrastive_hf.recipes import sg_bert
-from contrastive_hf.recipes.sg_bert.run import ARGUMENTS, build, logger
-from contrastive_hf.recipes.sg_bert.trainer import SelfGuidedTrainer
+from contrastive_hf.recipes import run_recipe
 
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    arguments = parse_arguments(HfArgumentParser(ARGUMENTS), argv, defaults=sg_bert.DEFAULTS)
-    training_args = arguments[-1]
-    setup_logging(training_args, logger, summary=True)
-    run = build(arguments)  # the tokenizer, self-guided model, sentences, collator and STS-B dev set
-
-    trainer = SelfGuidedTrainer(
-        model=run.model,
-        args=training_args,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        data_collator=run.data_collator,
-        processing_class=run.tokenizer,
-    )
-    train_result = run_training(trainer)
-    card_info = card_info_from_trainer(trainer, **run.card)
-    # the saved checkpoint holds BERT_T alone: the tuned encoder, whose [CLS] is the embedding
-    finish_sentence_encoder_run(
-        trainer, train_result, run.tokenizer, card_info, stsb=run.stsb, sts_before=run.sts_before, **run.train_counts
-    )
+    # the recipe's script: contrastive_hf.recipes.sg_bert.run (its defaults, arguments and build)
+    run_recipe("sg_bert", argv)
 
 
 if __name__ == "__main__":

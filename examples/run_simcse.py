@@ -7,11 +7,12 @@ pairs are the positives and each premise's contradiction hypothesis is its hard 
 csv with columns ``sent0,sent1,hard_neg``). Both use SimCSE's InfoNCE at temperature 0.05 on the [CLS] vector through
 SimCSE's MLP head (one dense layer + tanh): in training only for ``unsup``, kept at inference for ``sup``.
 
-Each mode applies SimCSE's own hyper-parameters unless the flag is given (``contrastive_hf.recipes.simcse.DEFAULTS``);
-the log shows the resolved values. Batch sizes are SimCSE's global ones, split over the processes of ``accelerate
-launch``. Optional: ``--do_mlm`` (SimCSE's auxiliary MLM, weight ``--mlm_weight`` 0.1) and ``--prebatch_size C`` (a
-queue of the previous C batches' keys as extra negatives); every TrainingArguments flag works, and a single JSON file
-of the same keys does too. A small unsupervised run on the shipped Wikipedia sentences:
+Each mode applies SimCSE's own hyper-parameters unless the flag is given
+(``contrastive_hf.recipes.simcse.run.MODE_DEFAULTS``); the log shows the resolved values. Batch sizes are SimCSE's
+global ones, split over the processes of ``accelerate launch``. Optional: ``--do_mlm`` (SimCSE's auxiliary MLM,
+weight ``--mlm_weight`` 0.1) and ``--prebatch_size C`` (a queue of the previous C batches' keys as extra negatives);
+every TrainingArguments flag works, and a single JSON file of the same keys does too. A small unsupervised run on
+the shipped Wikipedia sentences:
 
     python examples/run_simcse.py --mode unsup --model_name_or_path bert-base-uncased \
         --train_file examples/demo/data/wiki1m_sample.txt --stsb_dev_file examples/demo/data/sts-dev.csv \
@@ -26,35 +27,13 @@ and supervised, on SimCSE's NLI triples (nli_for_simcse.csv from its repository,
 from __future__ import annotations
 
 from contrastive_hf.commands.errors import exit_on_usage_error
-from contrastive_hf.commands.logs import run_training, setup_logging
-from contrastive_hf.commands.run_end import finish_sentence_encoder_run
-from contrastive_hf.hub.model_card import card_info_from_trainer
-from contrastive_hf.recipes.simcse.run import build, describe_hyperparameters, logger, parse_arguments
-from contrastive_hf.training.trainer import ContrastiveTrainer
+from contrastive_hf.recipes import run_recipe
 
 
 @exit_on_usage_error
 def main(argv: list[str] | None = None) -> None:
-    arguments = parse_arguments(argv)  # flags or a JSON file, over SimCSE's defaults for the --mode given
-    model_args, data_args, adapter_args, training_args = arguments
-    setup_logging(training_args, logger, summary=True)
-    logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
-    run = build(arguments)  # the tokenizer, model, training data, collator and STS-B dev set
-
-    trainer = ContrastiveTrainer(
-        model=run.model,
-        args=training_args,
-        train_dataset=run.train_dataset,
-        eval_dataset=run.eval_dataset,
-        data_collator=run.data_collator,
-        processing_class=run.tokenizer,
-    )
-    train_result = run_training(trainer)
-    card_info = card_info_from_trainer(trainer, **run.card)
-    # save, STS-B dev before/after, card, push, LoRA merge, reload check
-    finish_sentence_encoder_run(
-        trainer, train_result, run.tokenizer, card_info, stsb=run.stsb, sts_before=run.sts_before, **run.train_counts
-    )
+    # the recipe's script: contrastive_hf.recipes.simcse.run (its defaults, arguments and build)
+    run_recipe("simcse", argv)
 
 
 if __name__ == "__main__":

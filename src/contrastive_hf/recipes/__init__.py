@@ -1,4 +1,4 @@
-"""One recipe per paper, each a package of one shape, which registers itself when imported.
+"""One recipe per paper, each a package of one layout, which registers itself in one call when imported.
 
 =============  ======================================================================
 ``clear``      CLEAR (Wu et al., 2020): MLM + NT-Xent on augmented views (the library's core parts)
@@ -9,41 +9,38 @@
 ``multitask``  multitask fine-tuning with PCGrad (Yu et al., 2020)
 =============  ======================================================================
 
-The shape (`Recipe`): every recipe's ``__init__`` exports, first in its ``__all__``,
+The layout of every recipe's package:
 
-* ``MODEL_CARDS``: ``{method name: card text}``, what a model card says of the method (``name``, ``description``,
-  ``citation_short``, ``bibtex``), under the names its collators give as ``card_description()["method"]`` or that it
-  claims (``register_recipe(..., claims=...)``: runs of the core's parts, described by facts); a recipe
-  with one card also exports it as ``MODEL_CARD``. The multitask recipe has none: its runs end with the Trainer's
-  own card.
-* ``DEFAULTS``: the paper's settings as values of the recipe script's arguments (``{flag name without --: value}``),
-  where they differ from what the argument dataclasses say (the shared ones of `contrastive_hf.commands.arguments`;
-  a script's own flags default to the values of the recipe's parts). Every script applies them the one way,
-  ``parse_arguments(parser, argv, defaults=recipe.DEFAULTS)``: a flag or a key of the settings file wins, and
-  ``--help`` shows them. SimCSE's depend on ``--mode``: its ``DEFAULTS`` holds one table per mode, and its script
-  passes `simcse.argument_defaults`, which picks the table of the mode given.
+* ``__init__.py``: what the method is (its docstring), its model card texts (``MODEL_CARDS``: ``{method name: card
+  text}``, each with ``name``, ``description``, ``citation_short`` and ``bibtex``; ``MODEL_CARD`` too where it has
+  one), the public parts it offers (its front door), and one call, ``register_recipe(__name__, ...)``, as peft's
+  methods call ``register_peft_method``: its cards, the runs of the core's parts it claims, the model types it
+  registered with the Auto classes, and its script.
+* ``run.py``, its script: ``ARGUMENTS`` (the argument dataclasses, the training arguments last), ``DEFAULTS`` (the
+  paper's settings as values of those arguments, ``{flag name without --: value}``, where they differ from what the
+  dataclasses say; or a function of the settings given, as SimCSE's follow its ``--mode``), ``TRAINER_CLASS`` and
+  ``build(arguments)``, which returns a `RecipeRun`: the Trainer's parts, and what the run does before training and
+  at its end. `run_recipe` runs it: parse, build, Trainer, train, end; ``examples/run_<recipe>.py`` and ``python -m
+  contrastive_hf.recipes <recipe>`` are that one body.
+* its parts, as it has them: ``data.py`` (views, tokenization, collators), ``losses.py``, ``modeling.py``,
+  ``trainer.py``.
 
-and then its parts, as it has them: views and data (collators, tokenization), losses, model, trainer. Its ``run``
-module is what ``examples/run_<name>.py`` runs: the script's argument dataclasses (``ARGUMENTS``) and one
-``build(arguments)`` that returns a `RecipeRun` (the model, tokenizer, datasets and collator the Trainer takes, and
-what the end of the run needs), so that the script reads top to bottom: parse, build, Trainer, train, save, evaluate.
-
-A recipe's ``__init__`` ends with ``register_recipe(__name__, ...)``, as peft's methods call
-``register_peft_method``: it registers the recipe's card texts (`hub.method_cards`) and its model types, and the rest
-of the package never names a recipe. `recipe_names` finds the recipes by their folders, without importing them;
-a model card naming a method nobody has registered yet or describing a run of the core's parts (which CLEAR, SimCSE
-and DPR claim), and `recipe_for_model_type`, import them on demand.
+The rest of the package never names a recipe. `recipe_names` finds the package's recipes by their folders without
+importing them; `get_recipe` imports one by name and returns its registration (a user's recipe too, once its module
+is imported); a model card naming a method nobody has registered yet or describing a run of the core's parts (which
+CLEAR, SimCSE and DPR claim), and `recipe_for_model_type`, import them on demand.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ..hub.method_cards import register_card_finder, register_method_card, register_method_claim
 
@@ -52,19 +49,13 @@ __all__ = [
     "RecipeRun",
     "SentenceEncoderRun",
     "register_recipe",
+    "get_recipe",
+    "run_recipe",
     "registered_recipes",
     "recipe_names",
     "import_recipes",
     "recipe_for_model_type",
 ]
-
-
-@runtime_checkable
-class Recipe(Protocol):
-    """What every recipe's package exports (the module docstring says what each name holds)."""
-
-    MODEL_CARDS: Mapping[str, Mapping[str, str]]
-    DEFAULTS: Mapping[str, Any]
 
 
 @dataclass
@@ -78,6 +69,13 @@ class RecipeRun:
     data_collator: Any
     eval_dataset: Any = None
 
+    def before_training(self, trainer) -> None:
+        """What the run does once its trainer is built, before training (a score to compare with at the end)."""
+
+    def finish(self, trainer, train_result) -> None:
+        """The end of the run, after training: save, evaluate, write the card, push, say how to load the model."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its run ends: define its finish().")
+
 
 @dataclass
 class SentenceEncoderRun(RecipeRun):
@@ -89,6 +87,23 @@ class SentenceEncoderRun(RecipeRun):
     sts_before: dict[str, float] | None = None
     card: dict[str, Any] = field(default_factory=dict)
     train_counts: dict[str, int | None] = field(default_factory=dict)
+
+    def finish(self, trainer, train_result) -> None:
+        """Save, STS-B dev before and after, card, push, LoRA merge and the reload check
+        (`commands.run_end.finish_sentence_encoder_run`)."""
+        from ..commands.run_end import finish_sentence_encoder_run
+        from ..hub.model_card import card_info_from_trainer
+
+        card_info = card_info_from_trainer(trainer, **self.card)
+        finish_sentence_encoder_run(
+            trainer,
+            train_result,
+            self.tokenizer,
+            card_info,
+            stsb=self.stsb,
+            sts_before=self.sts_before,
+            **self.train_counts,
+        )
 
 
 def sentence_encoder_run(
@@ -123,39 +138,129 @@ def sentence_encoder_run(
 
 
 @dataclass(frozen=True)
-class _Registered:
+class Recipe:
+    """A registered recipe (`register_recipe`): its package, card texts, claims, model types and script."""
+
+    name: str
     module: ModuleType
+    cards: Mapping[str, Mapping[str, str]]
+    claims: Mapping[str, Callable[[Mapping], bool]]
     model_types: tuple[str, ...]
+    script_module: str
+
+    @property
+    def script(self) -> ModuleType:
+        """The recipe's script (its ``run`` module: ``ARGUMENTS``, ``DEFAULTS``, ``TRAINER_CLASS``, ``build``),
+        imported on first use: importing a recipe for its parts or its card does not import its script's."""
+        script = importlib.import_module(self.script_module)
+        missing = [name for name in SCRIPT_NAMES if not hasattr(script, name)]
+        if missing:
+            raise ValueError(
+                f"The script of the recipe {self.name!r} ({self.script_module}) lacks {', '.join(missing)}: a "
+                f"recipe's script defines {', '.join(SCRIPT_NAMES)} (see contrastive_hf.recipes)."
+            )
+        return script
 
 
-_REGISTRY: dict[str, _Registered] = {}
+# What a recipe's script module defines (the module docstring says what each holds).
+SCRIPT_NAMES = ("ARGUMENTS", "DEFAULTS", "TRAINER_CLASS", "build")
+CARD_FIELDS = ("name", "description", "citation_short", "bibtex")
+
+_REGISTRY: dict[str, Recipe] = {}
 
 
 def register_recipe(
     module_name: str,
     *,
-    model_types: Sequence[str] = (),
+    cards: Mapping[str, Mapping[str, str]] | None = None,
     claims: Mapping[str, Callable[[Mapping], bool]] | None = None,
-) -> None:
-    """Offer the recipe ``module_name`` (its package, already imported: call this at the end of its ``__init__``):
-    its card texts to every model card naming its methods, its ``claims`` (``{method name: whether a run's facts are
-    that method's}``, for runs of the core's parts: `hub.method_cards.claimed_method`), and the checkpoint
-    ``model_types`` it registered with the Auto classes to `recipe_for_model_type`. Registering a name again
-    replaces it (a module reloaded)."""
-    module = sys.modules[module_name]
-    if not isinstance(module, Recipe):
-        raise ValueError(f"The recipe {module_name} needs MODEL_CARDS and DEFAULTS (see contrastive_hf.recipes).")
-    register_method_card(*module.MODEL_CARDS.values())
-    for name, claim in (claims or {}).items():
-        if name not in module.MODEL_CARDS:
-            raise ValueError(f"The recipe {module_name} claims runs for {name!r}, which its MODEL_CARDS lack.")
-        register_method_claim(name, claim)
-    _REGISTRY[module_name.rpartition(".")[2]] = _Registered(module, tuple(model_types))
+    model_types: Sequence[str] = (),
+    script: str = ".run",
+) -> Recipe:
+    """Register the recipe ``module_name`` (its package, already imported: call this at the end of its
+    ``__init__``), in one call:
+
+    * ``cards``: ``{method name: card text}``, offered to every model card naming the method;
+    * ``claims``: ``{method name: whether a run's facts are that method's}``, for runs of the core's parts
+      (`hub.method_cards.claimed_method`);
+    * ``model_types``: the checkpoint model types it registered with the Auto classes (`recipe_for_model_type`);
+    * ``script``: the module of its script, relative to the package (``".run"``) or absolute, imported when the
+      recipe is run (`Recipe.script`).
+
+    The recipe's name is its module's last part (``contrastive_hf.recipes.simcse``: ``simcse``). Registering a name
+    again replaces it (a module reloaded)."""
+    cards = dict(cards or {})
+    for method, card in cards.items():
+        if card.get("name") != method or set(card) != set(CARD_FIELDS):
+            raise ValueError(
+                f"The recipe {module_name}'s card for {method!r} must give {', '.join(CARD_FIELDS)}, with name "
+                f"{method!r}; it gives {sorted(card)}."
+            )
+    for method in claims or {}:
+        if method not in cards:
+            raise ValueError(f"The recipe {module_name} claims runs for {method!r}, which its cards lack.")
+    register_method_card(*cards.values())
+    for method, claim in (claims or {}).items():
+        register_method_claim(method, claim)
+    name = module_name.rpartition(".")[2]
+    script_module = importlib.util.resolve_name(script, module_name) if script.startswith(".") else script
+    recipe = Recipe(name, sys.modules[module_name], cards, dict(claims or {}), tuple(model_types), script_module)
+    _REGISTRY[name] = recipe
+    return recipe
 
 
-def registered_recipes() -> dict[str, ModuleType]:
-    """``{name: module}`` of the recipes imported so far."""
-    return {name: entry.module for name, entry in _REGISTRY.items()}
+def get_recipe(name: str) -> Recipe:
+    """The registered recipe ``name``: one of the package's (imported now if need be) or a user's whose module was
+    imported; a name neither is raises a ValueError listing the recipes."""
+    if name not in _REGISTRY and name in recipe_names():
+        importlib.import_module(f"{__name__}.{name}")
+    if name not in _REGISTRY:
+        known = sorted(set(recipe_names()) | set(_REGISTRY))
+        raise ValueError(
+            f"No recipe named {name!r}: the recipes are {', '.join(known)}. A recipe of your own registers itself "
+            "with contrastive_hf.recipes.register_recipe when its module is imported: import it first."
+        )
+    return _REGISTRY[name]
+
+
+def run_recipe(name: str, argv: list[str] | None = None) -> None:
+    """Run the registered recipe ``name`` (`get_recipe`) on ``argv`` (default: the command line): flags, or a JSON
+    file of the same keys and flags, over its script's ``DEFAULTS``; then its ``build``, its ``TRAINER_CLASS``,
+    training, and its run's end. A usage mistake is a `commands.errors.UsageError` (a script's ``main``, under
+    `exit_on_usage_error`, ends with it as argparse does)."""
+    import logging
+
+    from transformers import HfArgumentParser
+
+    from ..commands.arguments import parse_arguments
+    from ..commands.errors import as_usage_error
+    from ..commands.logs import run_training, setup_logging
+
+    with as_usage_error():  # an unknown recipe: the known ones
+        script = get_recipe(name).script
+    arguments = parse_arguments(HfArgumentParser(script.ARGUMENTS), argv, defaults=script.DEFAULTS)
+    training_args = arguments[-1]
+    # the script's logger reports its summary lines (settings, data counts) on the main process at any level
+    setup_logging(training_args, logging.getLogger(script.__name__), summary=True)
+    run = script.build(arguments)
+
+    with as_usage_error():  # settings a trainer refuses (e.g. a --metric_for_best_model it does not log)
+        trainer = script.TRAINER_CLASS(
+            model=run.model,
+            args=training_args,
+            train_dataset=run.train_dataset,
+            eval_dataset=run.eval_dataset,
+            data_collator=run.data_collator,
+            processing_class=run.tokenizer,
+        )
+    run.before_training(trainer)
+    train_result = run_training(trainer)
+    run.finish(trainer, train_result)
+
+
+def registered_recipes() -> dict[str, Recipe]:
+    """``{name: registration}`` of the recipes imported so far."""
+    return dict(_REGISTRY)
 
 
 def recipe_names() -> tuple[str, ...]:
@@ -163,20 +268,20 @@ def recipe_names() -> tuple[str, ...]:
     return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg))
 
 
-def import_recipes() -> dict[str, ModuleType]:
+def import_recipes() -> dict[str, Recipe]:
     """Import every recipe of the package (each registers itself) and return all registered ones."""
     for name in recipe_names():
         importlib.import_module(f"{__name__}.{name}")
     return registered_recipes()
 
 
-def recipe_for_model_type(model_type: str) -> ModuleType | None:
+def recipe_for_model_type(model_type: str) -> Recipe | None:
     """The recipe that registered ``model_type`` with the Auto classes (e.g. ``contrastive_multitask``), imported on
     demand; None for a type no recipe owns (the core's, or another library's)."""
     for _ in range(2):  # those imported so far, then every recipe
-        for entry in _REGISTRY.values():
-            if model_type in entry.model_types:
-                return entry.module
+        for recipe in _REGISTRY.values():
+            if model_type in recipe.model_types:
+                return recipe
         import_recipes()
     return None
 

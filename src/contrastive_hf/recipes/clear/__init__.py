@@ -9,16 +9,16 @@ Its parts are the library's core, so this recipe only names them and their paper
 * the model and loss: `ContrastiveForPreTraining`, whose `ContrastiveConfig` defaults are CLEAR's (the encoder's
   [CLS] through its pooler, a 2-layer MLP projection used in training only, NT-Xent at tau 0.05,
   ``mlm_weight = cl_weight = 1``);
-* the command: ``examples/run_clear.py``.
+* the script: ``run`` (``examples/run_clear.py``, ``contrastive-hf train clear``).
 
-Its card and (empty) defaults are the shape every recipe has (`contrastive_hf.recipes`).
+Its card and script are in the layout of every recipe (`contrastive_hf.recipes`).
 """
 
 from __future__ import annotations
 
 from .. import register_recipe
 
-__all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS"]
+__all__ = ["MODEL_CARDS", "MODEL_CARD"]
 
 MODEL_CARD = {
     "name": "CLEAR",
@@ -30,8 +30,6 @@ MODEL_CARD = {
     "  journal={arXiv preprint arXiv:2012.15466},\n  year={2020}\n}",
 }
 MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
-# CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and run_clear.py's view flags'): nothing to set.
-DEFAULTS: dict = {}
 
 
 def runs_clear(facts) -> bool:
@@ -41,4 +39,4 @@ def runs_clear(facts) -> bool:
     return facts.get("model_type") != "dual_encoder" and views is not None and (views != "dropout" or facts.get("mlm"))
 
 
-register_recipe(__name__, claims={"CLEAR": runs_clear})
+register_recipe(__name__, cards=MODEL_CARDS, claims={"CLEAR": runs_clear})

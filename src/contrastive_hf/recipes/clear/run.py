@@ -1,6 +1,6 @@
-"""What ``examples/run_clear.py`` runs: its arguments (the views' flags beside the shared ones) and `build`: the
-tokenizer (with CLEAR's [DEL] token when an augmentation needs it), the model, the sentences, the collator that
-augments them into two views (and an MLM copy) and the STS-B dev set."""
+"""CLEAR's script (``examples/run_clear.py``, ``contrastive-hf train clear``): its arguments (the views' flags beside
+the shared ones) and `build`: the tokenizer (with CLEAR's [DEL] token when an augmentation needs it), the model, the
+sentences, the collator that augments them into two views (and an MLM copy) and the STS-B dev set."""
 
 from __future__ import annotations
 
@@ -22,12 +22,16 @@ from ...commands.zero3 import built_whole
 from ...data.augmentations import add_del_token, augmentation_help, check_augmentation, needs_del_token
 from ...data.collators import ContrastiveDataCollator
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
+from ...training.trainer import ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
 
-__all__ = ["ViewArguments", "AugmentationArguments", "ARGUMENTS", "build"]
+__all__ = ["DEFAULTS", "ViewArguments", "AugmentationArguments", "ARGUMENTS", "build"]
 
 logger = logging.getLogger(__name__)
+# CLEAR's settings are the library's defaults (`ContrastiveConfig`'s, and the view flags'): nothing to set.
+DEFAULTS: dict = {}
+TRAINER_CLASS = ContrastiveTrainer
 
 
 @dataclass

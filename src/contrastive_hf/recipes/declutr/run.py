@@ -1,6 +1,6 @@
-"""What ``examples/run_declutr.py`` runs: its arguments (the spans' flags beside the shared ones) and `build`: the
-tokenizer, the model, the tokenized documents (or a stream of them), the collator that samples span views of each
-document and the STS-B dev set."""
+"""DeCLUTR's script (``examples/run_declutr.py``, ``contrastive-hf train declutr``): its defaults, its arguments (the
+spans' flags beside the shared ones) and `build`: the tokenizer, the model, the tokenized documents (or a stream of
+them), the collator that samples span views of each document and the STS-B dev set."""
 
 from __future__ import annotations
 
@@ -15,13 +15,19 @@ from ...commands.zero3 import built_whole
 from ...data.reading import first_examples, load_corpus
 from ...data.streams import prepare_streaming, stream_readers
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
+from ...training.trainer import ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
-from . import SPAN_MASK_PROBABILITY, SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
+from .data import SPAN_MASK_PROBABILITY, SPAN_VIEWS, SPAN_WORDS, SpanViewCollator, tokenize_documents
 
-__all__ = ["SpanArguments", "ARGUMENTS", "build"]
+__all__ = ["DEFAULTS", "SpanArguments", "ARGUMENTS", "build"]
 
 logger = logging.getLogger(__name__)
+
+# The recipe's model and data defaults (its span flags default to SPAN_*): DeCLUTR mean-pools the token embeddings,
+# and its three-view batches (a hard negative span) need InfoNCE; spans of 32 words fit in 128 tokens.
+DEFAULTS = {"pooler_type": "mean", "contrastive_loss": "info_nce", "max_seq_length": 128}
+TRAINER_CLASS = ContrastiveTrainer
 
 
 @dataclass

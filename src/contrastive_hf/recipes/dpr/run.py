@@ -1,6 +1,7 @@
-"""What ``examples/run_dpr.py`` runs: its arguments, and `build`, which loads the tokenizer, builds or loads the dual
-encoder, reads and tokenizes the (question, passage[, hard negatives]) pairs, holds some out for the retrieval
-evaluation and makes the collator."""
+"""DPR's script (``examples/run_dpr.py``, ``contrastive-hf train dpr``): its arguments, and `build`, which loads the
+tokenizer, builds or loads the dual encoder, reads and tokenizes the (question, passage[, hard negatives]) pairs,
+holds some out for the retrieval evaluation and makes the collator; the run scores retrieval before and after
+training."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from ...commands.arguments import AdapterArguments, MatryoshkaArguments, PromptA
 from ...commands.errors import UsageError, as_usage_error
 from ...commands.loaders import corpus_progress_bars, evaluates_during_training
 from ...commands.loading import with_lora_adapter
+from ...commands.reload_check import loading_instructions
+from ...commands.run_end import log_before_after, publish, save_merged_model, save_trained_model
 from ...commands.zero3 import built_whole
 from ...data.columns import resolve_query_passage_columns
 from ...data.reading import drop_incomplete_rows, load_corpus
@@ -23,13 +26,28 @@ from ...evaluation.retrieval import RetrievalData, build_retrieval_data, evaluat
 from ...models.configuration_dual_encoder import DualEncoderConfig
 from ...models.modeling_dual_encoder import DualEncoderModel
 from ...models.objectives import get_loss
+from ...training.trainer import ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import RecipeRun
-from . import QueryPassageCollator, tokenize_query_passage_pairs
+from .data import QueryPassageCollator, tokenize_query_passage_pairs
 
-__all__ = ["ModelArguments", "DataArguments", "ARGUMENTS", "DualEncoderRun", "build", "build_model", "parse_k_values"]
+__all__ = [
+    "DEFAULTS",
+    "ModelArguments",
+    "DataArguments",
+    "ARGUMENTS",
+    "DualEncoderRun",
+    "build",
+    "build_model",
+    "parse_k_values",
+]
 
 logger = logging.getLogger(__name__)
+
+# DPR's settings are its parts' own defaults (`DualEncoderConfig`: the [CLS] state, inner products; the collator's
+# 64 / 256 tokens), which the script's flags take: nothing to set.
+DEFAULTS: dict = {}
+TRAINER_CLASS = ContrastiveTrainer
 
 
 @dataclass
@@ -209,6 +227,24 @@ class DualEncoderRun(RecipeRun):
     train_pairs: int = 0
     retrieval: RetrievalData | None = None
     score: Callable[[Any], dict[str, float]] | None = None
+    score_before_training: bool = True
+    before: dict[str, float] | None = None
+
+    def before_training(self, trainer) -> None:
+        # Scored on every process (each computes the same figures; the main one writes and prints them): under
+        # DeepSpeed ZeRO-3 a forward pass needs every process's shards. On the device training will use.
+        if self.score is not None and self.score_before_training:
+            self.model.to(trainer.args.device)
+            self.before = self.score(trainer.model)
+
+    def finish(self, trainer, train_result) -> None:
+        save_trained_model(trainer, train_result, train_pairs=len(self.train_dataset))
+        if self.score is not None:
+            log_before_after(trainer, self.score(trainer.model), self.before)
+        publish(trainer)
+        loadable_dir = save_merged_model(trainer, self.tokenizer)  # with --lora_r: the adapter merged, beside it
+        if trainer.is_world_process_zero():
+            print(loading_instructions(loadable_dir, dual_encoder=True))
 
 
 def build(arguments: tuple) -> DualEncoderRun:
@@ -241,7 +277,14 @@ def build(arguments: tuple) -> DualEncoderRun:
             data_args, model_args.cache_dir, tokenizer, model.config.prompts, training_args.seed
         )
 
-    run = DualEncoderRun(model, tokenizer, train_dataset, None, train_pairs=len(train_pairs))
+    run = DualEncoderRun(
+        model,
+        tokenizer,
+        train_dataset,
+        None,
+        train_pairs=len(train_pairs),
+        score_before_training=data_args.evaluate_before_training,
+    )
     if data_args.eval_size or data_args.eval_file:
         run.retrieval = _retrieval_data(held_out, eval_columns, data_args)
 

@@ -1,7 +1,8 @@
 """Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
 
 ``data``: task datasets, collators and the batch schedules; ``trainer``: `MultitaskTrainer`; ``pcgrad``: the
-gradient projection. In the shape of every recipe (`contrastive_hf.recipes`): its parts are imported on first use.
+gradient projection; ``run``: the script (``examples/run_multitask.py``, ``contrastive-hf train multitask``). In the
+layout of every recipe (`contrastive_hf.recipes`): its parts are imported on first use.
 The model (task specs, heads and `MultitaskModel`) lives with the other model types in
 `contrastive_hf.models.modeling_multitask`, which registers the ``contrastive_multitask`` model type with AutoConfig
 and AutoModel on ``import contrastive_hf``.
@@ -13,10 +14,8 @@ from ..._lazy import lazy_exports
 from ...models import modeling_multitask as _modeling
 from .. import register_recipe
 
-# No card text: a multitask run ends with the Trainer's own model card. The script's flags default to the parts' own
-# values (`TaskSpec`, `MultitaskTrainingArguments`): nothing to set.
+# No card text: a multitask run ends with the Trainer's own model card.
 MODEL_CARDS: dict = {}
-DEFAULTS: dict = {}
 
 _DATA = ("task_dataset", "MultitaskDataset", "TaskCollator", "MultitaskCollator", "MultitaskBatchSampler")
 _TRAINER = ("MultitaskTrainer", "MultitaskTrainingArguments", "check_pcgrad_setup", "main_metric", "task_metrics")
@@ -25,6 +24,6 @@ _EXPORTS = {
     **dict.fromkeys(_TRAINER, ".trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = ["MODEL_CARDS", "DEFAULTS", *_EXPORTS]
+__all__ = ["MODEL_CARDS", *_EXPORTS]
 
-register_recipe(__name__, model_types=(_modeling.MultitaskConfig.model_type,))
+register_recipe(__name__, cards=MODEL_CARDS, model_types=(_modeling.MultitaskConfig.model_type,))

@@ -1,7 +1,7 @@
-"""What ``examples/run_multitask.py`` runs: its arguments, `build` (the task data in SentEval's layouts, the task
-specs, the multitask model from a plain encoder, a contrastive_hf checkpoint or a multitask checkpoint, and the
-collator), and the end of the run: the dev figures before and after, and the check that the saved multitask model
-and its sentence encoder give what the trained one gives."""
+"""The multitask script (``examples/run_multitask.py``, ``contrastive-hf train multitask``): its arguments, `build`
+(the task data in SentEval's layouts, the task specs, the multitask model from a plain encoder, a contrastive_hf
+checkpoint or a multitask checkpoint, and the collator), and the end of the run: the dev figures before and after,
+and the check that the saved multitask model and its sentence encoder give what the trained one gives."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ...commands.arguments import AdapterArguments
 from ...commands.errors import UsageError
 from ...commands.loading import with_lora_adapter
 from ...commands.reload_check import ReloadReference, loading_instructions, trained_embeddings, verify_reload
+from ...commands.run_end import log_before_after, publish, save_merged_model, save_trained_model
 from ...commands.zero3 import built_whole
 from ...evaluation.sts import read_stsbenchmark
 from ...evaluation.transfer_data import read_mrpc, read_sst2
@@ -26,9 +27,10 @@ from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.modeling_multitask import MultitaskConfig, MultitaskModel, TaskSpec
 from .. import RecipeRun
 from .data import MultitaskCollator, task_dataset
-from .trainer import MultitaskTrainingArguments
+from .trainer import MultitaskTrainer, MultitaskTrainingArguments
 
 __all__ = [
+    "DEFAULTS",
     "ModelArguments",
     "DataArguments",
     "ARGUMENTS",
@@ -42,6 +44,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# The flags default to the parts' own values (`TaskSpec`, `MultitaskTrainingArguments`): nothing to set.
+DEFAULTS: dict = {}
+TRAINER_CLASS = MultitaskTrainer
 
 ENCODER_DIR = "sentence_encoder"
 STSB_SCALE = 5.0  # STS-B's 0-5 scores are divided by 5, so that a cosine head can reach them (SBERT's recipe)
@@ -183,6 +188,23 @@ class MultitaskRun(RecipeRun):
     """`RecipeRun` with each task's test set (``{task: dataset}``, scored with --evaluate_test)."""
 
     test_dataset: dict | None = None
+    evaluate_test: bool = False
+
+    def finish(self, trainer, train_result) -> None:
+        save_trained_model(
+            trainer, train_result, train_samples=sum(len(dataset) for dataset in self.train_dataset.values())
+        )
+        # the dev figures after training, beside those of --eval_on_start (logged at step 0) when it was given
+        log_before_after(trainer, dev_figures(trainer.evaluate()), dev_figures_before(trainer))
+        if self.evaluate_test:
+            metrics = trainer.evaluate(self.test_dataset, metric_key_prefix="test")
+            trainer.log_metrics("test", metrics)
+            trainer.save_metrics("test", metrics)
+        publish(trainer)  # the Trainer's card, with the evaluations; pushes with --push_to_hub
+        # with --lora_r: the adapter and heads in output_dir, the merged multitask model beside it
+        model_dir = save_merged_model(trainer, self.tokenizer)
+        # reload the saved model, save its encoder alone in sentence_encoder/, check both against the trained model
+        check_and_describe_saved_models(trainer, model_dir, self.tokenizer, self.eval_dataset)
 
 
 def build(arguments: tuple) -> MultitaskRun:
@@ -198,7 +220,9 @@ def build(arguments: tuple) -> MultitaskRun:
     # the heads are new: trained in full beside the encoder's adapter, and saved with it
     model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
     collator = MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length)
-    return MultitaskRun(model, tokenizer, train, collator, eval_dataset=dev, test_dataset=test)
+    return MultitaskRun(
+        model, tokenizer, train, collator, eval_dataset=dev, test_dataset=test, evaluate_test=data_args.evaluate_test
+    )
 
 
 def dev_figures_before(trainer) -> dict[str, float] | None:

@@ -69,8 +69,6 @@ MODEL_CARD = {
     "  year={2021}\n}",
 }
 MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
-# The paper's sentences are cut at 64 tokens (run_sg_bert.py's other flags default to SelfGuidedConfig's values).
-DEFAULTS = {"max_seq_length": 64}
 
 _EXPORTS = {
     **dict.fromkeys(("SelfGuidedCollator",), ".data"),
@@ -93,6 +91,6 @@ _EXPORTS = {
     **dict.fromkeys(("SelfGuidedTrainer", "SelfGuidedTrainingArguments"), ".trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = ["MODEL_CARDS", "MODEL_CARD", "DEFAULTS", *_EXPORTS]
+__all__ = ["MODEL_CARDS", "MODEL_CARD", *_EXPORTS]
 
-register_recipe(__name__)
+register_recipe(__name__, cards=MODEL_CARDS)

@@ -1,6 +1,6 @@
-"""What ``examples/run_sg_bert.py`` runs: its arguments (the self-guided flags, defaulting to `SelfGuidedConfig`'s
-values) and `build`: the tokenizer, the self-guided model around a pretrained encoder, the sentences, the collator
-and the STS-B dev set."""
+"""SG-BERT's script (``examples/run_sg_bert.py``, ``contrastive-hf train sg_bert``): its arguments (the self-guided
+flags, defaulting to `SelfGuidedConfig`'s values) and `build`: the tokenizer, the self-guided model around a
+pretrained encoder, the sentences, the collator and the STS-B dev set."""
 
 from __future__ import annotations
 
@@ -16,12 +16,16 @@ from .. import SentenceEncoderRun, sentence_encoder_run
 from .data import SelfGuidedCollator
 from .losses import LAYER_POOLINGS, SELF_GUIDED_LOSSES
 from .modeling import SelfGuidedConfig, SelfGuidedModel
-from .trainer import SelfGuidedTrainingArguments
+from .trainer import SelfGuidedTrainer, SelfGuidedTrainingArguments
 
-__all__ = ["SelfGuidedArguments", "ARGUMENTS", "build"]
+__all__ = ["DEFAULTS", "SelfGuidedArguments", "ARGUMENTS", "build"]
 
 logger = logging.getLogger(__name__)
 _DEFAULTS = SelfGuidedConfig()  # the paper's values, in one place
+# The paper's sentences are cut at 64 tokens (the other flags default to SelfGuidedConfig's values).
+DEFAULTS = {"max_seq_length": 64}
+# It saves BERT_T alone: the tuned encoder, whose [CLS] is the embedding.
+TRAINER_CLASS = SelfGuidedTrainer
 
 
 @dataclass

@@ -1,11 +1,15 @@
-"""What ``examples/run_simcse.py`` runs: its arguments (with SimCSE's defaults for the chosen ``--mode``), the log
-line of the resolved settings, and `build`: the tokenizer, the model with SimCSE's head, the sentences (unsup), the
-NLI pairs (sup) or several named datasets (``--train_files``), the collator and the STS-B dev set."""
+"""SimCSE's script (``examples/run_simcse.py``, ``contrastive-hf train simcse``): its arguments, SimCSE's defaults for
+the chosen ``--mode`` and its model configuration, and `build`: the log line of the resolved settings, the tokenizer,
+the model with SimCSE's head, the sentences (unsup), the NLI pairs (sup) or several named datasets
+(``--train_files``), the collator and the STS-B dev set."""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from transformers import HfArgumentParser
 
@@ -25,20 +29,18 @@ from ...data.collators import PairCollator
 from ...data.mixture import parse_named_files
 from ...data.reading import first_examples, load_corpus
 from ...models.modeling_contrastive_pretraining import ContrastiveForPreTraining
+from ...training.trainer import ContrastiveTrainer
 from ...training.training_args import ContrastiveTrainingArguments
 from .. import SentenceEncoderRun, sentence_encoder_run
-from . import (
-    MODES,
-    argument_defaults,
-    build_collator,
-    build_mixture,
-    describe_views,
-    mode_defaults,
-    model_config,
-    prepare_pairs,
-)
+from .data import build_collator, build_mixture, describe_views, prepare_pairs
 
 __all__ = [
+    "MODES",
+    "SIMCSE_HEAD",
+    "MODE_DEFAULTS",
+    "argument_defaults",
+    "mode_defaults",
+    "model_config",
     "ModelArguments",
     "DataArguments",
     "ARGUMENTS",
@@ -49,6 +51,76 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MODES = ("unsup", "sup")
+# The model configuration of both modes: InfoNCE at tau 0.05 on the [CLS] hidden state under SimCSE's MLP. SimCSE's
+# encoder has no pooler layer, hence "cls_before_pooler" (the raw [CLS] state) under the MLP.
+SIMCSE_HEAD = {"projection_layers": 1, "projection_activation": "tanh", "projection_output_activation": True}
+_MODEL = {
+    "pooler_type": "cls_before_pooler",
+    "projection_type": "mlp",
+    "temperature": 0.05,
+    "contrastive_loss": "info_nce",
+    "hard_negative_weight": 0.0,
+}
+# Each mode's hyper-parameters for BERT-base, as run_simcse.py's arguments (`argument_defaults`), except "batch_size",
+# the global batch: each process gets batch_size / WORLD_SIZE (--per_device_train_batch_size); max length 32 in both.
+MODE_DEFAULTS = {
+    "unsup": {
+        **_MODEL,
+        "batch_size": 64,
+        "learning_rate": 3e-5,
+        "num_train_epochs": 1,
+        "max_seq_length": 32,
+        "projection_at_inference": False,
+        "mlm_weight": 0.1,  # SimCSE's auxiliary MLM (--do_mlm), off unless asked for
+    },
+    # 512 on 4 GPUs x 128 in SimCSE; the MLP stays in the embeddings (no --mlp_only_train for supervised SimCSE)
+    "sup": {
+        **_MODEL,
+        "batch_size": 512,
+        "learning_rate": 5e-5,
+        "num_train_epochs": 3,
+        "max_seq_length": 32,
+        "projection_at_inference": True,
+        "mlm_weight": 0.1,
+    },
+}
+
+
+def argument_defaults(given: Mapping[str, Any]) -> dict:
+    """run_simcse.py's defaults for the settings ``given`` on its command line or in its settings file: the table of
+    their ``mode`` (`mode_defaults`), for `commands.arguments.parse_arguments`."""
+    return mode_defaults(given.get("mode"))
+
+
+def mode_defaults(mode: str | None, world_size: int | None = None) -> dict:
+    """SimCSE's defaults for ``mode`` as argument values: model configuration, ``per_device_train_batch_size`` (the
+    global batch over ``world_size`` processes; default: ``WORLD_SIZE`` as `accelerate launch` sets it), learning
+    rate, epochs, max length. {} for a missing or unknown mode (an argument parser then reports it)."""
+    if mode not in MODE_DEFAULTS:
+        return {}
+    defaults = dict(MODE_DEFAULTS[mode])
+    world_size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    defaults["per_device_train_batch_size"] = max(1, defaults.pop("batch_size") // world_size)
+    return defaults
+
+
+def model_config(mode: str, do_mlm: bool = False, **overrides) -> dict:
+    """`ContrastiveConfig` keyword arguments of SimCSE's model for ``mode`` (``overrides`` win): the MLP head, InfoNCE,
+    and with ``do_mlm`` its auxiliary MLM term."""
+    if mode not in MODES:
+        raise ValueError(f"Unknown SimCSE mode {mode!r}: choose one of {', '.join(MODES)}.")
+    config = {name: MODE_DEFAULTS[mode][name] for name in (*_MODEL, "projection_at_inference", "mlm_weight")}
+    config.update(SIMCSE_HEAD, cl_weight=1.0, **overrides)
+    if not do_mlm:
+        config["mlm_weight"] = 0.0
+    return config
+
+
+# The script's defaults: the table of the --mode given (a function of the settings given).
+DEFAULTS = argument_defaults
+TRAINER_CLASS = ContrastiveTrainer
 
 # The settings the log lists, each beside its SimCSE default.
 LOGGED_SETTINGS = (
@@ -158,6 +230,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
     """The tokenizer, the model (SimCSE's head for the mode, a LoRA adapter when asked), the training data and its
     collator, the STS-B dev set and what the card says of the run, of ``arguments`` (`parse_arguments`)."""
     model_args, data_args, adapter_args, training_args = arguments
+    logger.info(describe_hyperparameters(data_args.mode, model_args, data_args, training_args))
     if data_args.train_files and (data_args.train_file or data_args.dataset_name):
         raise UsageError("Give --train_files (several datasets) or --train_file / --dataset_name, not both.")
     tokenizer = load_tokenizer(model_args)
