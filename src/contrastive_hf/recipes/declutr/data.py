@@ -1,20 +1,6 @@
-"""DeCLUTR-style span views: positives sampled as spans of the same document (the recipe's data).
-
-From "Investigating Views for Contrastive Learning of Language Representations" (building on DeCLUTR, Giorgi et
-al., 2021): spans of ``span_words`` words (default 32) are sampled from each document, and a positive pair is
-
-* ``slice``: two differently masked copies of one span (15% of the tokens masked in each, the two masks disjoint);
-* ``neighbour``: two adjacent spans of the document;
-* ``neighbouring_slice``: both at once, two adjacent spans, each masked (15%).
-
-Spans of the other documents of the batch are the negatives. With ``hard_negatives``, a third span of the same
-document, overlapping neither positive, is added as each anchor's hard negative (``input_ids`` of shape
-``(B, 3, L)``, for ``contrastive_loss="info_nce"``).
-
-Documents too short for the views (fewer than `words_needed` words) are dropped, and counted in the log, by
-`tokenize_documents` (and again by the collator, if a dataset was not filtered). Words are the tokenizer's
-(`synonyms.word_start_table`): a word-start piece and its continuations; punctuation counts as a word.
-"""
+"""DeCLUTR's data: documents tokenized with their words counted (`tokenize_documents`, which drops those too short
+for the views, `words_needed`) and the collator that samples each document's span views (`SpanViewCollator`); the
+package's docstring says what each view is."""
 
 from __future__ import annotations
 
