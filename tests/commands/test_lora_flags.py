@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from transformers import AutoTokenizer, BertForMaskedLM
+import torch
+from transformers import AutoTokenizer, BertForMaskedLM, BertModel
 
 from contrastive_hf.commands.arguments import AdapterArguments
 
@@ -150,3 +151,55 @@ def test_a_rank_up_to_the_adapted_layers_smallest_dimension_is_allowed(pretraine
     assert lora_config(model, r=32, alpha=1, dropout=0.0).r == 32  # hidden size 32: a full-rank update
     with pytest.raises(ValueError, match=r"r=33 \(--lora_r\) is above 32"):
         lora_config(model, r=33)
+
+
+def adapted_model(name, base, tmp_path, monkeypatch, *flags):
+    """The model ``name``'s build hands back after adapting it, the script stopped there (in process)."""
+    run_module = importlib.import_module(f"contrastive_hf.recipes.{name.removeprefix('run_')}.run")
+    from contrastive_hf.commands.loading import with_lora_adapter as adapt
+
+    built = []
+
+    def adapt_and_stop(model, adapter_args, modules_to_save=()):
+        built.append(adapt(model, adapter_args, modules_to_save))
+        raise Adapted
+
+    monkeypatch.setattr(run_module, "with_lora_adapter", adapt_and_stop)
+    with pytest.raises(Adapted):
+        example_script(name).main(script_argv(name, base, tmp_path, *flags))
+    return built[0]
+
+
+@pytest.mark.parametrize("name", list(SCRIPT_DATA))
+def test_every_training_script_loads_a_bf16_base_under_float32_adapter_and_heads_with_the_attention_asked(
+    name, pretrained_base, tmp_path, monkeypatch
+):
+    """--lora_base_dtype bfloat16 loads the frozen base in bf16 (half its memory), every trained weight (adapter,
+    heads, modules trained in full) a float32 master; --attn_implementation is the encoders' attention."""
+    flags = ("--lora_r", "4", "--lora_base_dtype", "bfloat16", "--bf16", "true", "--attn_implementation", "eager")
+    model = adapted_model(name, pretrained_base, tmp_path, monkeypatch, *flags)
+    trained = {parameter.dtype for parameter in model.parameters() if parameter.requires_grad}
+    frozen = {parameter.dtype for parameter in model.parameters() if not parameter.requires_grad}
+    assert trained == {torch.float32} and torch.bfloat16 in frozen
+    encoders = [module for module in model.modules() if isinstance(module, BertModel)]
+    assert encoders and {encoder.config._attn_implementation for encoder in encoders} == {"eager"}
+
+    # without the flags: float32 throughout, transformers' attention (sdpa)
+    model = adapted_model(name, pretrained_base, tmp_path, monkeypatch, "--lora_r", "4")
+    assert {parameter.dtype for parameter in model.parameters()} == {torch.float32}
+    assert {m.config._attn_implementation for m in model.modules() if isinstance(m, BertModel)} == {"sdpa"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--lora_base_dtype", "bfloat16", "--bf16", "true"), "--lora_base_dtype bfloat16 keeps the frozen base"),
+        (("--lora_r", "4", "--lora_base_dtype", "bfloat16"), "give --bf16 true, so that the float32 adapter"),
+        (("--lora_r", "4", "--lora_base_dtype", "float16", "--bf16", "true"), "give --fp16 true"),
+    ],
+)
+def test_a_half_precision_base_without_an_adapter_or_its_mixed_precision_is_refused(
+    flags, message, pretrained_base, tmp_path, capsys
+):
+    error = usage_error("run_simcse", script_argv("run_simcse", pretrained_base, tmp_path, *flags), capsys)
+    assert message in error

@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (
@@ -347,6 +348,32 @@ def test_e5_style_instruction_tuning_of_a_decoder_runs_as_its_page_says(tmp_path
         served.encode(queries, prompt_name="query"), trained.encode_query(queries), rtol=0, atol=1e-5
     )
     assert "LORA adapter (r=16, alpha=32) on down_proj, gate_proj" in (tmp_path / "out" / "README.md").read_text()
+
+
+@pytest.mark.slow  # two bf16 steps of a tiny decoder, emulated on a CPU without bf16 units: seconds
+def test_e5_style_instruction_tuning_on_a_bf16_base_trains_a_float32_adapter_and_saves_a_bf16_merged_model(tmp_path):
+    """The E5 recipe as a GPU runs it at scale (``--lora_base_dtype bfloat16 --bf16 true``, eager attention asked):
+    the frozen base in bf16, the adapter saved in float32, the merged model in bf16, which the script's reload check
+    and sentence-transformers serve (bf16 rounding)."""
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    run = run_script(
+        REPO_ROOT / "examples" / "run_simcse.py",
+        [REPO_ROOT / "examples" / "llm" / "e5_instruct.json", "--model_name_or_path", folder,
+         "--train_file", DEMO_DATA / "nli_sample.csv", "--max_train_samples", "16", "--per_device_train_batch_size",
+         "8", "--max_steps", "2", "--max_seq_length", "48", "--warmup_steps", "0", "--output_dir", tmp_path / "out",
+         "--use_cpu", "true", "--bf16", "true", "--lora_base_dtype", "bfloat16", "--attn_implementation", "eager"],
+    )  # fmt: skip
+    assert "SentenceTransformer reload of" in run.output
+    adapter = load_file(tmp_path / "out" / "adapter_model.safetensors")
+    assert {tensor.dtype for tensor in adapter.values()} == {torch.float32}
+    merged = load_file(tmp_path / "out-merged" / "model.safetensors")
+    assert {tensor.dtype for tensor in merged.values()} == {torch.bfloat16}
+    trained = ContrastiveModel.from_pretrained(tmp_path / "out-merged", dtype=torch.float32)
+    served = SentenceTransformer(str(tmp_path / "out-merged"), device="cpu", model_kwargs={"dtype": torch.float32})
+    queries = ["A man is playing a guitar.", "Rain."]
+    np.testing.assert_allclose(
+        served.encode(queries, prompt_name="query"), trained.encode_query(queries), rtol=0, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("share_encoders", [True, False])

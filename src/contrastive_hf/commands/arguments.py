@@ -29,6 +29,8 @@ __all__ = [
     "REGISTRY_OPTIONS",
     "pooler_help",
     "loss_help",
+    "BASE_DTYPES",
+    "LoadingArguments",
     "EncoderArguments",
     "ContrastiveModelArguments",
     "MatryoshkaArguments",
@@ -45,8 +47,35 @@ __all__ = [
 ]
 
 
+# The dtypes the frozen base weights of a LoRA run may load in (`AdapterArguments.lora_base_dtype`).
+BASE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(kw_only=True)  # keyword-only: a script's model arguments may add required fields after it
+class LoadingArguments:
+    """How the pretrained weights load: the attention implementation (every script's model arguments have it)."""
+
+    attn_implementation: str | None = field(
+        default=None,
+        metadata={
+            "help": "The attention implementation the encoder(s) load with, as transformers names it: sdpa, eager, "
+            "flash_attention_2 (needs the flash-attn package and a GPU), ... (default: transformers' choice, sdpa "
+            "where the family has it). Kept for the run; a saved checkpoint loads with the loader's choice."
+        },
+    )
+
+    def loading(self, adapter_args: AdapterArguments, training_args: TrainingArguments) -> dict:
+        """`from_pretrained`'s keyword arguments for the model a script trains: float32 master weights, whatever
+        dtype the checkpoint was saved in (a bf16 run computes under autocast and the optimiser steps in float32),
+        except the frozen base of a LoRA run in ``--lora_base_dtype``; and ``--attn_implementation``."""
+        loading = {"dtype": adapter_args.base_dtype(training_args)}
+        if self.attn_implementation:
+            loading["attn_implementation"] = self.attn_implementation
+        return loading
+
+
 @dataclass
-class EncoderArguments:
+class EncoderArguments(LoadingArguments):
     """Where the model starts, as run_mlm.py names it."""
 
     hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "config_name", "tokenizer_name")
@@ -339,6 +368,37 @@ class AdapterArguments:
             "projection kept at inference always is)."
         },
     )
+    lora_base_dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "The dtype the frozen base weights load in under --lora_r: bfloat16 (or float16) halves their "
+            "memory, as LLM embedders are tuned, and needs --bf16 (--fp16); the adapter and every trained weight stay "
+            "float32 masters. The merged model is saved in this dtype.",
+            "choices": BASE_DTYPES,
+        },
+    )
+
+    def base_dtype(self, training_args: TrainingArguments):
+        """The dtype the model's weights load in: ``--lora_base_dtype`` under ``--lora_r``, else float32 (every
+        weight is trained); a half-precision base without the matching mixed precision, or without an adapter, is
+        refused."""
+        import torch
+
+        if self.lora_base_dtype == "float32":
+            return torch.float32
+        if not self.lora_r:
+            raise UsageError(
+                f"--lora_base_dtype {self.lora_base_dtype} keeps the frozen base weights of a LoRA run in half "
+                "precision: give --lora_r too (a full fine-tune keeps float32 master weights; use --bf16 for "
+                "mixed precision)."
+            )
+        precision = {"bfloat16": "bf16", "float16": "fp16"}[self.lora_base_dtype]
+        if not getattr(training_args, precision):
+            raise UsageError(
+                f"--lora_base_dtype {self.lora_base_dtype} computes the frozen base in {self.lora_base_dtype}: give "
+                f"--{precision} true, so that the float32 adapter and heads compute in it too."
+            )
+        return getattr(torch, self.lora_base_dtype)
 
     def lora_options(self) -> dict | None:
         """`hub.adapters.lora_config`'s keyword arguments, or None without --lora_r."""

@@ -27,6 +27,7 @@ def load_pretraining_model(
     config_name: str | None,
     tokenizer,
     cache_dir: str | None = None,
+    loading: dict | None = None,
     **config_overrides,
 ) -> ContrastiveForPreTraining:
     """A `ContrastiveForPreTraining` to train, as run_mlm.py resolves `--model_name_or_path` / `--config_name`:
@@ -36,15 +37,17 @@ def load_pretraining_model(
       layers, normalisation and prompts (``config_overrides`` replace them, with a warning naming what it said);
     - any other pretrained checkpoint is wrapped as the encoder (`from_encoder_pretrained`);
     - with only ``config_name``, an encoder config is built from scratch, sized to ``tokenizer``'s vocabulary.
+
+    ``loading``: `from_pretrained`'s ``dtype`` and ``attn_implementation`` (`LoadingArguments.loading`; default:
+    float32 master weights, whatever dtype the checkpoint was saved in).
     """
+    loading = dict(loading or {"dtype": torch.float32})
     if model_name_or_path:
         announce(f"Loading the model ({os.path.basename(os.path.normpath(model_name_or_path))}) ...")
         # a setting the config refuses (e.g. --truncate_dim above the embedding size) is the command's mistake; so is
         # a damaged weights file, which the loader names
         with as_usage_error():
-            # float32 master weights, whatever dtype the checkpoint was saved in (transformers 5 loads the saved
-            # one): a bf16 run computes under autocast, and the optimiser steps in float32
-            loading = {"dtype": torch.float32, **config_overrides}
+            loading.update(config_overrides)
             if cache_dir is not None:
                 loading["cache_dir"] = cache_dir
             # from_pretrained decides what the path holds (`checkpoint_contents.what_the_path_holds`): our checkpoint
@@ -55,6 +58,8 @@ def load_pretraining_model(
     encoder_config = AutoConfig.from_pretrained(config_name, cache_dir=cache_dir)
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
+    if loading.get("attn_implementation"):
+        encoder_config._attn_implementation = loading["attn_implementation"]
     announce(f"Building a {encoder_config.model_type} encoder from scratch ({os.path.basename(config_name)}) ...")
     with as_usage_error():
         return ContrastiveForPreTraining.from_config(encoder_config, **config_overrides)
@@ -92,6 +97,9 @@ def with_lora_adapter(model, adapter_args, modules_to_save: tuple[str, ...] = ()
         peft_config = lora_config(model, **options)
     with as_usage_error("Name modules of the encoder with --lora_target_modules (e.g. query,value)."):
         adapted = add_adapter(model, peft_config)
+    for parameter in adapted.parameters():  # float32 masters of what trains, over a base of --lora_base_dtype
+        if parameter.requires_grad and parameter.dtype != torch.float32:
+            parameter.data = parameter.data.float()
     trainable, total = adapted.get_nb_trainable_parameters()
     announce(f"Training a LoRA adapter: {trainable:,} of {total:,} parameters ({100 * trainable / total:.2f}%).")
     return adapted

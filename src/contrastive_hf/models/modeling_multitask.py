@@ -21,6 +21,7 @@ schedules (``data``), the training loop (``trainer``) and PCGrad.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -316,8 +317,8 @@ class MultitaskModel(PreTrainedModel):
             encoder = load_sentence_encoder(encoder, **config_overrides)
         elif config_overrides:
             raise ValueError("config_overrides apply when loading an encoder by name; this one is already built.")
-        config = MultitaskConfig(
-            contrastive=encoder.config,
+        config = MultitaskConfig(  # a copy: building the model resets its encoder's attention, not the live one's
+            contrastive=copy.deepcopy(encoder.config),
             tasks=[spec.to_dict() if isinstance(spec, TaskSpec) else dict(spec) for spec in tasks],
             classifier_dropout=classifier_dropout,
         )

@@ -99,6 +99,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             encoder_args.config_name,
             tokenizer,
             encoder_args.cache_dir,
+            encoder_args.loading(adapter_args, training_args),
             **model_args.config_overrides(),
         )
         if needs_del_token(view_args.augmentations):

@@ -66,6 +66,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             encoder_args.config_name,
             tokenizer,
             encoder_args.cache_dir,
+            encoder_args.loading(adapter_args, training_args),
             **model_args.config_overrides(),
         )
     model = with_lora_adapter(model, adapter_args)

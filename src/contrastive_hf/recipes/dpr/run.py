@@ -13,7 +13,13 @@ from typing import Any, ClassVar
 import torch
 from transformers import AutoConfig, AutoTokenizer
 
-from ...commands.arguments import AdapterArguments, MatryoshkaArguments, PromptArguments, loss_help
+from ...commands.arguments import (
+    AdapterArguments,
+    LoadingArguments,
+    MatryoshkaArguments,
+    PromptArguments,
+    loss_help,
+)
 from ...commands.errors import UsageError, as_usage_error
 from ...commands.loaders import corpus_progress_bars, evaluates_during_training
 from ...commands.loading import with_lora_adapter
@@ -51,7 +57,7 @@ TRAINER_CLASS = ContrastiveTrainer
 
 
 @dataclass
-class ModelArguments(PromptArguments, MatryoshkaArguments):
+class ModelArguments(LoadingArguments, PromptArguments, MatryoshkaArguments):
     hub_ids_or_paths: ClassVar[tuple[str, ...]] = (
         "model_name_or_path",
         "passage_model_name_or_path",
@@ -150,8 +156,11 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
 
-def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
-    """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config."""
+def build_model(model_args: ModelArguments, tokenizer, loading: dict | None = None) -> DualEncoderModel:
+    """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config;
+    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`; default: float32 master
+    weights, whatever the checkpoint's dtype)."""
+    loading = loading or {"dtype": torch.float32}
     if model_args.contrastive_loss is not None:
         with as_usage_error():  # the registered names, in one usage line
             get_loss(model_args.contrastive_loss)
@@ -169,13 +178,11 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
         source = AutoConfig.from_pretrained(model_args.model_name_or_path, cache_dir=model_args.cache_dir)
         if source.model_type == DualEncoderConfig.model_type:
             logger.info("Continuing to train the dual encoder %s.", model_args.model_name_or_path)
-            return DualEncoderModel.from_pretrained(
-                model_args.model_name_or_path, dtype=torch.float32, **loss_overrides
-            )
+            return DualEncoderModel.from_pretrained(model_args.model_name_or_path, **loading, **loss_overrides)
         return DualEncoderModel.from_encoder_pretrained(
             model_args.model_name_or_path,
             model_args.passage_model_name_or_path,
-            dtype=torch.float32,  # float32 master weights, whatever the checkpoint's dtype
+            **loading,
             share_encoders=model_args.share_encoders,
             pooler_type=model_args.pooler_type,
             projection_dim=model_args.projection_dim,
@@ -188,6 +195,8 @@ def build_model(model_args: ModelArguments, tokenizer) -> DualEncoderModel:
     encoder_config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
     encoder_config.vocab_size = len(tokenizer)
     encoder_config.pad_token_id = tokenizer.pad_token_id
+    if loading.get("attn_implementation"):
+        encoder_config._attn_implementation = loading["attn_implementation"]
     config = DualEncoderConfig(
         query_encoder=encoder_config,
         share_encoders=model_args.share_encoders,
@@ -262,7 +271,7 @@ def build(arguments: tuple) -> DualEncoderRun:
     # whole in each process, also under DeepSpeed ZeRO-3; a setting the config refuses (e.g. --truncate_dim above the
     # embedding size) is a usage error
     with built_whole(training_args), as_usage_error():
-        model = build_model(model_args, tokenizer)
+        model = build_model(model_args, tokenizer, model_args.loading(adapter_args, training_args))
     if adapter_args.lora_r and model_args.passage_model_name_or_path:
         raise UsageError(
             "--lora_r with --passage_model_name_or_path: an adapter folder names one base model, from which peft "

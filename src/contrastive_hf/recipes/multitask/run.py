@@ -14,7 +14,7 @@ import torch
 from transformers import AutoTokenizer
 from transformers.integrations import unset_hf_deepspeed_config
 
-from ...commands.arguments import AdapterArguments
+from ...commands.arguments import AdapterArguments, LoadingArguments
 from ...commands.errors import UsageError
 from ...commands.loading import with_lora_adapter
 from ...commands.reload_check import ReloadReference, loading_instructions, trained_embeddings, verify_reload
@@ -53,7 +53,7 @@ STSB_SCALE = 5.0  # STS-B's 0-5 scores are divided by 5, so that a cosine head c
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(LoadingArguments):
     hub_ids_or_paths: ClassVar[tuple[str, ...]] = ("model_name_or_path", "tokenizer_name")
 
     model_name_or_path: str = field(
@@ -156,10 +156,14 @@ def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
     return [specs[name] for name in names]
 
 
-def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskModel:
+def build_model(model_args: ModelArguments, tasks: list[TaskSpec], loading: dict | None = None) -> MultitaskModel:
+    """The multitask model to train: a saved one continued, or new heads on a sentence encoder or plain encoder;
+    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`; default: float32 master
+    weights, whatever the checkpoint's dtype)."""
+    loading = loading or {"dtype": torch.float32}
     model_type = checkpoint_model_type(model_args.model_name_or_path)
     if model_type == MultitaskConfig.model_type:  # continue a multitask run
-        model = MultitaskModel.from_pretrained(model_args.model_name_or_path, dtype=torch.float32)
+        model = MultitaskModel.from_pretrained(model_args.model_name_or_path, **loading)
         if [spec.name for spec in model.config.task_specs] != [spec.name for spec in tasks]:
             raise UsageError(
                 f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
@@ -171,11 +175,11 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec]) -> MultitaskM
         overrides["pooler_type"] = model_args.pooler_type
     elif model_type != ContrastiveConfig.model_type:
         overrides["pooler_type"] = "mean"  # a plain encoder: mean pooling unless told otherwise (SBERT's default)
-    return MultitaskModel.from_sentence_encoder(  # float32 master weights, whatever the checkpoint's dtype
+    return MultitaskModel.from_sentence_encoder(
         model_args.model_name_or_path,
         tasks,
         classifier_dropout=model_args.classifier_dropout,
-        dtype=torch.float32,
+        **loading,
         **overrides,
     )
 
@@ -216,7 +220,7 @@ def build(arguments: tuple) -> MultitaskRun:
     logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
-        model = build_model(model_args, tasks)
+        model = build_model(model_args, tasks, model_args.loading(adapter_args, training_args))
     # the heads are new: trained in full beside the encoder's adapter, and saved with it
     model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
     collator = MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length)

@@ -203,17 +203,24 @@ class SelfGuidedModel(nn.Module):
 
     @classmethod
     def from_encoder_pretrained(
-        cls, name_or_path: str | os.PathLike, pooler_type: str = "cls_before_pooler", **config_overrides
+        cls,
+        name_or_path: str | os.PathLike,
+        pooler_type: str = "cls_before_pooler",
+        loading: dict | None = None,
+        **config_overrides,
     ) -> SelfGuidedModel:
         """SG-BERT on a pretrained encoder (a Hub id or folder: BERT, RoBERTa, MiniLM...), or continuing from a
-        contrastive_hf checkpoint; BERT_F is a copy of it. ``config_overrides`` set `SelfGuidedConfig` fields."""
+        contrastive_hf checkpoint; BERT_F is a copy of it. ``config_overrides`` set `SelfGuidedConfig` fields;
+        ``loading``: `from_pretrained`'s loading arguments (default: float32 master weights to train, whatever the
+        checkpoint's dtype)."""
+        loading = {"dtype": torch.float32, **(loading or {})}
         if checkpoint_model_type(name_or_path) == ContrastiveConfig.model_type:
             tuned = ContrastiveModel.from_pretrained(
-                name_or_path, pooler_type=pooler_type, projection_type="none", dtype=torch.float32
+                name_or_path, pooler_type=pooler_type, projection_type="none", **loading
             )
-        else:  # float32 master weights to train, whatever the checkpoint's dtype
+        else:
             tuned = ContrastiveModel.from_encoder_pretrained(
-                name_or_path, pooler_type=pooler_type, projection_type="none", dtype=torch.float32
+                name_or_path, pooler_type=pooler_type, projection_type="none", **loading
             )
         return cls(tuned, **config_overrides)
 

@@ -67,6 +67,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
         model = SelfGuidedModel.from_encoder_pretrained(
             encoder_args.model_name_or_path,
             pooler_type=sg_args.pooler_type,
+            loading=encoder_args.loading(adapter_args, training_args),
             loss=sg_args.loss,
             temperature=sg_args.temperature,
             regularization_weight=sg_args.regularization_weight,

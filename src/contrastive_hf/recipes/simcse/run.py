@@ -241,6 +241,7 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             model_args.config_name,
             tokenizer,
             model_args.cache_dir,
+            model_args.loading(adapter_args, training_args),
             **model_config(data_args.mode, do_mlm=model_args.do_mlm, **overrides),
         )
     model = with_lora_adapter(model, adapter_args)
