@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModel, BertModel
 
 import contrastive_hf.models.distributed as distributed
 import contrastive_hf.models.objectives as objectives
+from contrastive_hf.models.configuration_contrastive import EMBEDDING_FIELDS, ContrastiveConfig
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.models.objectives import InfoNCELoss, register_loss, unregister_loss
@@ -388,3 +389,25 @@ def test_a_retrieval_eval_set_is_scored_during_training(tokenizer, tmp_path):
     scored = [entry for entry in trainer.state.log_history if "eval_snli_mrr" in entry]
     assert len(scored) == 2
     assert 0.0 < scored[-1]["eval_snli_mrr"] <= 1.0 and 0.0 <= scored[-1]["eval_snli_recall@1"] <= 1.0
+
+
+def test_the_settings_every_sentence_embedding_model_shares_are_declared_and_checked_once():
+    """`SentenceEmbeddingConfig` declares the loss, encoding and serving settings both model families have; each
+    family declares only its encoders and heads, and DPR its own defaults. The dual encoder's prompts are checked
+    as the sentence encoder's are (they were not)."""
+    assert not set(EMBEDDING_FIELDS) & set(ContrastiveConfig.__annotations__)
+    assert set(EMBEDDING_FIELDS) & set(DualEncoderConfig.__annotations__) == {
+        "similarity",
+        "temperature",
+        "contrastive_loss",
+    }
+    for config_class in (ContrastiveConfig, DualEncoderConfig):
+        encoder = (
+            {"encoder": tiny_bert_config()}
+            if config_class is ContrastiveConfig
+            else {"query_encoder": tiny_bert_config()}
+        )
+        with pytest.raises(ValueError, match="default_prompt_name 'query' is not among the prompts"):
+            config_class(**encoder, prompts={"document": "passage: "}, default_prompt_name="query")
+        with pytest.raises(ValueError, match="prompts must map names to prompt texts"):
+            config_class(**encoder, prompts={"query": 1})

@@ -75,42 +75,23 @@ def without_sub_config_paths(config_dict: dict) -> dict:
     return config_dict
 
 
-class ContrastiveConfig(PreTrainedConfig):
+class SentenceEmbeddingConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`ContrastiveModel`]: any transformers encoder, a pooler and a projection head.
+    The settings every sentence-embedding model of the package shares, declared and checked here once: how its
+    training loss compares embeddings, how its training batches are encoded, and how it serves embeddings (as a
+    sentence-transformers checkpoint does). [`ContrastiveConfig`] and [`DualEncoderConfig`] add their encoders and
+    heads, and their own defaults where their papers differ (DPR's dot product and InfoNCE).
 
     Args:
-        encoder (`PreTrainedConfig` or `dict`, *optional*):
-            Configuration of the encoder (BERT, RoBERTa, DistilBERT, ...). A dict must carry `model_type`;
-            `None` gives a default BERT configuration.
-        pooler_type (`str`, defaults to `"cls"`):
-            A registered pooler (`poolers.py`, `register_pooler`): `cls` (the encoder's pooler layer over [CLS]),
-            `cls_before_pooler` (the [CLS] hidden state), `mean`, `max`, `avg_first_last` (mean of the first and last
-            layers' token means), `avg_top2`.
-        projection_type (`str`, defaults to `"mlp"`):
-            `none`, `linear` (one linear layer) or `mlp` (SimCLR's non-linear head g(.)).
-        projection_dim (`int`, *optional*):
-            Output size of the projection; the encoder's hidden size when unset.
-        projection_hidden_size (`int`, *optional*):
-            Hidden size of the MLP; the encoder's hidden size when unset.
-        projection_layers (`int`, defaults to 2):
-            Number of linear layers of the MLP (an activation between each two).
-        projection_activation (`str`, defaults to `"relu"`):
-            Activation of the MLP, any key of `transformers.activations.ACT2FN`.
-        projection_output_activation (`bool`, defaults to `False`):
-            Apply the activation after the last layer too (SimCSE's head is one linear layer followed by tanh).
-        projection_at_inference (`bool`, defaults to `False`):
-            Keep the projection in the embeddings at inference. SimCSE uses its MLP during training only.
         temperature (`float`, defaults to 0.05):
-            Temperature tau dividing the cosine similarities of the contrastive loss.
+            Temperature tau dividing the similarities of the contrastive loss.
         contrastive_loss (`str`, defaults to `"nt_xent"`):
             A registered in-batch loss (`objectives.py`, `register_loss`): `nt_xent` (CLEAR/SimCLR: 2N views, each
-            one's negatives are the other 2N-2 views) or `info_nce` (SimCSE: first views against second views and
+            one's negatives are the other 2N-2 views) or `info_nce` (SimCSE, DPR: first views against second views and
             hard negatives). Training needs it registered; loading and encoding the model do not.
-        mlm_weight (`float`, defaults to 1.0), cl_weight (`float`, defaults to 1.0):
-            Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
-        hard_negative_weight (`float`, defaults to 0.0):
-            SimCSE's weight added to the logit of each anchor's own hard negative.
+        similarity (`str`, defaults to `"cosine"`):
+            How `similarity` compares embeddings, written as sentence-transformers' ``similarity_fn_name``:
+            `cosine` or `dot`.
         sub_batch_size (`int` or `str`, defaults to `"auto"`):
             How training batches are encoded; the negatives of a batch stay the same random sentences, and the
             embeddings equal those of one padded pass (with dropout off; with dropout on, each view draws its own
@@ -143,8 +124,7 @@ class ContrastiveConfig(PreTrainedConfig):
             Matryoshka representation learning (Kusupati et al., 2022): the contrastive loss is computed on the first
             m dimensions of the embeddings for each m here and summed, weighted by ``matryoshka_weights``, so that
             ``encode(..., truncate_dim=m)`` gives a usable smaller embedding (e.g. ``[384, 256, 128, 64]``; list the
-            full size to keep training it). The loss compares the embedding the model returns at inference, so a
-            projection head must be kept at inference (``projection_at_inference=True``) or absent.
+            full size to keep training it).
         matryoshka_weights (`list[float]`, *optional*):
             One weight per Matryoshka dimension; 1 each when unset.
         truncate_dim (`int`, *optional*):
@@ -156,11 +136,103 @@ class ContrastiveConfig(PreTrainedConfig):
             from a sentence-transformers checkpoint keeps that checkpoint's (all-MiniLM-L6-v2: 256).
         normalize_embeddings (`bool`, defaults to `False`):
             L2-normalise the embeddings ``encode`` returns (before ``truncate_dim``), as a sentence-transformers
-            ``Normalize`` module does; the checkpoint then writes one. The contrastive loss compares cosines either
-            way.
-        similarity (`str`, defaults to `"cosine"`):
-            How `similarity` compares embeddings, written as sentence-transformers' ``similarity_fn_name``:
-            `cosine` or `dot`. The contrastive loss compares cosines either way.
+            ``Normalize`` module does; the checkpoint then writes one. The loss compares the vectors as
+            ``similarity`` and the loss say, unnormalised.
+    """
+
+    temperature: float | None = 0.05
+    contrastive_loss: str = "nt_xent"
+    similarity: str = "cosine"
+    sub_batch_size: int | str = "auto"
+    sub_batch_tokens: int = 1024
+    prompts: dict | None = None
+    default_prompt_name: str | None = None
+    include_prompt: bool = True
+    matryoshka_dims: list[int] | None = None
+    matryoshka_weights: list[float] | None = None
+    truncate_dim: int | None = None
+    max_seq_length: int | None = None
+    normalize_embeddings: bool = False
+
+    @property
+    def embedding_size(self) -> int:
+        """Size of the embeddings the loss compares and ``encode`` returns (each model config says)."""
+        raise NotImplementedError
+
+    def _validate_embedding_settings(self) -> None:
+        """Check (and normalise) the shared settings, each refusal naming the value and what would work."""
+        # a loss registered by a user's module need not be registered to load and encode the model: training checks
+        # it (`training/sanity.py`, `build_loss`)
+        if not isinstance(self.contrastive_loss, str) or not self.contrastive_loss:
+            raise ValueError(
+                f"contrastive_loss must name an in-batch loss ({', '.join(LOSSES.names())}, or one registered with "
+                f"register_loss), got {self.contrastive_loss!r}."
+            )
+        validate_similarity(self.similarity)
+        if self.temperature is None or not self.temperature > 0:
+            raise ValueError(
+                f"temperature must be > 0, got {self.temperature}: SimCSE and CLEAR use about 0.05 with cosine "
+                "similarities, DPR 1.0 with its dot product."
+            )
+        self.sub_batch_size, self.sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
+        if self.prompts is not None and not (
+            isinstance(self.prompts, dict) and all(isinstance(text, str) for text in self.prompts.values())
+        ):
+            raise ValueError(
+                f"prompts must map names to prompt texts, e.g. {{'query': 'query: '}}, got {self.prompts}."
+            )
+        if self.default_prompt_name is not None and self.default_prompt_name not in (self.prompts or {}):
+            raise ValueError(
+                f"default_prompt_name {self.default_prompt_name!r} is not among the prompts "
+                f"{sorted(self.prompts or {})}: add it to prompts or leave default_prompt_name unset."
+            )
+        validate_embedding_dims(self, self.embedding_size)
+        validate_max_seq_length(self.max_seq_length)
+
+    def to_dict(self) -> dict:
+        return without_sub_config_paths(super().to_dict())
+
+
+# The settings every sentence-embedding model config has (`SentenceEmbeddingConfig`'s fields), each model's
+# checkpoint config file holds them.
+EMBEDDING_FIELDS = tuple(name for name in SentenceEmbeddingConfig.__annotations__)
+
+
+class ContrastiveConfig(SentenceEmbeddingConfig):
+    r"""
+    Configuration of a [`ContrastiveModel`]: any transformers encoder, a pooler and a projection head.
+
+    Args:
+        encoder (`PreTrainedConfig` or `dict`, *optional*):
+            Configuration of the encoder (BERT, RoBERTa, DistilBERT, ...). A dict must carry `model_type`;
+            `None` gives a default BERT configuration.
+        pooler_type (`str`, defaults to `"cls"`):
+            A registered pooler (`poolers.py`, `register_pooler`): `cls` (the encoder's pooler layer over [CLS]),
+            `cls_before_pooler` (the [CLS] hidden state), `mean`, `max`, `avg_first_last` (mean of the first and last
+            layers' token means), `avg_top2`.
+        projection_type (`str`, defaults to `"mlp"`):
+            `none`, `linear` (one linear layer) or `mlp` (SimCLR's non-linear head g(.)).
+        projection_dim (`int`, *optional*):
+            Output size of the projection; the encoder's hidden size when unset.
+        projection_hidden_size (`int`, *optional*):
+            Hidden size of the MLP; the encoder's hidden size when unset.
+        projection_layers (`int`, defaults to 2):
+            Number of linear layers of the MLP (an activation between each two).
+        projection_activation (`str`, defaults to `"relu"`):
+            Activation of the MLP, any key of `transformers.activations.ACT2FN`.
+        projection_output_activation (`bool`, defaults to `False`):
+            Apply the activation after the last layer too (SimCSE's head is one linear layer followed by tanh).
+        projection_at_inference (`bool`, defaults to `False`):
+            Keep the projection in the embeddings at inference. SimCSE uses its MLP during training only.
+        mlm_weight (`float`, defaults to 1.0), cl_weight (`float`, defaults to 1.0):
+            Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
+        hard_negative_weight (`float`, defaults to 0.0):
+            SimCSE's weight added to the logit of each anchor's own hard negative.
+        temperature, contrastive_loss, similarity, sub_batch_size, sub_batch_tokens, prompts, default_prompt_name,
+        include_prompt, matryoshka_dims, matryoshka_weights, truncate_dim, max_seq_length, normalize_embeddings:
+            As [`SentenceEmbeddingConfig`]'s (the settings every sentence-embedding model shares). A Matryoshka loss
+            compares the embedding the model returns at inference, so a projection head must then be kept at
+            inference (``projection_at_inference=True``) or absent.
     """
 
     model_type = "contrastive"
@@ -181,22 +253,9 @@ class ContrastiveConfig(PreTrainedConfig):
     projection_activation: str = "relu"
     projection_output_activation: bool = False
     projection_at_inference: bool = False
-    temperature: float = 0.05
-    contrastive_loss: str = "nt_xent"
     mlm_weight: float = 1.0
     cl_weight: float = 1.0
     hard_negative_weight: float = 0.0
-    sub_batch_size: int | str = "auto"
-    sub_batch_tokens: int = 1024
-    prompts: dict | None = None
-    default_prompt_name: str | None = None
-    include_prompt: bool = True
-    matryoshka_dims: list[int] | None = None
-    matryoshka_weights: list[float] | None = None
-    truncate_dim: int | None = None
-    max_seq_length: int | None = None
-    normalize_embeddings: bool = False
-    similarity: str = "cosine"
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -214,38 +273,15 @@ class ContrastiveConfig(PreTrainedConfig):
             raise ValueError(
                 f"Unknown projection_type {self.projection_type!r}: choose one of {', '.join(PROJECTION_TYPES)}."
             )
-        # a loss registered by a user's module need not be registered to load and encode the model: training checks
-        # it (`training/sanity.py`, `build_loss`)
-        if not isinstance(self.contrastive_loss, str) or not self.contrastive_loss:
-            raise ValueError(
-                f"contrastive_loss must name an in-batch loss ({', '.join(LOSSES.names())}, or one registered with "
-                f"register_loss), got {self.contrastive_loss!r}."
-            )
-        if not self.temperature > 0:
-            raise ValueError(
-                f"temperature must be > 0, got {self.temperature}; SimCSE and CLEAR use values around 0.05."
-            )
         if self.projection_layers < 1:
             raise ValueError(f"projection_layers must be >= 1, got {self.projection_layers}.")
         for name in ("projection_dim", "projection_hidden_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be a positive size or None, got {value}.")
-        self.sub_batch_size, self.sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
         for name in ("mlm_weight", "cl_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
-        if self.prompts is not None and not (
-            isinstance(self.prompts, dict) and all(isinstance(text, str) for text in self.prompts.values())
-        ):
-            raise ValueError(
-                f"prompts must map names to prompt texts, e.g. {{'query': 'query: '}}, got {self.prompts}."
-            )
-        if self.default_prompt_name is not None and self.default_prompt_name not in (self.prompts or {}):
-            raise ValueError(
-                f"default_prompt_name {self.default_prompt_name!r} is not among the prompts "
-                f"{sorted(self.prompts or {})}: add it to prompts or leave default_prompt_name unset."
-            )
         if self.mlm_weight == 0 and self.cl_weight == 0:
             raise ValueError("mlm_weight and cl_weight are both 0: nothing would be trained; set one of them > 0.")
         if self.matryoshka_dims and self.projection_type != "none" and not self.projection_at_inference:
@@ -254,12 +290,7 @@ class ContrastiveConfig(PreTrainedConfig):
                 "projected vectors but encode returns the pooled ones, whose first dimensions would not be trained. "
                 "Set projection_at_inference=True (truncate the projected embedding) or projection_type='none'."
             )
-        validate_embedding_dims(self, self.embedding_size)  # the compared embedding is the returned one (above)
-        validate_max_seq_length(self.max_seq_length)
-        validate_similarity(self.similarity)
-
-    def to_dict(self) -> dict:
-        return without_sub_config_paths(super().to_dict())
+        self._validate_embedding_settings()  # the compared embedding is the returned one (above)
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
@@ -336,25 +367,7 @@ HEAD_FIELDS = (
     "projection_output_activation",
     "projection_at_inference",
 )
-CONFIG_FIELDS = (
-    *HEAD_FIELDS,
-    "temperature",
-    "contrastive_loss",
-    "mlm_weight",
-    "cl_weight",
-    "hard_negative_weight",
-    "sub_batch_size",
-    "sub_batch_tokens",
-    "prompts",
-    "default_prompt_name",
-    "include_prompt",
-    "matryoshka_dims",
-    "matryoshka_weights",
-    "truncate_dim",
-    "max_seq_length",
-    "normalize_embeddings",
-    "similarity",
-)
+CONFIG_FIELDS = (*HEAD_FIELDS, *EMBEDDING_FIELDS, "mlm_weight", "cl_weight", "hard_negative_weight")
 
 
 def validate_similarity(value) -> None:
@@ -375,8 +388,10 @@ def inference_max_length(config, encoder_config) -> int:
 
 
 __all__ = [
+    "SentenceEmbeddingConfig",
     "ContrastiveConfig",
     "CONFIG_FIELDS",
+    "EMBEDDING_FIELDS",
     "HEAD_FIELDS",
     "without_sub_config_paths",
     "POOLER_TYPES",

@@ -6,13 +6,7 @@ import copy
 
 from transformers import AutoConfig, PreTrainedConfig
 
-from .configuration_contrastive import (
-    parse_encoding_fields,
-    validate_embedding_dims,
-    validate_max_seq_length,
-    without_sub_config_paths,
-)
-from .losses import SIMILARITIES
+from .configuration_contrastive import EMBEDDING_FIELDS, SentenceEmbeddingConfig
 from .poolers import get_pooler
 from .transformers_compat import SubConfigSpec, build_sub_config
 
@@ -21,7 +15,7 @@ from .transformers_compat import SubConfigSpec, build_sub_config
 DEFAULT_TEMPERATURES = {"dot": 1.0, "cosine": 0.05}
 
 
-class DualEncoderConfig(PreTrainedConfig):
+class DualEncoderConfig(SentenceEmbeddingConfig):
     r"""
     Configuration of a [`DualEncoderModel`]: DPR's bi-encoder (Karpukhin et al., 2020), a question encoder E_Q and a
     passage encoder E_P whose pooled vectors are compared by ``sim(q, p) = E_Q(q) . E_P(p)``.
@@ -46,29 +40,15 @@ class DualEncoderConfig(PreTrainedConfig):
         temperature (`float`, *optional*):
             Scores are divided by it before the softmax; defaults to 1.0 for `dot` (DPR) and 0.05 for `cosine`.
         contrastive_loss (`str`, defaults to `"info_nce"`):
-            The in-batch loss (a name registered in `models.objectives`, as [`ContrastiveConfig`]'s): DPR's InfoNCE
-            over each query's positive, the other queries' passages and hard negatives; any registered loss, one's
-            own included, trains the dual encoder the same way.
-        sub_batch_size (`int` or `str`, defaults to `"auto"`), sub_batch_tokens (`int`, defaults to 1024):
-            How training batches are encoded, as [`ContrastiveConfig`]'s (the same values, meanings and policy,
-            `EncodingPolicy`), each side on its own: the queries in one call, the passages (positives and
-            hard negatives) in another, each packed, in length-sorted groups or in one padded pass (0).
-        prompts (`dict[str, str]`, *optional*), default_prompt_name (`str`, *optional*), include_prompt (`bool`):
-            As [`ContrastiveConfig`]'s: texts prepended by role (``{"query": "query: ", "document": "passage: "}``;
-            `encode_query` and `encode_document` apply the matching one), and whether their tokens are pooled.
-        matryoshka_dims (`list[int]`, *optional*):
-            As [`ContrastiveConfig`]'s: DPR's loss summed over the first m dimensions of the query and passage
-            vectors for each m.
-        matryoshka_weights (`list[float]`, *optional*):
-            The weight of each size in that sum (1 each by default).
-        truncate_dim (`int`, *optional*):
-            The size `encode` truncates to by default.
-        max_seq_length (`int`, *optional*):
-            As [`ContrastiveConfig`]'s: the longest input ``encode`` and sentence-transformers read.
-        normalize_embeddings (`bool`, defaults to `False`):
-            As [`ContrastiveConfig`]'s: ``encode`` L2-normalises the query and passage vectors, and each route of
-            the checkpoint ends with a sentence-transformers ``Normalize`` module. DPR's loss compares the vectors as
-            ``similarity`` says, unnormalised.
+            The in-batch loss: DPR's InfoNCE over each query's positive, the other queries' passages and hard
+            negatives; any registered loss, one's own included, trains the dual encoder the same way.
+        sub_batch_size, sub_batch_tokens, prompts, default_prompt_name, include_prompt, matryoshka_dims,
+        matryoshka_weights, truncate_dim, max_seq_length, normalize_embeddings:
+            As [`SentenceEmbeddingConfig`]'s (the settings every sentence-embedding model shares), for both towers:
+            each side's texts are encoded in a call of their own (the queries; the passages, positives and hard
+            negatives); `encode_query` and `encode_document` apply the prompt of their role; the loss sums over the
+            first m dimensions of the query and passage vectors for each Matryoshka m; and each route of the
+            checkpoint ends with a sentence-transformers ``Normalize`` module with ``normalize_embeddings``.
     """
 
     model_type = "dual_encoder"
@@ -88,19 +68,11 @@ class DualEncoderConfig(PreTrainedConfig):
     share_encoders: bool = False
     pooler_type: str = "cls_before_pooler"
     projection_dim: int | None = None
+    # DPR's defaults where they differ from the shared ones: the raw dot product (its temperature: by similarity,
+    # `DEFAULT_TEMPERATURES`) and InfoNCE
     similarity: str = "dot"
     temperature: float | None = None
     contrastive_loss: str = "info_nce"
-    sub_batch_size: int | str = "auto"
-    sub_batch_tokens: int = 1024
-    prompts: dict | None = None
-    default_prompt_name: str | None = None
-    include_prompt: bool = True
-    matryoshka_dims: list[int] | None = None
-    matryoshka_weights: list[float] | None = None
-    truncate_dim: int | None = None
-    max_seq_length: int | None = None
-    normalize_embeddings: bool = False
 
     def __post_init__(self, **kwargs):
         if SubConfigSpec is None:
@@ -120,13 +92,6 @@ class DualEncoderConfig(PreTrainedConfig):
 
     def _validate_dual_encoder_fields(self) -> None:
         get_pooler(self.pooler_type)  # a ValueError naming the registered poolers
-        if self.similarity not in SIMILARITIES:
-            raise ValueError(f"Unknown similarity {self.similarity!r}: choose one of {', '.join(SIMILARITIES)}.")
-        if not self.temperature > 0:
-            raise ValueError(
-                f"temperature must be > 0, got {self.temperature}; DPR's dot product uses 1.0, cosine around 0.05."
-            )
-        self.sub_batch_size, self.sub_batch_tokens = parse_encoding_fields(self.sub_batch_size, self.sub_batch_tokens)
         if self.projection_dim is not None and self.projection_dim < 1:
             raise ValueError(f"projection_dim must be a positive size or None (none), got {self.projection_dim}.")
         if self.projection_dim is None and self.query_encoder.hidden_size != self.passage_config.hidden_size:
@@ -135,16 +100,12 @@ class DualEncoderConfig(PreTrainedConfig):
                 f"encoder's ({self.passage_config.hidden_size}): their vectors cannot be compared. Set projection_dim "
                 "to project both to one size."
             )
-        validate_embedding_dims(self, self.embedding_size)
-        validate_max_seq_length(self.max_seq_length)
+        self._validate_embedding_settings()
 
     @property
     def passage_config(self) -> PreTrainedConfig:
         """The configuration of the encoder that reads passages (the query encoder's when shared)."""
         return self.query_encoder if self.share_encoders else self.passage_encoder
-
-    def to_dict(self) -> dict:
-        return without_sub_config_paths(super().to_dict())
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
         """The query encoder's config: where transformers looks for `vocab_size`, `hidden_size` and the like."""
@@ -172,23 +133,6 @@ class DualEncoderConfig(PreTrainedConfig):
 
 # The fields a checkpoint's dual_encoder_config.json holds: every option but the encoders (saved as checkpoints of
 # their own).
-DUAL_ENCODER_FIELDS = (
-    "share_encoders",
-    "pooler_type",
-    "projection_dim",
-    "similarity",
-    "temperature",
-    "contrastive_loss",
-    "sub_batch_size",
-    "sub_batch_tokens",
-    "prompts",
-    "default_prompt_name",
-    "include_prompt",
-    "matryoshka_dims",
-    "matryoshka_weights",
-    "truncate_dim",
-    "max_seq_length",
-    "normalize_embeddings",
-)
+DUAL_ENCODER_FIELDS = ("share_encoders", "pooler_type", "projection_dim", *EMBEDDING_FIELDS)
 
 __all__ = ["DualEncoderConfig", "DUAL_ENCODER_FIELDS", "DEFAULT_TEMPERATURES"]
