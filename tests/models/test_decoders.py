@@ -87,7 +87,7 @@ def decoder_model(family: str, vocab_size: int, pooler_type="last_token", **sett
     return ContrastiveModel(config).eval()
 
 
-@pytest.mark.parametrize("family", [*DECODERS, "gemma", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("family", [*DECODERS, "gemma", "gemma2", "gemma3_text"])  # GPT-2: below
 def test_last_token_pooling_of_a_decoder_is_sentence_transformers_lasttoken_with_either_padding_side(
     family, decoder_tokenizer, tmp_path
 ):
@@ -120,6 +120,32 @@ def test_last_token_pooling_of_a_decoder_is_sentence_transformers_lasttoken_with
     np.testing.assert_allclose(served.encode(SENTENCES), reloaded.encode(SENTENCES), rtol=0, atol=1e-5)
     mine = reloaded.encode(SENTENCES, tokenizer=decoder_tokenizer)
     np.testing.assert_allclose(mine, embeddings["right"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooler_type", ["last_token", "mean"])
+def test_a_decoder_with_absolute_positions_embeds_left_padded_texts_as_it_embeds_each_text_alone(
+    pooler_type, decoder_tokenizer, tmp_path
+):
+    """GPT-2 reads learned positions at each token's index: left padding would move every real token (a 2.6
+    difference on this tiny GPT-2); its positions are counted from the attention mask, so either padding side gives
+    each text's own embedding, in the model's forward and in `encode`; sentence-transformers, which pads on the
+    right, serves the same."""
+    model = decoder_model("gpt2", len(decoder_tokenizer), pooler_type=pooler_type)
+    with torch.no_grad():
+        alone = torch.cat(
+            [model(**decoder_tokenizer([text], return_tensors="pt")).pooler_output for text in SENTENCES]
+        )
+        for side in ("left", "right"):
+            decoder_tokenizer.padding_side = side
+            batch = decoder_tokenizer(SENTENCES, padding=True, return_tensors="pt")
+            torch.testing.assert_close(model(**batch).pooler_output, alone, rtol=0, atol=1e-5)
+            encoded = model.encode(SENTENCES, tokenizer=decoder_tokenizer, convert_to_tensor=True)
+            torch.testing.assert_close(encoded, alone, rtol=0, atol=1e-5)
+    decoder_tokenizer.padding_side = "right"
+    model.save_pretrained(tmp_path)
+    decoder_tokenizer.save_pretrained(tmp_path)
+    served = SentenceTransformer(str(tmp_path), device="cpu")
+    np.testing.assert_allclose(served.encode(SENTENCES), alone.numpy(), rtol=0, atol=1e-5)
 
 
 def first_token_states(model, input_ids: list[list[int]]) -> torch.Tensor:

@@ -37,14 +37,23 @@ __all__ = [
 ]
 
 
+# Decoders whose learned absolute position embeddings are read at each token's index, not at its place among the
+# real tokens: a left-padded text would start at the padding's length. Their position ids are counted from the
+# attention mask instead (`encoder_inputs`), so that left and right padding give the same embeddings, as a text
+# alone does (rotary positions, Llama's kind, see only distances; OPT counts from the mask itself).
+MASK_POSITION_MODEL_TYPES = ("gpt2",)
+
+
 def encoder_inputs(
+    encoder,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
     output_hidden_states: bool = False,
 ) -> dict:
-    """The keyword arguments of an encoder's forward for ``(..., L)`` inputs, flattened to ``(N, L)``: an all-ones
-    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked."""
+    """The keyword arguments of ``encoder``'s forward for ``(..., L)`` inputs, flattened to ``(N, L)``: an all-ones
+    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked, and for the
+    decoders of `MASK_POSITION_MODEL_TYPES` each token's position among its text's real tokens."""
     flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
     input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
     kwargs = {
@@ -56,6 +65,8 @@ def encoder_inputs(
         kwargs["token_type_ids"] = token_type_ids
     if output_hidden_states:
         kwargs["output_hidden_states"] = True
+    if attention_mask is not None and getattr(encoder.config, "model_type", None) in MASK_POSITION_MODEL_TYPES:
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # on the device: no sync
     return kwargs
 
 
@@ -97,7 +108,7 @@ def encode_with(
     ``return_token_states``, also the encoder's last hidden states ``(..., L, h)`` (sentence-transformers'
     ``token_embeddings``). ``lengths`` ``(N,)``: each row's real tokens on the host (`attention_mask_for`)."""
     leading = input_ids.shape[:-1]
-    encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
+    encoder_kwargs = encoder_inputs(encoder, input_ids, attention_mask, token_type_ids, pooler.needs_hidden_states)
     pooling_mask = mask_prompt_tokens(encoder_kwargs["attention_mask"], prompt_length)  # (N, L)
     encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
     outputs = encoder(**encoder_kwargs)
@@ -314,7 +325,7 @@ class EncodingPolicy:
                 encoder, input_ids, attention_mask, kernel=self.packed_attention_kernel, lengths=lengths
             )
             return outputs.last_hidden_state[0], packed
-        encoder_kwargs = encoder_inputs(input_ids, attention_mask)
+        encoder_kwargs = encoder_inputs(encoder, input_ids, attention_mask)
         lengths = None if lengths is None else host_array(lengths).reshape(-1)
         encoder_kwargs["attention_mask"] = attention_mask_for(encoder, encoder_kwargs["attention_mask"], lengths)
         states = encoder(**encoder_kwargs).last_hidden_state

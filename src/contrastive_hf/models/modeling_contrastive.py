@@ -410,7 +410,7 @@ class ContrastiveModel(ContrastivePreTrainedModel):
         ``(B,)`` or ``(B, S)``: each text's real tokens on the host (`host_data`; `attention_mask_for`)."""
         views_shape = input_ids.shape[:-1]  # (B,) or (B, S)
         wants_hidden = bool(output_hidden_states) or self.pooler.needs_hidden_states
-        encoder_kwargs = encoder_inputs(input_ids, attention_mask, token_type_ids, wants_hidden)
+        encoder_kwargs = encoder_inputs(self.encoder, input_ids, attention_mask, token_type_ids, wants_hidden)
         if output_attentions:
             encoder_kwargs["output_attentions"] = True
         pooling_mask = encoder_kwargs["attention_mask"]  # (N, L)
