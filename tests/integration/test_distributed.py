@@ -1,5 +1,12 @@
 """Cross-device negatives are exact: 2 CPU processes (gloo) on a split batch = 1 process on the whole batch, also
-when the processes hold different numbers of sentences (a ragged last batch, uneven streamed shards), down to one."""
+when the processes hold different numbers of sentences (a ragged last batch, uneven streamed shards), down to one;
+and so under torch's FSDP2 (`fully_shard`: each process holds a shard of every weight), whose gathered full state
+dict after an optimizer step is the whole batch's step.
+
+accelerate (1.15) runs FSDP only on accelerator devices: on CPU processes it reports no distributed setup, so
+transformers refuses ``--fsdp`` ("only works in distributed training"), and with ``--use_cpu`` it trains with DDP and
+leaves the FSDP settings unused. The sharded path is therefore tested here with torch's FSDP2 on gloo, the model and
+loss as the Trainer runs them."""
 
 from __future__ import annotations
 
@@ -81,7 +88,50 @@ def queued_batch(sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def gradients(model) -> dict[str, torch.Tensor]:
-    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+    return {name: full(p.grad).detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor whole: an FSDP2 shard (a DTensor) gathered from every process, or the tensor itself."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+
+
+# The cases also run under FSDP2, every encoder layer and the model sharded across the processes.
+FSDP_CASES = ("nt_xent", "uneven_info_nce_hard_duplicates", "uneven_grad_cache_duplicates")
+LEARNING_RATE = 0.5
+
+
+def sharded(model):
+    """``model`` under FSDP2 (`torch.distributed.fsdp.fully_shard`): each encoder layer, then the whole."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.contrastive.encoder.encoder.layer:
+        fully_shard(layer)
+    return fully_shard(model)
+
+
+def fsdp_step(name: str, rank: int) -> dict:
+    """One SGD step of case ``name`` under FSDP2 on this process's rows: the loss (mean over processes), the full
+    gradients (FSDP2 averages them over the processes, as DDP does) and the full state dict after the step."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    settings, sizes, _ = CASES[name]
+    model, inputs = build(name)
+    model = sharded(model)
+    model.loss_fn.gather_across_devices = True
+    rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+    local = {key: value[rows] for key, value in inputs.items()}
+    if settings.get("grad_cache"):
+        loss = grad_cache_step(model, model, local, 2).loss
+    else:
+        loss = model(**local).loss
+        loss.backward()
+    grads = gradients(model)
+    torch.optim.SGD(model.parameters(), lr=LEARNING_RATE).step()
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    mean_loss = loss.detach().clone()
+    dist.all_reduce(mean_loss)
+    return {"loss": mean_loss / WORLD, "grads": grads, "state": {key: value.clone() for key, value in state.items()}}
 
 
 def worker(rank: int, port: int, output: str) -> None:
@@ -105,6 +155,8 @@ def worker(rank: int, port: int, output: str) -> None:
         mean_loss = loss.detach().clone()  # what the Trainer logs: the mean over ranks
         dist.all_reduce(mean_loss)
         results[name] = {"loss": mean_loss / WORLD, "grads": grads}
+    for name in FSDP_CASES:
+        results[f"fsdp2_{name}"] = fsdp_step(name, rank)
     queue = PrebatchQueue(num_batches=2)  # keys of 5 + 3 rows, then 1 + 5, in rank order
     for sizes in QUEUED_SIZES:
         keys, ids = queued_batch(sizes)
@@ -142,6 +194,27 @@ def test_two_processes_give_the_loss_and_gradients_of_the_whole_batch(two_proces
             torch.testing.assert_close(
                 distributed[name]["grads"][parameter], grad, atol=1e-5, rtol=1e-4, msg=f"{message}, {parameter}"
             )
+
+
+@pytest.mark.parametrize("name", FSDP_CASES)
+def test_under_fsdp2_two_processes_give_the_whole_batch_s_loss_gradients_and_step(name, two_process_results):
+    """Sharded weights, gathered negatives: FSDP2 on 2 processes gives the whole batch's loss and gradients on one,
+    and its full state dict after an SGD step is the one-process step's, whole (every weight, unsharded)."""
+    sharded_run = two_process_results[f"fsdp2_{name}"]
+    model, inputs = build(name)
+    loss = model(**inputs).loss
+    loss.backward()
+    reference = gradients(model)
+    torch.optim.SGD(model.parameters(), lr=LEARNING_RATE).step()
+    torch.testing.assert_close(sharded_run["loss"], loss.detach(), atol=1e-5, rtol=1e-5)
+    assert sharded_run["grads"].keys() == reference.keys()
+    for parameter, grad in reference.items():
+        torch.testing.assert_close(sharded_run["grads"][parameter], grad, atol=1e-5, rtol=1e-4, msg=parameter)
+    stepped = model.state_dict()
+    assert sharded_run["state"].keys() == stepped.keys()
+    for key, value in stepped.items():
+        assert not hasattr(sharded_run["state"][key], "full_tensor"), key  # whole, not a shard
+        torch.testing.assert_close(sharded_run["state"][key], value, atol=1e-5, rtol=1e-4, msg=key)
 
 
 def test_without_gathering_each_process_only_sees_its_own_batch(tmp_path):

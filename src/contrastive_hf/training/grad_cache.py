@@ -196,6 +196,20 @@ class MaskedTokens:
         return int(high - low), self.positions[low:high] - start * self.row_size
 
 
+def gathers_weights_for_embed_views(model: torch.nn.Module) -> None:
+    """Make a model sharded by torch's FSDP2 (`fully_shard`) gather its weights for ``embed_views`` too, which
+    GradCache calls outside ``forward``: FSDP2 gathers a module's shards around its ``forward`` alone, and the weights
+    of the root (the embeddings, the heads) would stay shards (`register_fsdp_forward_method`). DeepSpeed ZeRO-3
+    gathers in every submodule's forward, and needs nothing."""
+    try:
+        from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
+    except ImportError:  # a torch without FSDP2: nothing of it to wrap
+        return
+    if isinstance(model, FSDPModule) and not getattr(model, "_embed_views_gathers", False):
+        register_fsdp_forward_method(model, "embed_views")
+        model._embed_views_gathers = True
+
+
 def grad_cache_step(
     model: torch.nn.Module,
     unwrapped: torch.nn.Module,
@@ -225,6 +239,7 @@ def grad_cache_step(
             (`distributed.gather_sizes`); else they are exchanged here.
     """
     backward = ChunkBackward() if backward is None else backward
+    gathers_weights_for_embed_views(unwrapped)
     names = [name for name in unwrapped.view_input_names if inputs.get(name) is not None]
     batch_size = inputs[names[0]].shape[0]
     device = inputs[names[0]].device
