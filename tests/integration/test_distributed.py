@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from transformers import Qwen2Config
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.models.prebatch_queue import PrebatchQueue
@@ -30,6 +31,8 @@ VOCAB = 60
 NT_XENT = {"contrastive_loss": "nt_xent", "num_views": 2}
 INFO_NCE_HARD = {"contrastive_loss": "info_nce", "num_views": 3, "hard_negative_weight": 0.3}
 GRAD_CACHE = {"contrastive_loss": "info_nce", "num_views": 3, "grad_cache": True}  # chunks of 2 on each process
+# A decoder (a tiny Qwen2) pooled at its last token, with hard negatives
+DECODER = {"contrastive_loss": "info_nce", "num_views": 3, "decoder": True, "pooler_type": "last_token"}
 # SG-BERT's objectives: base and opt2 through the library's losses, opt1 and opt3 on the same gathered global batch
 SG_BERT = {loss: {"sg_bert": loss} for loss in ("base", "opt1", "opt2", "opt3")}
 # name: (settings, sentences on process 0 and on process 1, with sentence ids holding duplicates across processes)
@@ -42,6 +45,7 @@ CASES = {
     "uneven_grad_cache_duplicates": (GRAD_CACHE, (3, 5), True),
     "one_row_nt_xent_duplicates": (NT_XENT, (1, 5), True),
     "one_row_info_nce_hard_duplicates": (INFO_NCE_HARD, (5, 1), True),
+    "uneven_decoder_last_token_duplicates": (DECODER, (3, 5), True),
     **{f"uneven_sg_bert_{loss}": (settings, (5, 3), False) for loss, settings in SG_BERT.items()},
 }
 
@@ -69,7 +73,13 @@ def build(name: str):
             "view_layers": torch.randint(0, 3, (sum(sizes),), generator=generator),
         }
         return model, inputs
-    settings = {key: value for key, value in settings.items() if key not in ("num_views", "grad_cache")}
+    if settings.get("decoder"):
+        encoder = Qwen2Config(
+            vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=32,
+        )  # fmt: skip
+        settings = {**settings, "projection_type": "none"}
+    settings = {key: value for key, value in settings.items() if key not in ("num_views", "grad_cache", "decoder")}
     model = ContrastiveForPreTraining(ContrastiveConfig(encoder=encoder, mlm_weight=0.0, **settings))
     num_views = CASES[name][0]["num_views"]
     inputs = {"input_ids": torch.randint(5, VOCAB, (sum(sizes), num_views, 7), generator=generator)}
@@ -97,15 +107,25 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
 
 
 # The cases also run under FSDP2, every encoder layer and the model sharded across the processes.
-FSDP_CASES = ("nt_xent", "uneven_info_nce_hard_duplicates", "uneven_grad_cache_duplicates")
+FSDP_CASES = (
+    "nt_xent",
+    "uneven_info_nce_hard_duplicates",
+    "uneven_grad_cache_duplicates",
+    "uneven_decoder_last_token_duplicates",
+)
 LEARNING_RATE = 0.5
 
 
 def sharded(model):
-    """``model`` under FSDP2 (`torch.distributed.fsdp.fully_shard`): each encoder layer, then the whole."""
+    """``model`` under FSDP2 (`torch.distributed.fsdp.fully_shard`): each layer of its encoder (the modules
+    transformers names as not to be split, BertLayer or Qwen2DecoderLayer, as accelerate's auto-wrap takes them), then
+    the whole."""
     from torch.distributed.fsdp import fully_shard
 
-    for layer in model.contrastive.encoder.encoder.layer:
+    encoder = model.contrastive.encoder
+    layers = [module for module in encoder.modules() if type(module).__name__ in encoder._no_split_modules]
+    assert layers, encoder._no_split_modules
+    for layer in layers:
         fully_shard(layer)
     return fully_shard(model)
 
