@@ -16,6 +16,7 @@ import pytest
 import torch
 from datasets import Dataset
 from torch.utils.data._utils.pin_memory import pin_memory
+from transformers import Qwen2Config
 
 from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, ContrastiveModel
 from contrastive_hf.data.collators import ContrastiveDataCollator
@@ -132,15 +133,35 @@ def _embeddings_and_gradients(model, input_ids, mask, sub_batch_size, kernel=Non
     }
 
 
+# An encoder, and a decoder (causal, grouped-query heads) pooled at its last token
+PACKED_ENCODERS = {
+    "bert": lambda: (tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0), "mean"),
+    "qwen2": lambda: (
+        Qwen2Config(
+            vocab_size=8192,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+        "last_token",
+    ),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("family", PACKED_ENCODERS)
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_each_packed_kernel_gives_the_padded_pass_in_bf16(kernel):
+def test_each_packed_kernel_gives_the_padded_pass_in_bf16(kernel, family):
     """Packed attention (FlashAttention's varlen on CUDA, grouped SDPA, the block-diagonal reference) against the
     padded pass, both under bf16 autocast, no dropout, each against the float32 padded pass: embeddings within cosine
     0.999, and the packed gradients no further from float32's than the padded bf16 pass's own rounding leaves its
-    gradients (twice that, at most)."""
+    gradients (twice that, at most); for an encoder and for a causal decoder."""
     torch.manual_seed(0)
-    encoder = tiny_bert_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = ContrastiveModel(ContrastiveConfig(encoder=encoder, pooler_type="mean")).to(DEVICE).train()
+    encoder, pooler_type = PACKED_ENCODERS[family]()
+    config = ContrastiveConfig(encoder=encoder, pooler_type=pooler_type, projection_type="none")
+    model = ContrastiveModel(config).to(DEVICE).train()
     input_ids, mask = _views(encoder.vocab_size)
     reference, reference_gradients = _embeddings_and_gradients(model, input_ids, mask, 0, bf16=False)
     flat = lambda gradients: torch.cat([gradients[key].flatten() for key in sorted(gradients)])  # noqa: E731

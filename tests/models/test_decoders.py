@@ -37,6 +37,8 @@ from transformers import (
 
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
 from contrastive_hf.models.configuration_contrastive import BIDIRECTIONAL_DECODERS
+from contrastive_hf.models.encoding_policy import EncodingPolicy
+from contrastive_hf.models.packing import PACKABLE_DECODER_MODEL_TYPES
 
 from conftest import DEMO_DATA, REPO_ROOT
 from helpers.decoders import qwen2_tokenizer, save_tiny_qwen2
@@ -146,6 +148,52 @@ def test_a_decoder_with_absolute_positions_embeds_left_padded_texts_as_it_embeds
     decoder_tokenizer.save_pretrained(tmp_path)
     served = SentenceTransformer(str(tmp_path), device="cpu")
     np.testing.assert_allclose(served.encode(SENTENCES), alone.numpy(), rtol=0, atol=1e-5)
+
+
+PACKED_DECODERS = [family for family in {**DECODERS, **OTHER_DECODERS} if family in PACKABLE_DECODER_MODEL_TYPES]
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("family", PACKED_DECODERS)
+def test_a_packed_decoder_batch_embeds_and_trains_as_its_padded_pass(family, bidirectional, decoder_tokenizer):
+    """Packed (``sub_batch_size="packed"``): one sequence of the batch's real tokens, positions restarting at each
+    text, attention inside each text and causal unless bidirectional, grouped-query heads shared: the embeddings and
+    gradients of the padded pass, with each kernel that runs on a CPU."""
+    decoder_tokenizer.padding_side = "right"
+    batch = decoder_tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    for pooler_type in ("last_token", "mean"):
+        model = decoder_model(family, len(decoder_tokenizer), pooler_type, bidirectional_attention=bidirectional)
+        outputs = {}
+        for name, policy in {
+            "padded": EncodingPolicy(0),
+            "grouped": EncodingPolicy("packed", packed_attention_kernel="grouped"),
+            "reference": EncodingPolicy("packed", packed_attention_kernel="reference"),
+        }.items():
+            model.zero_grad()
+            embeddings = policy.embed(model.encoder, model.pooler, None, batch["input_ids"], batch["attention_mask"])
+            (embeddings * torch.linspace(-1, 1, embeddings.numel()).view_as(embeddings)).sum().backward()
+            grads = {key: p.grad.clone() for key, p in model.named_parameters() if p.grad is not None}
+            outputs[name] = (embeddings.detach(), grads)
+        for name in ("grouped", "reference"):
+            message = f"{family} {pooler_type} {name}"
+            torch.testing.assert_close(outputs[name][0], outputs["padded"][0], rtol=0, atol=1e-5, msg=message)
+            for key, grad in outputs["padded"][1].items():  # float32 rounding, to the gradient's scale (Gemma's: 89)
+                scale = max(1.0, grad.abs().max().item())
+                torch.testing.assert_close(
+                    outputs[name][1][key], grad, rtol=1e-4, atol=1e-5 * scale, msg=f"{message} {key}"
+                )
+
+
+def test_auto_leaves_decoders_unpacked_and_packing_is_refused_where_the_kernels_cannot_follow(decoder_tokenizer):
+    """``"auto"`` packs encoders only (the gain on decoders is not measured on a GPU): a decoder takes the
+    length-sorted groups on a CPU, saying why; Gemma 2 soft-caps its attention scores, which the packed kernels do
+    not, and is refused when packing is asked for."""
+    model = decoder_model("qwen2", len(decoder_tokenizer))
+    assert EncodingPolicy("auto").path(model.encoder, torch.device("cpu")) == "sorted"
+    assert EncodingPolicy("packed").path(model.encoder, torch.device("cpu")) == "packed"
+    gemma2 = decoder_model("gemma2", len(decoder_tokenizer))
+    with pytest.raises(ValueError, match="sub_batch_size='packed' cannot run: packing is implemented and tested"):
+        EncodingPolicy("packed").path(gemma2.encoder, torch.device("cpu"))
 
 
 def first_token_states(model, input_ids: list[list[int]]) -> torch.Tensor:

@@ -99,14 +99,16 @@ class SentenceEmbeddingConfig(PreTrainedConfig):
 
             - `"packed"`: all views as one sequence of their real tokens, attention kept inside each sentence
               (`models/packing.py`): no layer computes padding. BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT,
-              ELECTRA and ModernBERT encoders; on a GPU torch's variable-length flash attention where it applies.
+              ELECTRA and ModernBERT encoders, and Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Gemma 3 and GPT-2
+              decoders (causal inside each sentence unless bidirectional); on a GPU torch's variable-length flash
+              attention where it applies.
             - `"sorted"`: the views sorted by length and encoded in groups of at most `sub_batch_tokens` token
               slots (sentences x the group's longest), each group padded only to its own longest (any encoder).
             - N > 0: sorted the same way, N views per group (the meaning of an integer in earlier releases).
             - 0: one forward pass over all views padded to the longest.
-            - `"auto"`: `"packed"` where the encoder supports it, else `"sorted"` on CPU and 0 on a GPU (small
-              groups leave a GPU idle). The log says once which path runs and why. Measured in
-              docs/benchmarks.md.
+            - `"auto"`: `"packed"` where the encoder supports it (decoders: when asked for, their gain on a GPU
+              is not measured yet), else `"sorted"` on CPU and 0 on a GPU (small groups leave a GPU idle). The
+              log says once which path runs and why. Measured in docs/benchmarks.md.
         sub_batch_tokens (`int`, defaults to 1024):
             The token budget of a `"sorted"` group.
         prompts (`dict[str, str]`, *optional*):

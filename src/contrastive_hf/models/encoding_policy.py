@@ -198,7 +198,7 @@ class EncodingPolicy:
             return "sorted", f"sub_batch_size={size}: length-sorted groups of that many texts"
         if size == "sorted":
             return "sorted", f"sub_batch_size='sorted' ({self.sub_batch_tokens} token slots a group)"
-        unsupported = packing_unsupported_reason(encoder)
+        unsupported = packing_unsupported_reason(encoder, asked=size == "packed")
         if unsupported is None:
             return "packed", f"sub_batch_size={size!r} and the encoder supports packing"
         if size == "packed":

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
 from .host_data import host_array, row_lengths, to_device
@@ -39,6 +39,8 @@ __all__ = [
     "PACKED_ATTENTION",
     "ATTENTION_KERNELS",
     "PACKABLE_MODEL_TYPES",
+    "PACKABLE_DECODER_MODEL_TYPES",
+    "attends_causally",
     "PackedSequences",
     "pack_sequences",
     "padded_position_ids",
@@ -66,6 +68,10 @@ ATTENTION_KERNELS = ("grouped", "varlen", "reference")
 # AttentionInterface with the model's keyword arguments, each tested against its padded pass. Others (MPNet and
 # DeBERTa compute relative positions inside their own attention) take the padded or length-sorted path.
 PACKABLE_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "modernbert")
+# Decoders packed on request (``sub_batch_size="packed"``), causal inside each sentence unless made bidirectional,
+# each tested against its padded pass; ``"auto"`` does not pack them yet: the gain on a GPU is not measured. Gemma 2
+# is not here: it soft-caps its attention scores, which the packed kernels do not.
+PACKABLE_DECODER_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma3_text", "gpt2")
 
 # Token slots (sentences x the group's longest) of one attention group of the `grouped` kernel. On CPU the fastest
 # measured size (docs/benchmarks.md); on a GPU large groups keep the kernels busy (not measured yet).
@@ -198,11 +204,13 @@ class PackedSequences:
         scaling: float | None,
         dropout: float,
         sliding_window: int | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         """Attention inside every sentence: ``(1, H, T, D)`` query, key and value -> ``(1, T, H, D)``.
 
         ``sliding_window`` (ModernBERT's local layers, as transformers passes it to attention functions): a token
-        attends to tokens at most ``sliding_window - 1`` positions away, within its sentence.
+        attends to tokens at most ``sliding_window - 1`` positions away, within its sentence. ``causal`` (a decoder's
+        attention, `attends_causally`): a token attends to itself and the tokens before it, within its sentence.
         """
         if query.shape[0] != 1:
             raise ValueError(f"Packed attention takes one packed sequence (batch 1), got a batch of {query.shape[0]}.")
@@ -210,15 +218,15 @@ class PackedSequences:
         if kernel == "varlen":
             problem = varlen_problem(query, dropout, scaling, sliding_window, self.max_length)
             if problem is None:
-                return varlen_attention(query, key, value, self, scaling, sliding_window)
+                return varlen_attention(query, key, value, self, scaling, sliding_window, causal)
             if self.kernel == "varlen":
                 raise ValueError(f"The varlen attention kernel cannot run here: {problem}.")
             kernel = "grouped"
         if kernel == "grouped":
             groups = self.attention_groups(query.device)
-            return grouped_attention(query, key, value, groups, scaling, dropout, sliding_window)
+            return grouped_attention(query, key, value, groups, scaling, dropout, sliding_window, causal)
         if kernel == "reference":
-            return reference_attention(query, key, value, self, scaling, dropout, sliding_window)
+            return reference_attention(query, key, value, self, scaling, dropout, sliding_window, causal)
         raise ValueError(f"Unknown attention kernel {kernel!r}: choose one of {', '.join(ATTENTION_KERNELS)}.")
 
 
@@ -324,7 +332,17 @@ def packed_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     sliding_window = kwargs.get("sliding_window")
-    return packed_sequences.attend(query, key, value, scaling, dropout, sliding_window), None
+    causal = attends_causally(module)
+    if key.shape[1] != query.shape[1]:  # grouped-query attention (Llama's kind): each key/value head serves a group
+        key, value = (repeat_kv(states, query.shape[1] // key.shape[1]) for states in (key, value))
+    return packed_sequences.attend(query, key, value, scaling, dropout, sliding_window, causal), None
+
+
+def attends_causally(module: torch.nn.Module) -> bool:
+    """Whether an attention module attends causally: a decoder's (its ``is_causal``), unless its model's config makes
+    it attend both ways (``is_causal=False``, `configuration_contrastive.set_bidirectional_attention`)."""
+    config = getattr(module, "config", None)
+    return bool(getattr(module, "is_causal", False)) and getattr(config, "is_causal", True) is not False
 
 
 @dataclass
@@ -383,7 +401,9 @@ def attention_groups(lengths: list[int], group_tokens: int, device: torch.device
     return AttentionGroups(gather=gather, valid=valid, inverse=to_device(inverse, device), kept=kept)
 
 
-def group_attention_mask(valid: torch.Tensor | None, width: int, sliding_window: int | None) -> torch.Tensor | None:
+def group_attention_mask(
+    valid: torch.Tensor | None, width: int, sliding_window: int | None, causal: bool = False
+) -> torch.Tensor | None:
     """The attention mask of a group of ``width`` slots: ``(G, 1, w, w)`` or broadcastable to it, True where a query
     (row) may attend to a key (column); None where every query may attend to every key.
 
@@ -391,8 +411,16 @@ def group_attention_mask(valid: torch.Tensor | None, width: int, sliding_window:
     attends to keys at most ``sliding_window - 1`` positions away. Every query row keeps a key: a padding query far
     past its sentence's end would otherwise have none (the band leaves only padding there), a fully masked row whose
     softmax some CUDA kernels fill with NaN, which its backward spreads though the row's output is dropped. Padding
-    queries attend to their sentence's real tokens instead, out of the band.
+    queries attend to their sentence's real tokens instead, out of the band. ``causal``: a query attends to keys at
+    its position or before (every sentence starts at its group's first slot); a padding query, after its sentence's
+    end, then still sees its sentence's tokens.
     """
+    if causal:
+        positions = torch.arange(width, device=None if valid is None else valid.device)
+        order = positions[:, None] >= positions[None, :]  # (w, w)
+        if sliding_window is not None and width > sliding_window - 1:
+            order = order & (positions[:, None] - positions[None, :] <= sliding_window - 1)
+        return order if valid is None else order & valid[:, None, None, :]
     keys = None if valid is None else valid[:, None, None, :]  # (G, 1, 1, w)
     if sliding_window is None or width <= sliding_window - 1:
         return keys
@@ -412,6 +440,7 @@ def grouped_attention(
     scaling: float | None,
     dropout: float,
     sliding_window: int | None = None,
+    causal: bool = False,
 ) -> torch.Tensor:
     """Attention per group of length-sorted sentences (`AttentionGroups`): ``(1, H, T, D)`` -> ``(1, T, H, D)``."""
     tokens = [states[0].transpose(0, 1) for states in (query, key, value)]  # (T, H, D) each
@@ -422,7 +451,7 @@ def grouped_attention(
             states.index_select(0, gather.reshape(-1)).view(*gather.shape, heads, -1).transpose(1, 2)
             for states in tokens
         )  # (G, H, w, D)
-        mask = group_attention_mask(valid, gather.shape[1], sliding_window)
+        mask = group_attention_mask(valid, gather.shape[1], sliding_window, causal)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
         out = out.transpose(1, 2).reshape(-1, heads, out.shape[-1])  # (G * w, H, D)
         outputs.append(out if kept is None else out.index_select(0, kept))
@@ -437,14 +466,18 @@ def reference_attention(
     scaling: float | None,
     dropout: float,
     sliding_window: int | None = None,
+    causal: bool = False,
 ) -> torch.Tensor:
     """Attention over the whole packed sequence under a ``(T, T)`` block-diagonal mask (a token sees the tokens of
-    its own sentence): ``(1, H, T, D)`` -> ``(1, T, H, D)``. Exact and slow (T x T scores), the reference of tests."""
+    its own sentence; ``causal``: those up to itself): ``(1, H, T, D)`` -> ``(1, T, H, D)``. Exact and slow (T x T
+    scores), the reference of tests."""
     sentence = packed.sequence_index
     mask = sentence[:, None] == sentence[None, :]  # (T, T)
+    positions = torch.arange(packed.num_tokens, device=sentence.device)
     if sliding_window is not None:
-        positions = torch.arange(packed.num_tokens, device=sentence.device)
         mask = mask & ((positions[:, None] - positions[None, :]).abs() <= sliding_window - 1)
+    if causal:
+        mask = mask & (positions[:, None] >= positions[None, :])
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling)
     return out.transpose(1, 2)
 
@@ -477,6 +510,8 @@ def varlen_problem(
         return "this torch's varlen_attn has no scale parameter"
     if sliding_window is not None and max_length > sliding_window - 1 and "window_size" not in parameters:
         return "this torch's varlen_attn has no window_size parameter"
+    if "is_causal" not in parameters:  # a decoder's calls need it; every torch with varlen_attn has had it
+        return "this torch's varlen_attn has no is_causal parameter"
     return None
 
 
@@ -487,6 +522,7 @@ def varlen_attention(
     packed: PackedSequences,
     scaling: float | None,
     sliding_window: int | None = None,
+    causal: bool = False,
 ) -> torch.Tensor:
     """``torch.nn.attention.varlen.varlen_attn`` (FlashAttention on CUDA): ``(1, H, T, D)`` -> ``(1, T, H, D)``."""
     from torch.nn.attention.varlen import varlen_attn
@@ -496,7 +532,9 @@ def varlen_attention(
     if "scale" in parameters:
         options["scale"] = scaling
     if sliding_window is not None and "window_size" in parameters:
-        options["window_size"] = (sliding_window - 1, sliding_window - 1)
+        options["window_size"] = (sliding_window - 1, 0 if causal else sliding_window - 1)
+    if causal:
+        options["is_causal"] = True
     tokens_first = lambda states: states[0].transpose(0, 1).contiguous()  # (1, H, T, D) -> (T, H, D)
     cu_seqlens = packed.cu_seqlens.to(query.device)
     out = varlen_attn(
@@ -540,13 +578,17 @@ register()
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def packing_unsupported_reason(encoder) -> str | None:
-    """Why ``encoder`` cannot encode packed batches, in words (None: it can)."""
+def packing_unsupported_reason(encoder, asked: bool = False) -> str | None:
+    """Why ``encoder`` cannot encode packed batches, in words (None: it can); ``asked``: packing was asked for by
+    name (``sub_batch_size="packed"``), which also packs the decoders of `PACKABLE_DECODER_MODEL_TYPES`."""
     config = encoder.config
-    if config.model_type not in PACKABLE_MODEL_TYPES:
+    packable = PACKABLE_MODEL_TYPES + (PACKABLE_DECODER_MODEL_TYPES if asked else ())
+    if config.model_type not in packable:
+        if config.model_type in PACKABLE_DECODER_MODEL_TYPES:
+            return f"{config.model_type!r} decoders are packed when asked for (sub_batch_size='packed')"
         return (
-            f"packing is implemented and tested for {', '.join(PACKABLE_MODEL_TYPES)} encoders, "
-            f"not {config.model_type!r}"
+            f"packing is implemented and tested for {', '.join(PACKABLE_MODEL_TYPES)} encoders and, when asked for, "
+            f"{', '.join(PACKABLE_DECODER_MODEL_TYPES)} decoders, not {config.model_type!r}"
         )
     if not getattr(encoder, "_supports_attention_backend", False):
         return f"{type(encoder).__name__} does not compute attention through transformers' attention interface"
@@ -558,7 +600,7 @@ def packing_unsupported_reason(encoder) -> str | None:
 
 def enable_packed_attention(encoder) -> None:
     """Set ``encoder``'s attention implementation to `PACKED_ATTENTION` (padded calls still get sdpa)."""
-    reason = packing_unsupported_reason(encoder)
+    reason = packing_unsupported_reason(encoder, asked=True)
     if reason is not None:
         raise ValueError(f"{type(encoder).__name__} cannot encode packed batches: {reason}.")
     if encoder.config._attn_implementation != PACKED_ATTENTION:
