@@ -130,22 +130,28 @@ def sharded(model):
     return fully_shard(model)
 
 
+def local_step(model, inputs: dict, name: str, rank: int) -> torch.Tensor:
+    """Forward and backward of case ``name`` on this process's rows of its global batch, negatives gathered across
+    the processes (as ContrastiveTrainer sets it with several): this process's loss."""
+    settings, sizes, _ = CASES[name]
+    rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
+    local = {key: value[rows] for key, value in inputs.items()}
+    model.loss_fn.gather_across_devices = True
+    if settings.get("grad_cache"):
+        return grad_cache_step(model, model, local, 2).loss
+    loss = model(**local).loss
+    loss.backward()
+    return loss
+
+
 def fsdp_step(name: str, rank: int) -> dict:
     """One SGD step of case ``name`` under FSDP2 on this process's rows: the loss (mean over processes), the full
     gradients (FSDP2 averages them over the processes, as DDP does) and the full state dict after the step."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    settings, sizes, _ = CASES[name]
     model, inputs = build(name)
     model = sharded(model)
-    model.loss_fn.gather_across_devices = True
-    rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
-    local = {key: value[rows] for key, value in inputs.items()}
-    if settings.get("grad_cache"):
-        loss = grad_cache_step(model, model, local, 2).loss
-    else:
-        loss = model(**local).loss
-        loss.backward()
+    loss = local_step(model, inputs, name, rank)
     grads = gradients(model)
     torch.optim.SGD(model.parameters(), lr=LEARNING_RATE).step()
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
@@ -158,16 +164,9 @@ def worker(rank: int, port: int, output: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
     results = {}
-    for name, (settings, sizes, _) in CASES.items():
+    for name in CASES:
         model, inputs = build(name)
-        rows = slice(sum(sizes[:rank]), sum(sizes[: rank + 1]))
-        local = {key: value[rows] for key, value in inputs.items()}
-        model.loss_fn.gather_across_devices = True  # as ContrastiveTrainer sets it with several processes
-        if settings.get("grad_cache"):
-            loss = grad_cache_step(model, model, local, 2).loss
-        else:
-            loss = model(**local).loss
-            loss.backward()
+        loss = local_step(model, inputs, name, rank)
         grads = gradients(model)
         for grad in grads.values():  # what DDP does: average parameter gradients over ranks
             dist.all_reduce(grad)
