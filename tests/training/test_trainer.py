@@ -300,3 +300,13 @@ def test_zero3_that_cannot_save_whole_weights_is_refused_as_one_usage_line(capsy
     )
     plugin.deepspeed_config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
     script_main()  # gathered: saved whole, nothing refused
+
+
+def test_fsdp_with_use_cpu_is_refused_instead_of_training_with_ddp(tmp_path):
+    """accelerate runs FSDP on accelerators only: on CPU processes (``--use_cpu``) transformers trained with DDP and
+    left ``--fsdp`` unused, without a word; it is refused, naming both flags and what shards on CPUs."""
+    fsdp = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["BertLayer"]}}
+    with pytest.raises(ValueError, match="with --use_cpu the run would train with DistributedDataParallel") as error:
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), use_cpu=True, **fsdp)
+    assert "DeepSpeed ZeRO-3 also shards on CPU processes" in str(error.value)
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), use_cpu=True).fsdp in (None, [], "")

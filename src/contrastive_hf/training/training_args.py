@@ -234,6 +234,13 @@ class ContrastiveTrainingArguments(SecretFreePickle, RunDefaults, TrainingArgume
         self.precision_reason = precision.reason
         self.bf16 = precision.bf16
         super().__post_init__()  # with bf16 decided: accelerate's mixed precision and DeepSpeed's "auto" follow it
+        if self.fsdp and self.use_cpu:
+            # accelerate runs FSDP on accelerators only: on CPU processes it would train with DDP, the setting unused
+            raise ValueError(
+                "--fsdp shards the weights across accelerators, and accelerate runs it on GPUs only: with --use_cpu "
+                "the run would train with DistributedDataParallel and leave --fsdp unused. Drop --fsdp to train on "
+                "CPUs, or run on GPUs without --use_cpu (DeepSpeed ZeRO-3 also shards on CPU processes)."
+            )
         for name in ("grad_cache_chunk_size", "prebatch_size", "prebatch_warmup_steps"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name} must be >= 0 (0 turns it off), got {getattr(self, name)}.")
