@@ -510,8 +510,6 @@ def varlen_problem(
         return "this torch's varlen_attn has no scale parameter"
     if sliding_window is not None and max_length > sliding_window - 1 and "window_size" not in parameters:
         return "this torch's varlen_attn has no window_size parameter"
-    if "is_causal" not in parameters:  # a decoder's calls need it; every torch with varlen_attn has had it
-        return "this torch's varlen_attn has no is_causal parameter"
     return None
 
 

@@ -9,7 +9,7 @@ Its parts are the library's core, so this recipe only names them and their paper
 * the model and loss: `ContrastiveForPreTraining`, whose `ContrastiveConfig` defaults are CLEAR's (the encoder's
   [CLS] through its pooler, a 2-layer MLP projection used in training only, NT-Xent at tau 0.05,
   ``mlm_weight = cl_weight = 1``);
-* the script: ``run`` (``examples/run_clear.py``, ``contrastive-hf train clear``).
+* the script: ``run`` (``examples/run_clear.py``, ``python -m contrastive_hf.recipes clear``).
 
 Its card and script are in the layout of every recipe (`contrastive_hf.recipes`).
 """

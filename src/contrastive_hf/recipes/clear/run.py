@@ -1,6 +1,6 @@
-"""CLEAR's script (``examples/run_clear.py``, ``contrastive-hf train clear``): its arguments (the views' flags beside
-the shared ones) and `build`: the tokenizer (with CLEAR's [DEL] token when an augmentation needs it), the model, the
-sentences, the collator that augments them into two views (and an MLM copy) and the STS-B dev set."""
+"""CLEAR's script (``examples/run_clear.py``, ``python -m contrastive_hf.recipes clear``): its arguments (the views'
+flags beside the shared ones) and `build`: the tokenizer (with CLEAR's [DEL] token when an augmentation needs it), the
+model, the sentences, the collator that augments them into two views (and an MLM copy) and the STS-B dev set."""
 
 from __future__ import annotations
 

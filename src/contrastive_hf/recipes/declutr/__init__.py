@@ -16,7 +16,7 @@ Documents too short for the views (fewer than `words_needed` words) are dropped,
 (`synonyms.word_start_table`): a word-start piece and its continuations; punctuation counts as a word.
 
 In the layout of every recipe (`contrastive_hf.recipes`): ``data`` samples the views, ``run`` is the script
-(``examples/run_declutr.py``, ``contrastive-hf train declutr``) with its defaults.
+(``examples/run_declutr.py``, ``python -m contrastive_hf.recipes declutr``) with its defaults.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""DeCLUTR's script (``examples/run_declutr.py``, ``contrastive-hf train declutr``): its defaults, its arguments (the
-spans' flags beside the shared ones) and `build`: the tokenizer, the model, the tokenized documents (or a stream of
-them), the collator that samples span views of each document and the STS-B dev set."""
+"""DeCLUTR's script (``examples/run_declutr.py``, ``python -m contrastive_hf.recipes declutr``): its defaults, its
+arguments (the spans' flags beside the shared ones) and `build`: the tokenizer, the model, the tokenized documents (or
+a stream of them), the collator that samples span views of each document and the STS-B dev set."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 pre-batch negatives (Lee et al., 2021): a question encoder and a passage encoder (`models.modeling_dual_encoder`)
 trained with in-batch, hard and pre-batch negatives on (question, positive passage[, hard negatives]) pairs.
 
-In the layout of every recipe (`contrastive_hf.recipes`): ``data`` tokenizes the pairs and builds the batches,
-``run`` is the script (``examples/run_dpr.py``, ``contrastive-hf train dpr``) with its held-out retrieval evaluation.
-"""
+In the layout of every recipe (`contrastive_hf.recipes`): ``data`` tokenizes the pairs and builds the batches, ``run``
+is the script (``examples/run_dpr.py``, ``python -m contrastive_hf.recipes dpr``) with its held-out retrieval
+evaluation."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""DPR's script (``examples/run_dpr.py``, ``contrastive-hf train dpr``): its arguments, and `build`, which loads the
-tokenizer, builds or loads the dual encoder, reads and tokenizes the (question, passage[, hard negatives]) pairs,
-holds some out for the retrieval evaluation and makes the collator; the run scores retrieval before and after
+"""DPR's script (``examples/run_dpr.py``, ``python -m contrastive_hf.recipes dpr``): its arguments, and `build`, which
+loads the tokenizer, builds or loads the dual encoder, reads and tokenizes the (question, passage[, hard negatives])
+pairs, holds some out for the retrieval evaluation and makes the collator; the run scores retrieval before and after
 training."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from ...commands.arguments import (
@@ -156,11 +155,9 @@ class DataArguments:
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
 
-def build_model(model_args: ModelArguments, tokenizer, loading: dict | None = None) -> DualEncoderModel:
+def build_model(model_args: ModelArguments, tokenizer, loading: dict) -> DualEncoderModel:
     """The dual encoder to train: a saved one, towers from pretrained encoders, or new from an encoder config;
-    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`; default: float32 master
-    weights, whatever the checkpoint's dtype)."""
-    loading = loading or {"dtype": torch.float32}
+    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`)."""
     if model_args.contrastive_loss is not None:
         with as_usage_error():  # the registered names, in one usage line
             get_loss(model_args.contrastive_loss)

@@ -1,11 +1,10 @@
 """Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
 
-``data``: task datasets, collators and the batch schedules; ``trainer``: `MultitaskTrainer`; ``pcgrad``: the
-gradient projection; ``run``: the script (``examples/run_multitask.py``, ``contrastive-hf train multitask``). In the
-layout of every recipe (`contrastive_hf.recipes`): its parts are imported on first use.
-The model (task specs, heads and `MultitaskModel`) lives with the other model types in
-`contrastive_hf.models.modeling_multitask`, which registers the ``contrastive_multitask`` model type with AutoConfig
-and AutoModel on ``import contrastive_hf``.
+``data``: task datasets, collators and the batch schedules; ``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient
+projection; ``run``: the script (``examples/run_multitask.py``, ``python -m contrastive_hf.recipes multitask``). In
+the layout of every recipe (`contrastive_hf.recipes`): its parts are imported on first use. The model (task specs,
+heads and `MultitaskModel`) lives with the other model types in `contrastive_hf.models.modeling_multitask`, which
+registers the ``contrastive_multitask`` model type with AutoConfig and AutoModel on ``import contrastive_hf``.
 """
 
 from __future__ import annotations

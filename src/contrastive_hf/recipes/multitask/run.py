@@ -1,7 +1,7 @@
-"""The multitask script (``examples/run_multitask.py``, ``contrastive-hf train multitask``): its arguments, `build`
-(the task data in SentEval's layouts, the task specs, the multitask model from a plain encoder, a contrastive_hf
-checkpoint or a multitask checkpoint, and the collator), and the end of the run: the dev figures before and after,
-and the check that the saved multitask model and its sentence encoder give what the trained one gives."""
+"""The multitask script (``examples/run_multitask.py``, ``python -m contrastive_hf.recipes multitask``): its
+arguments, `build` (the task data in SentEval's layouts, the task specs, the multitask model from a plain encoder, a
+contrastive_hf checkpoint or a multitask checkpoint, and the collator), and the end of the run: the dev figures before
+and after, and the check that the saved multitask model and its sentence encoder give what the trained one gives."""
 
 from __future__ import annotations
 
@@ -156,11 +156,9 @@ def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
     return [specs[name] for name in names]
 
 
-def build_model(model_args: ModelArguments, tasks: list[TaskSpec], loading: dict | None = None) -> MultitaskModel:
+def build_model(model_args: ModelArguments, tasks: list[TaskSpec], loading: dict) -> MultitaskModel:
     """The multitask model to train: a saved one continued, or new heads on a sentence encoder or plain encoder;
-    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`; default: float32 master
-    weights, whatever the checkpoint's dtype)."""
-    loading = loading or {"dtype": torch.float32}
+    ``loading``: `from_pretrained`'s loading arguments (`LoadingArguments.loading`)."""
     model_type = checkpoint_model_type(model_args.model_name_or_path)
     if model_type == MultitaskConfig.model_type:  # continue a multitask run
         model = MultitaskModel.from_pretrained(model_args.model_name_or_path, **loading)

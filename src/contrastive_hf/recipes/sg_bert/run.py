@@ -1,6 +1,6 @@
-"""SG-BERT's script (``examples/run_sg_bert.py``, ``contrastive-hf train sg_bert``): its arguments (the self-guided
-flags, defaulting to `SelfGuidedConfig`'s values) and `build`: the tokenizer, the self-guided model around a
-pretrained encoder, the sentences, the collator and the STS-B dev set."""
+"""SG-BERT's script (``examples/run_sg_bert.py``, ``python -m contrastive_hf.recipes sg_bert``): its arguments (the
+self-guided flags, defaulting to `SelfGuidedConfig`'s values) and `build`: the tokenizer, the self-guided model around
+a pretrained encoder, the sentences, the collator and the STS-B dev set."""
 
 from __future__ import annotations
 

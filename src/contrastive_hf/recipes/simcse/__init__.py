@@ -6,11 +6,11 @@
   entailment is the positive and the contradiction the anchor's hard negative (`PairCollator`, SimCSE's NLI format
   ``sent0,sent1,hard_neg``).
 
-Both train InfoNCE at temperature 0.05 on the [CLS] vector through SimCSE's MLP head (one dense layer and tanh):
-in training only for ``unsup``, kept at inference for ``sup``. In the layout of every recipe
-(`contrastive_hf.recipes`): ``data`` builds its batches, ``run`` is its script with its defaults (its paper's §3-4
-and Appendix A, and its released ``run_unsup_example.sh`` / ``run_sup_example.sh``) and model configuration;
-``examples/run_simcse.py`` and ``contrastive-hf train simcse`` run it.
+Both train InfoNCE at temperature 0.05 on the [CLS] vector through SimCSE's MLP head (one dense layer and tanh): in
+training only for ``unsup``, kept at inference for ``sup``. In the layout of every recipe (`contrastive_hf.recipes`):
+``data`` builds its batches, ``run`` is its script with its defaults (its paper's §3-4 and Appendix A, and its
+released ``run_unsup_example.sh`` / ``run_sup_example.sh``) and model configuration; ``examples/run_simcse.py`` and
+``python -m contrastive_hf.recipes simcse`` run it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""SimCSE's script (``examples/run_simcse.py``, ``contrastive-hf train simcse``): its arguments, SimCSE's defaults for
-the chosen ``--mode`` and its model configuration, and `build`: the log line of the resolved settings, the tokenizer,
-the model with SimCSE's head, the sentences (unsup), the NLI pairs (sup) or several named datasets
+"""SimCSE's script (``examples/run_simcse.py``, ``python -m contrastive_hf.recipes simcse``): its arguments, SimCSE's
+defaults for the chosen ``--mode`` and its model configuration, and `build`: the log line of the resolved settings,
+the tokenizer, the model with SimCSE's head, the sentences (unsup), the NLI pairs (sup) or several named datasets
 (``--train_files``), the collator and the STS-B dev set."""
 
 from __future__ import annotations
