@@ -15,7 +15,8 @@ Steps, each in a process of its own with a time limit, each recorded (passed, fa
 4. ``recipes``: every example script (CLEAR, SimCSE unsupervised and supervised, DeCLUTR, SG-BERT, DPR, multitask)
    for ``--recipe_steps`` steps in the device's default precision, each ending with its own reload check, on a
    4-layer BERT built from scratch (SG-BERT and the multitask recipe from the same encoder saved as "pretrained"),
-   and E5-style instruction tuning (``examples/llm/e5_instruct.json``: LoRA, last-token pooling) of a tiny Qwen2;
+   and, on a tiny Qwen2, E5-style instruction tuning (``examples/llm/e5_instruct.json``: LoRA, last-token pooling)
+   and LLM2Vec's masked next-token prediction (``run_llm2vec.py``: bidirectional, LoRA);
 5. ``zero2_bf16`` and ``zero3_bf16``: CLEAR (an MLP kept at inference) and DPR under ``accelerate launch
    --config_file ds_configs/accelerate_zero{2,3}.yaml --num_processes 1 ... --bf16 true``: the float32 checkpoint
    written from DeepSpeed's master weights and its reload check;
@@ -225,11 +226,11 @@ def encoder_files(folder: Path, dry_run: bool) -> tuple[Path, Path]:
 
 def decoder_folder(folder: Path) -> Path:
     """A tiny Qwen2 with a Qwen2 tokenizer, built in code as the suite builds it (tests/helpers/decoders.py), saved
-    as a pretrained decoder's folder (for the E5-style recipe)."""
+    as a pretrained decoder's folder with its language-model head, as the Hub's are (for the decoder recipes)."""
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     from helpers.decoders import save_tiny_qwen2
 
-    return save_tiny_qwen2(folder / "pretrained_decoder")
+    return save_tiny_qwen2(folder / "pretrained_decoder", causal_lm=True)
 
 
 def free_port() -> int:
@@ -302,6 +303,9 @@ def recipe_jobs(
         recipes["e5_decoder"] = ("run_simcse", [str(REPO_ROOT / "examples" / "llm" / "e5_instruct.json"),
                                                 "--model_name_or_path", str(decoder), "--train_file", nli,
                                                 "--max_seq_length", "64", "--warmup_steps", "0"])  # fmt: skip
+        # LLM2Vec's masked next-token prediction on the decoder made bidirectional (docs/recipes/llm2vec.md)
+        recipes["llm2vec_decoder"] = ("run_llm2vec", ["--model_name_or_path", str(decoder), "--train_file", wiki,
+                                                      "--max_seq_length", "64"])  # fmt: skip
     return [
         {"name": name, "script": f"examples/{script}.py", "argv": [*flags, *common, "--output_dir", str(work / name)]}
         for name, (script, flags) in recipes.items()

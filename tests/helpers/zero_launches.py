@@ -94,6 +94,8 @@ CHECKPOINT_RUNS = {
 NOT_GATHERED = "zero3_not_gathered"
 # A decoder instruction-tuned as docs/recipes/e5-instruct.md says, under ZeRO-3 in bf16
 DECODER_JOB = "zero3_decoder_e5"
+# LLM2Vec's masked next-token prediction (docs/recipes/llm2vec.md) on a decoder's causal-LM checkpoint, the same way
+MNTP_JOB = "zero3_decoder_llm2vec"
 
 
 @dataclass
@@ -258,6 +260,13 @@ def _deepspeed_jobs(stage: str, folder: Path) -> list[dict]:
         "8", "--max_steps", "2", "--max_seq_length", "48", "--warmup_steps", "0", "--bf16", "true",
         "--output_dir", folder / DECODER_JOB / "out", *DEEPSPEED_ON_CPU,
     ])  # fmt: skip
+    (folder / MNTP_JOB).mkdir()
+    mntp = _job(MNTP_JOB, "examples/run_llm2vec.py", [
+        "--model_name_or_path", save_tiny_qwen2(folder / "qwen2_lm", causal_lm=True),
+        "--train_file", DEMO_DATA / "wiki1m_sample.txt", "--max_train_samples", "32", "--per_device_train_batch_size",
+        "8", "--max_steps", "2", "--max_seq_length", "32", "--bf16", "true", "--output_dir", folder / MNTP_JOB / "out",
+        *DEEPSPEED_ON_CPU,
+    ])  # fmt: skip
 
     BertForMaskedLM(tiny_bert_config()).save_pretrained(base)
     AutoTokenizer.from_pretrained(DEMO_TOKENIZER).save_pretrained(base)
@@ -266,6 +275,7 @@ def _deepspeed_jobs(stage: str, folder: Path) -> list[dict]:
         _run_clear_job(folder, "zero3_run", *start, "--save_strategy", "steps", "--save_steps", "2"),
         _run_clear_job(folder, "lora", "--model_name_or_path", base, "--lora_r", "4", "--pooler_type", "mean"),
         e5,
+        mntp,
     ]
 
 

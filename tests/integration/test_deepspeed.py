@@ -40,7 +40,7 @@ from helpers.launching import (
     train_engines,
     weights,
 )
-from helpers.zero_launches import DECODER_JOB, NO_STS_EVAL, TRAINING
+from helpers.zero_launches import DECODER_JOB, MNTP_JOB, NO_STS_EVAL, TRAINING
 
 # its module-scoped launch and the shared ZeRO launches run once, on one pytest-xdist worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("zero")
@@ -261,6 +261,25 @@ def test_a_decoder_instruction_tuned_with_lora_under_zero3_in_bf16_serves_its_qu
     theirs, mine = served.encode(queries, prompt_name="query"), trained.encode_query(queries)  # both in bf16
     cosines = (theirs * mine).sum(1) / np.linalg.norm(theirs, axis=1) / np.linalg.norm(mine, axis=1)
     assert cosines.min() > 0.9999, cosines  # the same vectors up to bf16's rounding (padded in other groups)
+
+
+def test_llm2vec_s_masked_next_token_prediction_trains_a_decoder_under_zero3_on_two_processes(zero_launches):
+    """run_llm2vec.py on a tiny Qwen2's causal-LM checkpoint under ZeRO-3 in bf16 on 2 processes: the decoder made
+    bidirectional, its language-model head read whole before DeepSpeed shards it, MNTP trained through a LoRA adapter,
+    and the merged model saved as the causal-LM model with the pretrained head (frozen: not in the adapter)."""
+    from safetensors.torch import load_file
+
+    launch = zero_launches.run("zero3")
+    assert launch.status(MNTP_JOB) == 0, launch.failure(MNTP_JOB)
+    log = launch.log(MNTP_JOB)
+    assert "Training a LoRA adapter" in log and "mlm_loss" in log
+    assert log.count("gives the trained embeddings") == 2  # ContrastiveModel and sentence-transformers
+    merged = launch.output(MNTP_JOB).parent / "out-merged"
+    saved = json.loads((merged / "config.json").read_text())
+    assert saved["architectures"] == ["Qwen2ForCausalLM"] and saved["is_causal"] is False
+    pretrained = load_file(launch.folder / "qwen2_lm" / "model.safetensors")["lm_head.weight"]
+    head = load_file(merged / "model.safetensors")["lm_head.weight"]
+    torch.testing.assert_close(head.float(), pretrained.to(head.dtype).float(), rtol=0, atol=0)
 
 
 # GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives

@@ -22,17 +22,8 @@ from transformers import (
     AutoModel,
     AutoTokenizer,
     BertConfig,
-    Gemma2Config,
-    Gemma3TextConfig,
-    GemmaConfig,
-    GPT2Config,
-    LlamaConfig,
-    MistralConfig,
     OPTConfig,
-    Phi3Config,
     PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen3Config,
 )
 
 from contrastive_hf import ContrastiveConfig, ContrastiveModel
@@ -41,7 +32,7 @@ from contrastive_hf.models.encoding_policy import EncodingPolicy
 from contrastive_hf.models.packing import PACKABLE_DECODER_MODEL_TYPES
 
 from conftest import DEMO_DATA, REPO_ROOT
-from helpers.decoders import qwen2_tokenizer, save_tiny_qwen2
+from helpers.decoders import DECODERS, OTHER_DECODERS, decoder_config, qwen2_tokenizer, save_tiny_qwen2
 from helpers.in_process import run_script
 
 SENTENCES = [
@@ -50,22 +41,6 @@ SENTENCES = [
     "Stocks fell sharply on Monday after the report was published.",
     "Rain.",
 ]
-SIZE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-DECODERS = {  # rotary positions
-    "llama": LlamaConfig,
-    "mistral": MistralConfig,
-    "qwen2": Qwen2Config,
-    "qwen3": lambda **size: Qwen3Config(head_dim=8, **size),
-    "phi3": Phi3Config,
-}
-OTHER_DECODERS = {
-    "gemma": lambda **size: GemmaConfig(head_dim=8, **size),
-    "gemma2": lambda **size: Gemma2Config(head_dim=8, **size),
-    "gemma3_text": lambda **size: Gemma3TextConfig(head_dim=8, **size),
-    "gpt2": lambda vocab_size, max_position_embeddings, pad_token_id, **size: GPT2Config(
-        vocab_size=vocab_size, n_positions=max_position_embeddings, n_embd=32, n_layer=2, n_head=4
-    ),
-}
 
 
 @pytest.fixture(scope="module")
@@ -75,11 +50,6 @@ def decoder_tokenizer() -> PreTrainedTokenizerFast:
     trainer = trainers.WordLevelTrainer(vocab_size=4000, special_tokens=["<pad>", "<unk>", "</s>"])
     words.train_from_iterator((DEMO_DATA / "wiki1m_sample.txt").read_text().splitlines(), trainer)
     return PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
-
-
-def decoder_config(family: str, vocab_size: int):
-    build = {**DECODERS, **OTHER_DECODERS}[family]
-    return build(vocab_size=vocab_size, max_position_embeddings=128, pad_token_id=0, **SIZE)
 
 
 def decoder_model(family: str, vocab_size: int, pooler_type="last_token", **settings) -> ContrastiveModel:

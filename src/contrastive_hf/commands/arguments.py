@@ -195,6 +195,14 @@ class ContrastiveModelArguments(MatryoshkaArguments):
             "sentence-transformers read (default: the checkpoint's, else causal)."
         },
     )
+    encoder_dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Every dropout probability of the encoder's config (BERT's hidden and attention dropout; a "
+            "decoder's attention_dropout, 0 as released: LLM2Vec's SimCSE uses 0.3), the noise between SimCSE's two "
+            "views; saved in the encoder's config.json (default: the checkpoint's)."
+        },
+    )
     sub_batch_size: str | None = field(
         default=None,
         metadata={

@@ -231,6 +231,7 @@ def mask_tokens(
     vocab_size: int,
     mask_replace_probability: float = 0.8,
     random_replace_probability: float = 0.1,
+    masked_next_token: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BERT's masking, as transformers' `DataCollatorForLanguageModeling` does it, with keyed draws.
 
@@ -238,12 +239,15 @@ def mask_tokens(
     probability ``mask_replace_probability``, a uniformly random token id (over ``vocab_size``) with probability
     ``random_replace_probability``, and stays otherwise. Returns ``(input_ids, labels)``, both ``(N, L)``, labels
     -100 where nothing is predicted. The draws come from ``keys`` (one per row), so a row's masking does not depend
-    on the rest of the batch.
+    on the rest of the batch. ``masked_next_token``: for a decoder that predicts each masked token from the position
+    before it (MNTP), a row's first token, which no position precedes, is never selected.
     """
     bits = random_bits(keys[:, None], np.arange(batch.width))  # (N, L)
     select = (bits >> np.uint64(40)).astype(np.float64) * 2.0**-24  # two independent 24-bit uniforms
     how = ((bits >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(np.float64) * 2.0**-24
     selected = (select < mlm_probability) & ~batch.is_special
+    if masked_next_token:
+        selected[:, 0] = False
     labels = np.where(selected, batch.ids, -100)
     ids = batch.ids.copy()
     ids[selected & (how < mask_replace_probability)] = mask_token_id
@@ -258,12 +262,22 @@ def mask_tokens(
 
 
 def mlm_copy(
-    sentences: TokenBatch, keys: np.ndarray, tokenizer, mlm_probability: float, pad_to_multiple_of: int | None
+    sentences: TokenBatch,
+    keys: np.ndarray,
+    tokenizer,
+    mlm_probability: float,
+    pad_to_multiple_of: int | None,
+    mask_token_id: int | None = None,
+    masked_next_token: bool = False,
 ) -> dict:
     """The MLM-masked copy of ``sentences`` as ``mlm_input_ids``, ``mlm_attention_mask`` and ``mlm_labels``
     ``(N, L)``, with what the model reads on the host (`models.host_data`): ``mlm_lengths`` ``(N,)`` and
-    ``mlm_positions``, the masked tokens as flat indices into ``mlm_labels``."""
-    masked, labels = mask_tokens(sentences, keys, mlm_probability, tokenizer.mask_token_id, len(tokenizer))
+    ``mlm_positions``, the masked tokens as flat indices into ``mlm_labels``. Masked with ``mask_token_id`` (default:
+    the tokenizer's mask token); ``masked_next_token`` as `mask_tokens` says."""
+    mask_token_id = tokenizer.mask_token_id if mask_token_id is None else mask_token_id
+    masked, labels = mask_tokens(
+        sentences, keys, mlm_probability, mask_token_id, len(tokenizer), masked_next_token=masked_next_token
+    )
     masked_batch = TokenBatch(masked, sentences.is_special, sentences.lengths, sentences.pad_id)
     input_ids, attention_mask = masked_batch.to_tensors(pad_to_multiple_of)
     label_ids = TokenBatch(labels, sentences.is_special, sentences.lengths, -100).to_tensors(pad_to_multiple_of)[0]
@@ -274,6 +288,26 @@ def mlm_copy(
         "mlm_lengths": host(sentences.lengths),  # (N,)
         "mlm_positions": host(np.flatnonzero(label_ids.numpy().reshape(-1) != -100)),  # (M,)
     }
+
+
+def mask_token_id(tokenizer, mask_token: str | None) -> int:
+    """The id masked tokens take: ``mask_token``'s, a token of the tokenizer's vocabulary, or the tokenizer's own mask
+    token. Decoder tokenizers have none: LLM2Vec masks a decoder's tokens with ``"_"``."""
+    if mask_token is None:
+        if tokenizer.mask_token is None:
+            raise ValueError(
+                f"MLM is on but {type(tokenizer).__name__} has no mask token; use a tokenizer with one "
+                "(BERT/RoBERTa-style), give one of its tokens to mask with (mask_token / --mask_token; LLM2Vec "
+                "masks a decoder's tokens with '_'), or turn MLM off (--mlm_weight 0 / mlm=False)."
+            )
+        return tokenizer.mask_token_id
+    vocabulary = tokenizer.get_vocab()
+    if mask_token not in vocabulary:
+        raise ValueError(
+            f"mask_token {mask_token!r} is not a token of {type(tokenizer).__name__}'s vocabulary (it would be split "
+            "or read as unknown): give one of its tokens, e.g. '_', whose id tokenizer.convert_tokens_to_ids gives."
+        )
+    return vocabulary[mask_token]
 
 
 def _uses_synonyms(augmentation) -> bool:
@@ -321,6 +355,11 @@ class ContrastiveDataCollator:
         num_views: views per sentence.
         mlm: also build the MLM copy (CLEAR's L_MLM).
         mlm_probability: fraction of tokens masked for MLM.
+        mask_token: the token masked tokens become (a token of the tokenizer's vocabulary); default the tokenizer's
+            mask token. Decoder tokenizers have none: LLM2Vec masks with ``"_"``.
+        masked_next_token: the model predicts each masked token from the position before it (a decoder's masked
+            next-token prediction, `ContrastiveForPreTraining.predicts_next_token`), so a sentence's first token,
+            which no position precedes, is never masked.
         mlm_on_views: mask each view for MLM instead of the original sentence: with ``cl_weight=0``, CLEAR's
             "Double MLM" control (Table 3), MLM on the two augmented views, which sends as many sequences through
             the encoder's gradient as MLM + CL does, without the contrastive loss. Its masks are drawn apart from
@@ -341,6 +380,8 @@ class ContrastiveDataCollator:
     num_views: int = 2
     mlm: bool = True
     mlm_probability: float = 0.15
+    mask_token: str | None = None
+    masked_next_token: bool = False
     mlm_on_views: bool = False
     view_settings: Mapping[str, int | float] = field(default_factory=dict)
     max_length: int | None = None
@@ -354,11 +395,7 @@ class ContrastiveDataCollator:
             raise ValueError(f"num_views must be >= 1, got {self.num_views}.")
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
-        if self.mlm and self.tokenizer.mask_token is None:
-            raise ValueError(
-                f"MLM is on but {type(self.tokenizer).__name__} has no mask token; use a tokenizer with one "
-                "(BERT/RoBERTa-style) or turn MLM off (--mlm_weight 0 / mlm=False)."
-            )
+        self._mask_token_id = mask_token_id(self.tokenizer, self.mask_token) if self.mlm else None
         if not 0.0 <= self.mlm_probability <= 1.0:
             raise ValueError(f"mlm_probability must be in [0, 1], got {self.mlm_probability}.")
         if self.mlm_on_views and not self.mlm:
@@ -440,6 +477,7 @@ class ContrastiveDataCollator:
         return {
             "augmentation": augmentation,
             "mlm": bool(self.mlm),
+            **({"masked_next_token": True} if self.mlm and self.masked_next_token else {}),
             "views": views,
             "views_description": describe_augmentation(self.augmentation),
             "view_settings": self.augmentation.settings(),
@@ -475,7 +513,8 @@ class ContrastiveDataCollator:
         }
         if self.mlm and self.mlm_on_views:  # a mask per view, keyed apart from the views' own draws
             mlm_keys = example_keys(self.seed, self.epoch, np.repeat(identities, views_per), MLM_VIEW + view_numbers)
-            copies = mlm_copy(views, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of)
+            copies = mlm_copy(views, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of,
+                              self._mask_token_id, self.masked_next_token)  # fmt: skip
             copies["mlm_lengths"] = copies["mlm_lengths"].reshape(size, views_per)
             batch.update(
                 {name: value.view(size, views_per, -1) if torch.is_tensor(value) else value
@@ -483,7 +522,10 @@ class ContrastiveDataCollator:
             )  # fmt: skip
         elif self.mlm:
             mlm_keys = example_keys(self.seed, self.epoch, identities, MLM_VIEW)
-            batch.update(mlm_copy(sentences, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
+            batch.update(
+                mlm_copy(sentences, mlm_keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of,
+                         self._mask_token_id, self.masked_next_token)
+            )  # fmt: skip
         return batch
 
 

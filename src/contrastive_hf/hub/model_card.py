@@ -29,6 +29,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from .._files import hub_id_or_none
 from ..models.checkpoint_names import merged_folder
 from ..models.configuration_contrastive import BIDIRECTIONAL_DECODERS
+from ..models.masked_lm_checkpoint import is_decoder
 from ..models.objectives import get_loss
 from ..models.poolers import POOLERS, get_pooler
 from ..models.sentence_transformers_files import sentence_transformers_unsupported_reason
@@ -238,7 +239,9 @@ def _describe_model(model) -> dict:
     loss = _loss_words(config.contrastive_loss)
     objective = f"L_CL ({loss})"
     if config.mlm_weight > 0:
-        objective = f"{config.mlm_weight} x L_MLM + {config.cl_weight} x L_CL ({loss})"
+        # a decoder's MLM is masked next-token prediction (`ContrastiveForPreTraining.predicts_next_token`)
+        mlm = "L_MNTP (masked next-token prediction)" if is_decoder(encoder) else "L_MLM"
+        objective = f"{config.mlm_weight} x {mlm} + {config.cl_weight} x L_CL ({loss})"
     return {
         "encoder_description": encoder_text,
         "projection_description": projection,

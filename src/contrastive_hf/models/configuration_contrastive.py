@@ -22,6 +22,13 @@ ENCODING_PATHS = ("auto", "packed", "sorted")
 # so that ``is_causal=False`` makes them attend both ways, saved in the encoder's config.json for `AutoModel` and
 # sentence-transformers to reproduce: each checked in tests/models/test_decoder_pooling.py.
 BIDIRECTIONAL_DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "gpt2")
+# The dropout probabilities of transformers' encoder and decoder configs, as each family names them (BERT/RoBERTa,
+# DistilBERT, Llama/Mistral/Qwen/Gemma/Phi-3, GPT-2, ModernBERT): what `ContrastiveConfig.encoder_dropout` sets.
+# A classifier head's dropout is not the encoder's.
+ENCODER_DROPOUT_FIELDS = (
+    "hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout", "resid_pdrop",
+    "embd_pdrop", "attn_pdrop", "embedding_dropout", "mlp_dropout",
+)  # fmt: skip
 
 
 def set_bidirectional_attention(encoder_config: PreTrainedConfig, bidirectional: bool) -> None:
@@ -230,11 +237,12 @@ class ContrastiveConfig(SentenceEmbeddingConfig):
             Weights of CLEAR's objective L = mlm_weight * L_MLM + cl_weight * L_CL.
         hard_negative_weight (`float`, defaults to 0.0):
             SimCSE's weight added to the logit of each anchor's own hard negative.
-        temperature, contrastive_loss, similarity, sub_batch_size, sub_batch_tokens, prompts, default_prompt_name,
-        include_prompt, matryoshka_dims, matryoshka_weights, truncate_dim, max_seq_length, normalize_embeddings:
-            As [`SentenceEmbeddingConfig`]'s (the settings every sentence-embedding model shares). A Matryoshka loss
-            compares the embedding the model returns at inference, so a projection head must then be kept at
-            inference (``projection_at_inference=True``) or absent.
+
+    The settings every sentence-embedding model shares (``temperature``, ``contrastive_loss``, ``similarity``,
+    ``sub_batch_size``, ``sub_batch_tokens``, ``prompts``, ``default_prompt_name``, ``include_prompt``,
+    ``matryoshka_dims``, ``matryoshka_weights``, ``truncate_dim``, ``max_seq_length``, ``normalize_embeddings``) are
+    [`SentenceEmbeddingConfig`]'s. A Matryoshka loss compares the embedding the model returns at inference, so a
+    projection head must then be kept at inference (``projection_at_inference=True``) or absent.
     """
 
     model_type = "contrastive"
@@ -317,6 +325,30 @@ class ContrastiveConfig(SentenceEmbeddingConfig):
     @bidirectional_attention.setter
     def bidirectional_attention(self, value: bool) -> None:
         set_bidirectional_attention(self.encoder, bool(value))
+
+    @property
+    def encoder_dropout(self) -> float | None:
+        """The encoder's dropout probability, SimCSE's noise between two views of a sentence: every dropout
+        probability its config has (`ENCODER_DROPOUT_FIELDS`: BERT's hidden and attention dropout, 0.1 in SimCSE; a
+        decoder's ``attention_dropout``, the only one Llama, Mistral and Qwen2 have, 0 as released: LLM2Vec trains
+        SimCSE on them with 0.3). Set it (``ContrastiveConfig(..., encoder_dropout=0.3)``, an override of
+        ``from_pretrained``, ``--encoder_dropout``) and the encoder's config.json records it. None when its
+        probabilities differ, or it has none."""
+        values = {getattr(self.encoder, name) for name in ENCODER_DROPOUT_FIELDS if hasattr(self.encoder, name)}
+        return values.pop() if len(values) == 1 else None
+
+    @encoder_dropout.setter
+    def encoder_dropout(self, value: float) -> None:
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"encoder_dropout must be in [0, 1), got {value}.")
+        names = [name for name in ENCODER_DROPOUT_FIELDS if hasattr(self.encoder, name)]
+        if not names:
+            raise ValueError(
+                f"encoder_dropout: a {self.encoder.model_type} config has none of the dropout settings "
+                f"{', '.join(ENCODER_DROPOUT_FIELDS)}; set its own in the encoder's config.json."
+            )
+        for name in names:
+            setattr(self.encoder, name, float(value))
 
     @property
     def embedding_size(self) -> int:
@@ -403,6 +435,7 @@ __all__ = [
     "ENCODING_PATHS",
     "BIDIRECTIONAL_DECODERS",
     "set_bidirectional_attention",
+    "ENCODER_DROPOUT_FIELDS",
     "parse_sub_batch_size",
     "parse_encoding_fields",
     "validate_max_seq_length",

@@ -42,13 +42,14 @@ class DualEncoderConfig(SentenceEmbeddingConfig):
         contrastive_loss (`str`, defaults to `"info_nce"`):
             The in-batch loss: DPR's InfoNCE over each query's positive, the other queries' passages and hard
             negatives; any registered loss, one's own included, trains the dual encoder the same way.
-        sub_batch_size, sub_batch_tokens, prompts, default_prompt_name, include_prompt, matryoshka_dims,
-        matryoshka_weights, truncate_dim, max_seq_length, normalize_embeddings:
-            As [`SentenceEmbeddingConfig`]'s (the settings every sentence-embedding model shares), for both towers:
-            each side's texts are encoded in a call of their own (the queries; the passages, positives and hard
-            negatives); `encode_query` and `encode_document` apply the prompt of their role; the loss sums over the
-            first m dimensions of the query and passage vectors for each Matryoshka m; and each route of the
-            checkpoint ends with a sentence-transformers ``Normalize`` module with ``normalize_embeddings``.
+
+    The other settings every sentence-embedding model shares (``sub_batch_size``, ``sub_batch_tokens``, ``prompts``,
+    ``default_prompt_name``, ``include_prompt``, ``matryoshka_dims``, ``matryoshka_weights``, ``truncate_dim``,
+    ``max_seq_length``, ``normalize_embeddings``) are [`SentenceEmbeddingConfig`]'s, for both towers: each side's
+    texts are encoded in a call of their own (the queries; the passages, positives and hard negatives);
+    `encode_query` and `encode_document` apply the prompt of their role; the loss sums over the first m dimensions of
+    the query and passage vectors for each Matryoshka m; and each route of the checkpoint ends with a
+    sentence-transformers ``Normalize`` module with ``normalize_embeddings``.
     """
 
     model_type = "dual_encoder"

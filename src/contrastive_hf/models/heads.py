@@ -1,4 +1,4 @@
-"""The parts a contrastive model adds around its encoder: the projection head, the MLM head, the encoder itself built
+"""The parts a contrastive model adds around its encoder: the projection head, the MLM heads, the encoder itself built
 whole (with its pooler layer), and the initialisation of what is new. The pooling module is `poolers.SentencePooler`.
 
 This module imports torch, transformers and its siblings only.
@@ -19,7 +19,7 @@ from .checkpoint_files import encoder_building_device
 from .configuration_contrastive import ContrastiveConfig
 from .masked_lm_checkpoint import masked_lm_head_left_unused
 
-__all__ = ["ProjectionHead", "MaskedLMHead", "build_encoder", "init_weights"]
+__all__ = ["ProjectionHead", "MaskedLMHead", "NextTokenHead", "build_encoder", "init_weights"]
 
 
 class ProjectionHead(nn.Module):
@@ -71,6 +71,26 @@ class MaskedLMHead(nn.Module):
         return F.linear(hidden, weight, self.bias)  # (..., vocab)
 
 
+class NextTokenHead(nn.Module):
+    """A decoder's language-model head, as its causal-LM model has it (``lm_head``: the final states -> vocabulary,
+    no bias; Gemma 2's soft-capping of the scores kept), for masked next-token prediction (LLM2Vec's MNTP: the state
+    before a masked token predicts it). The projection reuses the input embedding matrix when the decoder ties them
+    (``tie_word_embeddings``: Qwen2-0.5B, Gemma, GPT-2), as `MaskedLMHead` does.
+    """
+
+    def __init__(self, encoder_config, embedding_size: int, tied: bool):
+        super().__init__()
+        self.decoder_weight = None if tied else nn.Parameter(torch.empty(encoder_config.vocab_size, embedding_size))
+        self.softcap = getattr(encoder_config, "final_logit_softcapping", None)
+
+    def forward(self, hidden: torch.Tensor, input_embeddings: torch.Tensor) -> torch.Tensor:
+        weight = input_embeddings if self.decoder_weight is None else self.decoder_weight
+        logits = F.linear(hidden, weight)  # (..., vocab)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
 def build_encoder(encoder_config, with_pooler: bool, pretrained: str | os.PathLike | None = None, **load_kwargs):
     """An AutoModel encoder from a config (or a pretrained path), whole: with its pooler layer (BERT's dense + tanh
     over [CLS]) when its architecture has one. From a checkpoint of the architecture's masked-LM model
@@ -117,7 +137,8 @@ def init_weights(module: nn.Module, std: float) -> None:
     elif isinstance(module, nn.LayerNorm):
         init.ones_(module.weight)
         init.zeros_(module.bias)
-    elif isinstance(module, MaskedLMHead):
-        init.zeros_(module.bias)
+    elif isinstance(module, MaskedLMHead | NextTokenHead):
+        if isinstance(module, MaskedLMHead):
+            init.zeros_(module.bias)
         if module.decoder_weight is not None:
             init.normal_(module.decoder_weight, mean=0.0, std=std)

@@ -1,15 +1,17 @@
-"""An encoder and its MLM head saved as transformers' masked-LM model of the encoder's architecture
-(``BertForMaskedLM``, ``RobertaForMaskedLM``, ``DistilBertForMaskedLM``...): ``AutoModelForMaskedLM.from_pretrained``
-and the fill-mask pipeline then predict with the trained head, while ``AutoModel`` and sentence-transformers take the
-encoder from the same ``model.safetensors`` (transformers strips the base model's prefix, ``bert.``, as it does for
-``bert-base-uncased``).
+"""An encoder and its language-model head saved as transformers' model of the encoder's architecture with that head:
+the masked-LM model of an encoder (``BertForMaskedLM``, ``RobertaForMaskedLM``, ``DistilBertForMaskedLM``...), the
+causal-LM model of a decoder (``Qwen2ForCausalLM``, ``LlamaForCausalLM``...: the head that masked next-token
+prediction trains, `heads.NextTokenHead`). ``AutoModelForMaskedLM.from_pretrained`` and the fill-mask pipeline (or
+``AutoModelForCausalLM.from_pretrained``) then predict with the trained head, while ``AutoModel`` and
+sentence-transformers take the encoder from the same ``model.safetensors`` (transformers strips the base model's
+prefix, ``bert.`` or ``model.``, as it does for ``bert-base-uncased`` or a decoder from the Hub).
 
-The layout is read from transformers itself: the masked-LM class of the encoder's configuration, built on the meta
-device (nothing allocated or initialised), names its base model's prefix, its head's dense layer, LayerNorm, output
-weights and bias, and which of them are tied (an output matrix tied to the input embeddings is not saved, as
-transformers does not save it). An architecture without a masked-LM class, or whose head is not dense -> activation
--> LayerNorm -> vocabulary with the shapes of ours, has no layout (`masked_lm_layout` gives None), and the head stays
-beside the encoder (`checkpoint_files`).
+The layout is read from transformers itself: the class of the encoder's configuration, built on the meta device
+(nothing allocated or initialised), names its base model's prefix, its head's dense layer, LayerNorm, output weights
+and bias (a decoder's head is its output projection alone), and which of them are tied (an output matrix tied to the
+input embeddings is not saved, as transformers does not save it). An architecture without such a class, or whose head
+is not of our head's form with its shapes, has no layout (`masked_lm_layout` gives None), and the head stays beside
+the encoder (`checkpoint_files`).
 
 This module imports torch and transformers only.
 """
@@ -25,16 +27,29 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["HEAD_PARTS", "MaskedLMLayout", "masked_lm_layout", "masked_lm_head_left_unused"]
+__all__ = ["HEAD_PARTS", "MaskedLMLayout", "is_decoder", "masked_lm_layout", "masked_lm_head_left_unused"]
 
 # The parts of a BERT-style MLM head, as `masked_lm_layout` takes ours: dense -> activation -> LayerNorm -> decoder
-# (its weight absent when tied to the input embeddings) + bias.
+# (its weight absent when tied to the input embeddings) + bias. A decoder's head has the decoder part only.
 HEAD_PARTS = ("dense.weight", "dense.bias", "norm.weight", "norm.bias", "decoder.weight", "bias")
+
+
+def is_decoder(encoder_config) -> bool:
+    """Whether an encoder configuration is a decoder LLM's (Llama, Qwen2, GPT-2...): transformers has a causal-LM model
+    of its architecture and no masked-LM one (BERT and RoBERTa have both, and are encoders)."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    model_type = encoder_config.model_type
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 @dataclass(frozen=True)
 class MaskedLMLayout:
-    """Where an encoder and an MLM head lie in the checkpoint of the encoder's masked-LM architecture.
+    """Where an encoder and an MLM head lie in the checkpoint of the encoder's masked-LM architecture (a decoder's
+    causal-LM architecture, for its next-token head).
 
     Attributes:
         architecture: the transformers class the checkpoint is, as its ``config.json`` names it (``BertForMaskedLM``).
@@ -70,19 +85,21 @@ class MaskedLMLayout:
 
 
 def _masked_lm_class(encoder_config) -> type | None:
-    """transformers' masked-LM class of ``encoder_config``'s architecture; None without one (or for remote code)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+    """transformers' class of ``encoder_config``'s architecture with our head's kind of head: its masked-LM class, or
+    a decoder's causal-LM class (`is_decoder`); None without one (or for remote code)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_FOR_MASKED_LM_MAPPING
 
+    mapping = MODEL_FOR_CAUSAL_LM_MAPPING if is_decoder(encoder_config) else MODEL_FOR_MASKED_LM_MAPPING
     try:
-        return MODEL_FOR_MASKED_LM_MAPPING[type(encoder_config)]
+        return mapping[type(encoder_config)]
     except KeyError:
         return None
 
 
 def _masked_lm_model(encoder_config) -> nn.Module | None:
-    """transformers' masked-LM model of ``encoder_config``'s architecture, on the meta device; None when the
-    architecture has none. Built by its class, not `AutoModelForMaskedLM.from_config`, which would build it sharded
-    inside DeepSpeed ZeRO-3's ``zero.Init`` during a ZeRO-3 run."""
+    """transformers' masked-LM (a decoder's causal-LM) model of ``encoder_config``'s architecture, on the meta device;
+    None when the architecture has none. Built by its class, not `AutoModelForMaskedLM.from_config`, which would build
+    it sharded inside DeepSpeed ZeRO-3's ``zero.Init`` during a ZeRO-3 run."""
     model_class = _masked_lm_class(encoder_config)
     if model_class is None:
         return None
@@ -92,7 +109,8 @@ def _masked_lm_model(encoder_config) -> nn.Module | None:
 
 def _head_weights(model: nn.Module) -> tuple[dict[str, str], set[str]]:
     """The saved weights of a masked-LM model's head by part (`HEAD_PARTS`), and the names of every saved head
-    weight; ``({}, names)`` when the head is not of the dense -> LayerNorm -> decoder form."""
+    weight; ``({}, names)`` when the head is not of the dense -> LayerNorm -> decoder form (or, for a causal-LM model,
+    the output projection alone)."""
     prefix = model.base_model_prefix + "."
     tied = getattr(model, "all_tied_weights_keys", None) or {}
     saved = {name for name in model.state_dict() if not name.startswith(prefix) and name not in tied}
@@ -100,9 +118,14 @@ def _head_weights(model: nn.Module) -> tuple[dict[str, str], set[str]]:
     output = model.get_output_embeddings()
     linears = [name for module, name in modules.items() if isinstance(module, nn.Linear) and module is not output]
     norms = [name for module, name in modules.items() if isinstance(module, nn.LayerNorm)]
-    if output not in modules or len(linears) != 1 or len(norms) != 1:
+    if output not in modules:
         return {}, saved
     decoder = modules[output]
+    if not linears and not norms:  # a decoder's language-model head: the output projection alone
+        parts = {"decoder.weight": f"{decoder}.weight"}
+        return {part: name for part, name in parts.items() if name not in tied}, saved
+    if len(linears) != 1 or len(norms) != 1:
+        return {}, saved
     parts = {
         "dense.weight": f"{linears[0]}.weight",
         "dense.bias": f"{linears[0]}.bias",

@@ -222,8 +222,12 @@ class ContrastivePreTrainedModel(EmbeddingCheckpointMixin, SentenceEmbeddingMixi
 
     @classmethod
     def config_field_names(cls) -> tuple[str, ...]:
-        # bidirectional_attention: a setting of the encoder's config (its is_causal), given like a field
-        return (*CONFIG_FIELDS, "num_labels", "id2label", "label2id", "problem_type", "bidirectional_attention")
+        # bidirectional_attention, encoder_dropout: settings of the encoder's config (its is_causal, its dropout
+        # probabilities), given like fields
+        return (
+            *CONFIG_FIELDS, "num_labels", "id2label", "label2id", "problem_type", "bidirectional_attention",
+            "encoder_dropout",
+        )  # fmt: skip
 
     @classmethod
     def saved_encoder_folders(cls, saved: dict) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """CLEAR's pre-training model: a `ContrastiveModel` plus an MLM head, trained on MLM + a contrastive loss over the
-views of each sentence (the model ``AutoModelForPreTraining`` gives for a "contrastive" config). Its checkpoint is the
-same folder as `ContrastiveModel`'s; a model that trained its MLM head (``mlm_weight > 0``) saves it with the encoder
-as the architecture's masked-LM model (`masked_lm_checkpoint`), so that ``AutoModelForMaskedLM.from_pretrained`` and
-the fill-mask pipeline predict with it.
+views of each sentence (the model ``AutoModelForPreTraining`` gives for a "contrastive" config). A decoder's MLM is
+LLM2Vec's masked next-token prediction, with the decoder's own language-model head. Its checkpoint is the same folder
+as `ContrastiveModel`'s; a model that trained its MLM head (``mlm_weight > 0``) saves it with the encoder as the
+architecture's masked-LM model (a decoder's causal-LM model: `masked_lm_checkpoint`), so that
+``AutoModelForMaskedLM.from_pretrained`` and the fill-mask pipeline (``AutoModelForCausalLM``) predict with it.
 
 This module imports torch, transformers and its siblings only.
 """
@@ -20,10 +21,11 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForMaskedLM, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from .checkpoint_contents import read_named_weights
 from .configuration_contrastive import ContrastiveConfig
-from .heads import MaskedLMHead
+from .heads import MaskedLMHead, NextTokenHead
 from .host_data import host_array, to_device
-from .masked_lm_checkpoint import MaskedLMLayout, masked_lm_layout
+from .masked_lm_checkpoint import MaskedLMLayout, is_decoder, masked_lm_layout
 from .modeling_contrastive import ContrastiveModel, ContrastivePreTrainedModel
 from .objectives import ContrastiveLoss, build_loss, build_registered_loss, cached_gradient_surrogate
 
@@ -73,6 +75,11 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     (Wu et al., 2020, "CLEAR: Contrastive Learning for Sentence Representation", §3.1-3.2). L_CL is NT-Xent over the
     two augmented views of each sentence (`contrastive_loss="nt_xent"`), or SimCSE's InfoNCE with optional hard
     negatives (`contrastive_loss="info_nce"`); L_MLM is computed on a separately masked copy of the original batch.
+
+    With a decoder (Llama, Qwen2, GPT-2...) L_MLM is masked next-token prediction (BehnamGhader et al., 2024,
+    "LLM2Vec", §2.2): the decoder's language-model head (`NextTokenHead`, loaded from its causal-LM checkpoint)
+    predicts each masked token from the state of the position before it, the loss transformers' causal-LM models
+    compute on the masked tokens' labels (`predicts_next_token`).
     """
 
     def __init__(self, config: ContrastiveConfig):
@@ -84,11 +91,19 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         self.loss_fn: ContrastiveLoss | None = build_registered_loss(config)
         self.post_init()
 
-    def _new_mlm_head(self) -> MaskedLMHead:
+    def _new_mlm_head(self) -> MaskedLMHead | NextTokenHead:
         # the module's size, not its weight's shape: under ZeRO-3 the weight is an empty shard
         embedding_size = self.contrastive.get_input_embeddings().embedding_dim
         tied = getattr(self.config.encoder, "tie_word_embeddings", True)
-        return MaskedLMHead(self.config.encoder, embedding_size, tied)
+        head = NextTokenHead if is_decoder(self.config.encoder) else MaskedLMHead
+        return head(self.config.encoder, embedding_size, tied)
+
+    @property
+    def predicts_next_token(self) -> bool:
+        """Whether L_MLM is masked next-token prediction (a decoder's: the state before a masked token predicts it),
+        rather than BERT's MLM (the masked position's own state). Its collator then never masks a sentence's first
+        token (`ContrastiveDataCollator`'s ``masked_next_token``)."""
+        return isinstance(self.mlm_head, NextTokenHead)
 
     def set_encoder(self, encoder: PreTrainedModel, modality: str | None = None) -> None:
         self.contrastive.set_encoder(encoder, modality)
@@ -102,14 +117,15 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
 
     def resize_token_embeddings(self, new_num_tokens: int, **kwargs) -> nn.Embedding:
         """Resize the encoder's vocabulary (e.g. after adding CLEAR's [DEL] token) and the MLM head with it."""
-        old = self.mlm_head.bias.shape[0]
+        old = self.contrastive.get_input_embeddings().num_embeddings
         embeddings = self.contrastive.encoder.resize_token_embeddings(new_num_tokens, **kwargs)
         new = embeddings.num_embeddings
         if new != old:
             with torch.no_grad():
-                bias = torch.zeros(new, dtype=self.mlm_head.bias.dtype, device=self.mlm_head.bias.device)
-                bias[: min(old, new)] = self.mlm_head.bias[: min(old, new)]
-                self.mlm_head.bias = nn.Parameter(bias)
+                if isinstance(self.mlm_head, MaskedLMHead):
+                    bias = torch.zeros(new, dtype=self.mlm_head.bias.dtype, device=self.mlm_head.bias.device)
+                    bias[: min(old, new)] = self.mlm_head.bias[: min(old, new)]
+                    self.mlm_head.bias = nn.Parameter(bias)
                 if self.mlm_head.decoder_weight is not None:
                     weight = self.mlm_head.decoder_weight
                     fresh = weight.new_empty(new, weight.shape[1]).normal_(std=0.02)
@@ -120,13 +136,15 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     def masked_lm_layout(self) -> MaskedLMLayout | None:
         """Where the encoder and the MLM head lie in a checkpoint of the encoder architecture's masked-LM model
         (`masked_lm_checkpoint.masked_lm_layout`); None for an architecture without one of this head's form."""
-        head = {
-            "dense.weight": self.mlm_head.dense.weight,
-            "dense.bias": self.mlm_head.dense.bias,
-            "norm.weight": self.mlm_head.layer_norm.weight,
-            "norm.bias": self.mlm_head.layer_norm.bias,
-            "bias": self.mlm_head.bias,
-        }
+        head = {}
+        if isinstance(self.mlm_head, MaskedLMHead):
+            head = {
+                "dense.weight": self.mlm_head.dense.weight,
+                "dense.bias": self.mlm_head.dense.bias,
+                "norm.weight": self.mlm_head.layer_norm.weight,
+                "norm.bias": self.mlm_head.layer_norm.bias,
+                "bias": self.mlm_head.bias,
+            }
         if self.mlm_head.decoder_weight is not None:
             head["decoder.weight"] = self.mlm_head.decoder_weight
         parameter_names = {parameter: name for name, parameter in self.named_parameters(remove_duplicate=False)}
@@ -147,8 +165,36 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         return self.encoder_head_layout(name) if self.config.mlm_weight > 0 else None
 
     def load_heads_from_encoder_checkpoint(self, name_or_path: str | os.PathLike, **download) -> None:
-        """The checkpoint's MLM head, when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint)."""
-        self.load_mlm_head_from(name_or_path, **download)
+        """The checkpoint's MLM head, when it has one (a ``*ForMaskedLM`` or ``*ForPreTraining`` checkpoint; a
+        decoder's ``*ForCausalLM`` checkpoint, for its next-token head)."""
+        if self.predicts_next_token:
+            self.load_next_token_head_from(name_or_path, **download)
+        else:
+            self.load_mlm_head_from(name_or_path, **download)
+
+    def load_next_token_head_from(self, name_or_path: str | os.PathLike, **download) -> bool:
+        """Copy a decoder checkpoint's language-model head (``lm_head.weight`` of a ``*ForCausalLM`` checkpoint: the
+        one tensor read, not the model) into our `NextTokenHead`; returns whether the head is the checkpoint's (a
+        head tied to the input embeddings always is). A checkpoint of the bare decoder has none: the head starts at
+        random, with a warning, as masked next-token prediction needs the pretrained head."""
+        layout = self.masked_lm_layout()
+        if layout is not None and not layout.head_names:
+            return True  # tied to the input embeddings, loaded with the encoder
+        if layout is not None:
+            _, head = layout.from_checkpoint(read_named_weights(name_or_path, layout.head_names.values(), **download))
+            if set(head) == set(layout.head_names):
+                with torch.no_grad():
+                    self.mlm_head.decoder_weight.copy_(head["mlm_head.decoder_weight"])
+                return True
+        # unused without MLM (SimCSE on a decoder): said only when masked next-token prediction trains it
+        logger.log(
+            logging.WARNING if self.config.mlm_weight > 0 else logging.INFO,
+            "%s has no language-model head (a checkpoint of the bare decoder, not of its *ForCausalLM model): the "
+            "next-token head starts at random. Masked next-token prediction is meant to start from the pretrained "
+            "head: load the decoder's causal-LM checkpoint.",
+            name_or_path,
+        )
+        return False
 
     def load_mlm_head_from(self, name_or_path: str | os.PathLike, **download) -> bool:
         """Copy the MLM head of a pretrained ``*ForMaskedLM`` checkpoint into ours; returns whether it was found.
@@ -245,6 +291,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
     ) -> torch.Tensor:
         """Cross-entropy of the MLM head on the masked positions only (the logits of other tokens are never built).
         A ``(batch, num_views, length)`` batch (a masked copy of each view) counts as ``batch * num_views`` rows.
+        With `predicts_next_token`, each masked token is scored from the state of the position before it (a row's
+        first token, which nothing precedes, is not scored), as a causal-LM model's loss scores its labels.
 
         ``mlm_lengths`` (each row's real tokens) and ``mlm_positions`` (the masked tokens as flat indices into
         ``mlm_labels``), on the host (`host_data`): the collators give them, and then nothing is read back from the
@@ -259,6 +307,8 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             model.encoder, mlm_input_ids, mlm_attention_mask, None if mlm_lengths is None else host_array(mlm_lengths)
         )  # (T or B * L, h)
         if mlm_positions is None:  # found on the device: a boolean mask, whose size is read back
+            if self.predicts_next_token:  # each state's label: the next token's
+                mlm_labels = F.pad(mlm_labels[:, 1:], (0, 1), value=-100)
             labels = mlm_labels.reshape(-1) if packed is None else mlm_labels.reshape(-1)[packed.flat_index]
             masked = labels != -100
             if not masked.any():
@@ -266,10 +316,13 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
             logits = self.mlm_head(states[masked], self.get_input_embeddings().weight)  # (n_masked, vocab)
             return F.cross_entropy(logits.float(), labels[masked])
         positions = host_array(mlm_positions)  # (M,) flat indices into the (rows, L) labels
+        shift = int(self.predicts_next_token)  # a decoder's masked token is predicted by the state before it
+        if shift:
+            positions = positions[positions % width > 0]
         if len(positions) == 0:
             return self._no_masked_token(states)
         rows, columns = np.divmod(positions, width)
-        at = positions if packed is None else packed.host_starts[rows] + columns  # (M,) rows of `states`
+        at = (positions if packed is None else packed.host_starts[rows] + columns) - shift  # (M,) rows of `states`
         targets = mlm_labels.reshape(-1).index_select(0, to_device(positions, device))  # (M,)
         hidden = states.index_select(0, to_device(at, device))  # (M, h)
         logits = self.mlm_head(hidden, self.get_input_embeddings().weight)  # (M, vocab)
@@ -281,7 +334,9 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         """The MLM head's scores of every token, ``(B, L, vocab)`` (``(B, S, L, vocab)`` for a masked copy of each
         view), as `BertForMaskedLM` returns them: what evaluation's metrics read (training scores the masked tokens
         only, `compute_mlm_loss`). Padding positions, whose labels are -100, hold the scores of a zero state when
-        the batch is packed (`encoding_policy`), of the padding's state otherwise."""
+        the batch is packed (`encoding_policy`), of the padding's state otherwise. With `predicts_next_token`, the
+        scores at a position are those of the state before it (zeros at a row's first position), so that they are,
+        as a masked-LM model's, the scores of the position's own token."""
         shape = mlm_input_ids.shape
         input_ids = mlm_input_ids.reshape(-1, shape[-1])  # (rows, L)
         attention_mask = None if mlm_attention_mask is None else mlm_attention_mask.reshape(-1, shape[-1])
@@ -292,11 +347,18 @@ class ContrastiveForPreTraining(ContrastivePreTrainedModel):
         if packed is not None:  # the real tokens' states back at their padded positions, (rows * L, h)
             states = states.new_zeros(input_ids.numel(), states.shape[-1]).index_copy(0, packed.flat_index, states)
         logits = self.mlm_head(states, self.get_input_embeddings().weight)  # (rows * L, vocab)
+        if self.predicts_next_token:  # the scores of each position's token, from the state before it
+            logits = F.pad(logits.view(input_ids.shape[0], shape[-1], -1)[:, :-1], (0, 0, 1, 0))
         return logits.view(*shape, logits.shape[-1])
 
-    @staticmethod
-    def _mlm_loss_of_logits(logits: torch.Tensor, mlm_labels: torch.Tensor, mlm_positions=None) -> torch.Tensor:
+    def _mlm_loss_of_logits(self, logits: torch.Tensor, mlm_labels: torch.Tensor, mlm_positions=None) -> torch.Tensor:
         """Cross-entropy of `mlm_logits` on the masked tokens, the value `compute_mlm_loss` gives (0 without one)."""
+        if self.predicts_next_token:  # a row's first token is not scored: no state precedes it
+            mlm_labels = mlm_labels.clone()
+            mlm_labels[..., 0] = -100
+            if mlm_positions is not None:
+                positions = host_array(mlm_positions)
+                mlm_positions = positions[positions % mlm_labels.shape[-1] > 0]
         masked = len(host_array(mlm_positions)) if mlm_positions is not None else int((mlm_labels != -100).sum())
         if masked == 0:
             return logits.sum() * 0.0

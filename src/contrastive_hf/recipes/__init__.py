@@ -7,6 +7,7 @@
 ``dpr``        DPR (Karpukhin et al., 2020) with DensePhrases' pre-batch negatives: query/passage data
 ``sg_bert``    SG-BERT (Kim et al., 2021): self-guided losses, model and trainer
 ``multitask``  multitask fine-tuning with PCGrad (Yu et al., 2020)
+``llm2vec``    LLM2Vec (BehnamGhader et al., 2024): masked next-token prediction on a bidirectional decoder
 =============  ======================================================================
 
 The layout of every recipe's package:
@@ -28,7 +29,7 @@ The layout of every recipe's package:
 The rest of the package never names a recipe. `recipe_names` finds the package's recipes by their folders without
 importing them; `get_recipe` imports one by name and returns its registration (a user's recipe too, once its module
 is imported); a model card naming a method nobody has registered yet or describing a run of the core's parts (which
-CLEAR, SimCSE and DPR claim), and `recipe_for_model_type`, import them on demand.
+CLEAR, SimCSE, DPR and LLM2Vec claim), and `recipe_for_model_type`, import them on demand.
 """
 
 from __future__ import annotations

@@ -34,9 +34,10 @@ MODEL_CARDS = {MODEL_CARD["name"]: MODEL_CARD}
 
 def runs_clear(facts) -> bool:
     """A sentence encoder trained on the core's augmented views (`ContrastiveDataCollator`): any views but dropout
-    alone, or any views with MLM."""
+    alone, or dropout views with BERT's MLM (with a decoder's masked next-token prediction, LLM2Vec's run)."""
     views = facts.get("augmentation")
-    return facts.get("model_type") != "dual_encoder" and views is not None and (views != "dropout" or facts.get("mlm"))
+    bert_mlm = facts.get("mlm") and not facts.get("masked_next_token")
+    return facts.get("model_type") != "dual_encoder" and views is not None and (views != "dropout" or bert_mlm)
 
 
 register_recipe(__name__, cards=MODEL_CARDS, claims={"CLEAR": runs_clear})

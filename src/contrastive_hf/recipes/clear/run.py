@@ -56,6 +56,14 @@ class ViewArguments:
         metadata={"help": "For a paragraph per line: split each line into sentences, one example each."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked for MLM."})
+    mask_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "The token masked tokens become, one of the tokenizer's (default: its mask token). Decoder "
+            "tokenizers have none: LLM2Vec masks with '_'. A decoder's MLM is masked next-token prediction: each "
+            "masked token is predicted from the position before it, by the decoder's own language-model head."
+        },
+    )
     mlm_on_views: bool = field(
         default=False,
         metadata={
@@ -112,6 +120,8 @@ def build(arguments: tuple) -> SentenceEncoderRun:
             augmentation=view_args.augmentations,
             mlm=model.config.mlm_weight > 0,
             mlm_probability=view_args.mlm_probability,
+            mask_token=view_args.mask_token,
+            masked_next_token=model.predicts_next_token,
             mlm_on_views=view_args.mlm_on_views,
             view_settings=asdict(augmentation_args),
             synonyms=view_args.synonyms_file or model,  # used by 'subs' only
