@@ -189,3 +189,19 @@ def test_llm2vec_runs_both_steps_as_its_page_says(tmp_path):
     sentences = ["A man is playing a guitar.", "Rain."]
     np.testing.assert_allclose(served.encode(sentences), trained.encode(sentences), rtol=0, atol=1e-5)
     assert AutoTokenizer.from_pretrained(merged).mask_token is None  # the mask token was the collator's only
+
+
+def test_clear_on_a_decoder_trains_mntp_and_the_contrastive_loss_together(tmp_path):
+    """CLEAR's objective on a decoder (run_clear.py with a mask token): MNTP beside NT-Xent on word-deletion views,
+    both logged, the card naming CLEAR and the decoder's MLM as MNTP."""
+    folder = save_tiny_qwen2(tmp_path / "qwen2", causal_lm=True)
+    run = run_script("run_clear", [
+        "--model_name_or_path", folder, "--mask_token", "_", "--pooler_type", "last_token",
+        "--train_file", DEMO_DATA / "wiki1m_sample.txt", "--max_train_samples", "16",
+        "--per_device_train_batch_size", "8", "--max_steps", "2", "--max_seq_length", "32", "--use_cpu", "true",
+        "--report_to", "none", "--output_dir", tmp_path / "out",
+    ])  # fmt: skip
+    assert "mlm_loss" in run.output and "cl_loss" in run.output
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "| Method | CLEAR (Wu et al., 2020) |" in card
+    assert "| Objective | 1.0 x L_MNTP (masked next-token prediction) + 1.0 x L_CL (nt_xent" in card
