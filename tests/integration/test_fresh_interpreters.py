@@ -158,7 +158,7 @@ def test_each_recipe_registers_its_card_text_when_imported():
     assert after_recipes == ["DPR", "SG-BERT"]
     assert declutr_loaded is False  # nothing imported DeCLUTR, so nothing registered it
     assert clear_citation == "Wu et al., 2020"  # a card naming CLEAR: every recipe imported and registered
-    assert after_card == ["CLEAR", "DPR", "DeCLUTR", "SG-BERT", "SimCSE", "Supervised SimCSE"]
+    assert after_card == ["CLEAR", "DPR", "DeCLUTR", "LLM2Vec", "SG-BERT", "SimCSE", "Supervised SimCSE"]
 
 
 def test_after_import_contrastive_hf_alone(tokenizer, tmp_path):
