@@ -45,9 +45,8 @@ def pretrained_decoder(family, tokenizer, folder, **settings):
     """A decoder's causal-LM checkpoint from random weights, and `ContrastiveForPreTraining` wrapping it for MNTP."""
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(decoder_config(family, len(tokenizer))).save_pretrained(folder)
-    return ContrastiveForPreTraining.from_encoder_pretrained(
-        folder, mlm_weight=1.0, cl_weight=0.0, pooler_type="mean", projection_type="none", **settings
-    ).eval()
+    settings = {"mlm_weight": 1.0, "cl_weight": 0.0, "pooler_type": "mean", "projection_type": "none", **settings}
+    return ContrastiveForPreTraining.from_encoder_pretrained(folder, **settings).eval()
 
 
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
@@ -205,3 +204,26 @@ def test_clear_on_a_decoder_trains_mntp_and_the_contrastive_loss_together(tmp_pa
     card = (tmp_path / "out" / "README.md").read_text()
     assert "| Method | CLEAR (Wu et al., 2020) |" in card
     assert "| Objective | 1.0 x L_MNTP (masked next-token prediction) + 1.0 x L_CL (nt_xent" in card
+
+
+@pytest.mark.parametrize("chunk_size", [2, 4])
+def test_grad_cache_trains_mntp_and_the_contrastive_loss_of_a_decoder_as_one_full_batch_pass(
+    chunk_size, tokenizer, tmp_path
+):
+    """GradCache's chunks give a decoder's MNTP + InfoNCE step the full batch's losses and gradients: each chunk's
+    share of the masked tokens is exact because no first token is masked."""
+    from contrastive_hf.training.grad_cache import grad_cache_step
+
+    settings = dict(bidirectional_attention=True, cl_weight=1.0, contrastive_loss="info_nce")
+    reference = pretrained_decoder("qwen2", tokenizer, tmp_path / "a", **settings).train()
+    model = pretrained_decoder("qwen2", tokenizer, tmp_path / "b", **settings).train()
+    batch = mntp_batch(tokenizer)
+    expected = reference(**batch)
+    expected.loss.backward()
+    result = grad_cache_step(model, model, batch, chunk_size)
+    torch.testing.assert_close(result.mlm_loss, expected.mlm_loss.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(result.cl_loss, expected.cl_loss.detach(), rtol=1e-5, atol=1e-6)
+    theirs = dict(reference.named_parameters())
+    for name, parameter in model.named_parameters():
+        if parameter.grad is not None or theirs[name].grad is not None:
+            torch.testing.assert_close(parameter.grad, theirs[name].grad, rtol=1e-4, atol=1e-6, msg=name)
