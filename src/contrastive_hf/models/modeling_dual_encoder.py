@@ -241,6 +241,31 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
     # Embedding
     # ------------------------------------------------------------------------------------------------------------
 
+    def tower(self, route: str) -> tuple[PreTrainedModel, nn.Linear | None]:
+        """The encoder and projection that embed a route's texts (``"query"`` or ``"document"``, a
+        sentence-transformers Router's routes, `ROUTE_TOWERS`): the query tower's for both when the encoders are
+        shared."""
+        encoder_name, projection_name = ROUTE_TOWERS["query" if self.config.share_encoders else route]
+        return getattr(self, encoder_name), getattr(self, projection_name)
+
+    def embed_route(
+        self,
+        route: str,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        prompt_length: torch.Tensor | None = None,
+        lengths=None,
+    ) -> torch.Tensor:
+        """A route's vectors (`tower`): ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients, encoded as
+        the config's ``sub_batch_size`` says (`EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of
+        each are left out of the pooling when given; ``lengths`` ``(...)``: each text's real tokens, on the host
+        (`host_data`)."""
+        encoder, projection = self.tower(route)
+        return self.encoding_policy().embed(
+            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length, lengths
+        )
+
     def embed_queries(
         self,
         input_ids: torch.Tensor,
@@ -249,20 +274,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         prompt_length: torch.Tensor | None = None,
         lengths=None,
     ) -> torch.Tensor:
-        """Query vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients, encoded as the config's
-        ``sub_batch_size`` says (`EncodingPolicy`); the first ``prompt_length`` (``(...)``) tokens of each
-        are left out of the pooling when given; ``lengths`` ``(...)``: each text's real tokens, on the host
-        (`host_data`)."""
-        return self.encoding_policy().embed(
-            self.query_encoder,
-            self.pooler,
-            self.query_projection,
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            prompt_length,
-            lengths,
-        )
+        """Query vectors, with gradients (`embed_route` of ``"query"``)."""
+        return self.embed_route("query", input_ids, attention_mask, token_type_ids, prompt_length, lengths)
 
     def embed_passages(
         self,
@@ -272,13 +285,8 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         prompt_length: torch.Tensor | None = None,
         lengths=None,
     ) -> torch.Tensor:
-        """Passage vectors: ``(..., L)`` token ids -> ``(..., embedding_size)``, with gradients (encoding,
-        ``prompt_length`` and ``lengths``: as `embed_queries`)."""
-        encoder = self.query_encoder if self.passage_encoder is None else self.passage_encoder
-        projection = self.query_projection if self.config.share_encoders else self.passage_projection
-        return self.encoding_policy().embed(
-            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length, lengths
-        )
+        """Passage vectors, with gradients (`embed_route` of ``"document"``)."""
+        return self.embed_route("document", input_ids, attention_mask, token_type_ids, prompt_length, lengths)
 
     def embed_views(
         self,
@@ -435,17 +443,14 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
         (packed where the encoder can be); with the token states, in one padded pass."""
         if task not in (None, "query", "document", "passage"):
             raise ValueError(f"Unknown task {task!r} for a dual encoder: use 'query' or 'document'.")
-        query = task == "query"
-        encoder = self.query_encoder if query or self.passage_encoder is None else self.passage_encoder
-        projection = self.query_projection if query or self.config.share_encoders else self.passage_projection
+        route = "query" if task == "query" else "document"
         if return_token_states:
+            encoder, projection = self.tower(route)
             return encode_with(
                 encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length,
                 return_token_states=True,
             )  # fmt: skip
-        return self.encoding_policy().embed(
-            encoder, self.pooler, projection, input_ids, attention_mask, token_type_ids, prompt_length
-        )
+        return self.embed_route(route, input_ids, attention_mask, token_type_ids, prompt_length)
 
     def encode_queries(self, queries, tokenizer=None, batch_size: int = 64, max_length: int | None = 64, **kwargs):
         """Query vectors as a float32 tensor on the CPU (the 0.1 interface; `encode_query` is sentence-transformers'
@@ -527,12 +532,9 @@ class DualEncoderModel(DualEncoderPreTrainedModel):
                 normalize=self.config.normalize_embeddings,
             )
 
-        if self.config.share_encoders:
-            return {"": stack("query_encoder", "query_projection")}
-        return {
-            "query": stack("query_encoder", "query_projection"),
-            "document": stack("passage_encoder", "passage_projection"),
-        }
+        if self.config.share_encoders:  # one tower, no Router
+            return {"": stack(*ROUTE_TOWERS["query"])}
+        return {route: stack(*names) for route, names in ROUTE_TOWERS.items()}
 
     def _write_checkpoint(self, save_directory: str, state_dict: dict | None, max_shard_size) -> None:
         super()._write_checkpoint(save_directory, state_dict, max_shard_size)
