@@ -227,3 +227,19 @@ def test_grad_cache_trains_mntp_and_the_contrastive_loss_of_a_decoder_as_one_ful
     for name, parameter in model.named_parameters():
         if parameter.grad is not None or theirs[name].grad is not None:
             torch.testing.assert_close(parameter.grad, theirs[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["unsup", "sup"])
+def test_simcse_s_auxiliary_mlm_on_a_decoder_is_mntp(mode, tmp_path):
+    """run_simcse.py --do_mlm on a decoder: its auxiliary MLM is masked next-token prediction with --mask_token, on
+    dropout views (LLM2Vec's second and third steps in one run) and on NLI pairs."""
+    folder = save_tiny_qwen2(tmp_path / "qwen2", causal_lm=True)
+    data = DEMO_DATA / ("wiki1m_sample.txt" if mode == "unsup" else "nli_sample.csv")
+    run = run_script("run_simcse", [
+        "--mode", mode, "--model_name_or_path", folder, "--do_mlm", "true", "--mask_token", "_",
+        "--pooler_type", "mean", "--train_file", data, "--max_train_samples", "16", "--per_device_train_batch_size",
+        "8", "--max_steps", "2", "--max_seq_length", "32", "--use_cpu", "true", "--report_to", "none",
+        "--output_dir", tmp_path / "out",
+    ])  # fmt: skip
+    assert "mlm_loss" in run.output and "cl_loss" in run.output
+    assert " x L_MNTP (masked next-token prediction) + 1.0 x L_CL" in (tmp_path / "out" / "README.md").read_text()

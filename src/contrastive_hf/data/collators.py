@@ -549,6 +549,8 @@ class PairCollator:
         max_length: truncation length in tokens (SimCSE uses 32 for NLI).
         pad_to_multiple_of: pad lengths to a multiple of this.
         mlm, mlm_probability: the MLM copy of the anchors.
+        mask_token, masked_next_token: the token masked tokens become, and a decoder's masked next-token prediction
+            (as `ContrastiveDataCollator` takes them).
         seed: the seed the MLM draws derive from; None draws one.
         prompts, include_prompt: the model config's ``prompts`` and ``include_prompt``: the anchors are prefixed
             with the ``query`` prompt and the other columns with the ``document`` one, and with
@@ -562,6 +564,8 @@ class PairCollator:
     pad_to_multiple_of: int | None = None
     mlm: bool = False
     mlm_probability: float = 0.15
+    mask_token: str | None = None
+    masked_next_token: bool = False
     seed: int | None = None
     epoch: int = 0
     prompts: dict[str, str] | None = None
@@ -574,8 +578,7 @@ class PairCollator:
             )
         if self.tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token before building batches.")
-        if self.mlm and self.tokenizer.mask_token is None:
-            raise ValueError(f"MLM is on but {type(self.tokenizer).__name__} has no mask token; set mlm=False.")
+        self._mask_token_id = mask_token_id(self.tokenizer, self.mask_token) if self.mlm else None
         content_room(self.tokenizer, self.max_length)  # refuses a max_length that keeps no word
         if self.seed is None:
             self.seed = new_seed()
@@ -644,7 +647,10 @@ class PairCollator:
         if self.mlm:
             anchors = sentences.take(np.arange(0, len(sequences), num_views))
             keys = example_keys(self.seed, self.epoch, example_identities(features, anchors), MLM_VIEW)
-            batch.update(mlm_copy(anchors, keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of))
+            batch.update(
+                mlm_copy(anchors, keys, self.tokenizer, self.mlm_probability, self.pad_to_multiple_of,
+                         self._mask_token_id, self.masked_next_token)
+            )  # fmt: skip
         return batch
 
 

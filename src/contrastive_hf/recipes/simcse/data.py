@@ -14,6 +14,8 @@ def build_collator(
     pair_columns: list[str] | None = None,
     do_mlm: bool = False,
     mlm_probability: float = 0.15,
+    mask_token: str | None = None,
+    masked_next_token: bool = False,
     seed: int | None = None,
     prompts: dict[str, str] | None = None,
     include_prompt: bool = True,
@@ -21,7 +23,8 @@ def build_collator(
     """SimCSE's batches: two copies of each sentence (``unsup``; the encoder's dropout makes the views differ) or
     (anchor, positive[, hard negatives]) rows (``sup``), with an MLM copy of the anchors when ``do_mlm``; ``sup``
     prefixes the anchors with the ``query`` prompt and the other columns with the ``document`` one (the model
-    config's ``prompts`` and ``include_prompt``)."""
+    config's ``prompts`` and ``include_prompt``). ``mask_token`` and ``masked_next_token``: the MLM copy's mask token,
+    and a decoder's masked next-token prediction (`ContrastiveDataCollator`)."""
     from ...data.collators import ContrastiveDataCollator, PairCollator
 
     if mode == "unsup":
@@ -35,6 +38,8 @@ def build_collator(
             augmentation="dropout",
             mlm=do_mlm,
             mlm_probability=mlm_probability,
+            mask_token=mask_token,
+            masked_next_token=masked_next_token,
             max_length=max_length,
             seed=seed,
         )
@@ -44,6 +49,8 @@ def build_collator(
         max_length=max_length,
         mlm=do_mlm,
         mlm_probability=mlm_probability,
+        mask_token=mask_token,
+        masked_next_token=masked_next_token,
         seed=seed,
         prompts=prompts,
         include_prompt=include_prompt,

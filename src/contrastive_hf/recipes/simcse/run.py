@@ -166,6 +166,13 @@ class DataArguments(CorpusArguments):
         },
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens masked with --do_mlm."})
+    mask_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --do_mlm, the token masked tokens become, one of the tokenizer's (default: its mask token). "
+            "Decoder tokenizers have none: LLM2Vec masks with '_'; a decoder's MLM is masked next-token prediction."
+        },
+    )
     train_files: str | None = field(
         default=None,
         metadata={
@@ -249,6 +256,8 @@ def build(arguments: tuple) -> SentenceEncoderRun:
     collator_options = dict(
         do_mlm=model_args.do_mlm,
         mlm_probability=data_args.mlm_probability,
+        mask_token=data_args.mask_token,
+        masked_next_token=model.predicts_next_token,
         seed=training_args.seed,
         prompts=overrides.get("prompts") if data_args.mode == "unsup" else model.config.prompts,
         include_prompt=model.config.include_prompt,
