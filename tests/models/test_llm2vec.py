@@ -243,3 +243,31 @@ def test_simcse_s_auxiliary_mlm_on_a_decoder_is_mntp(mode, tmp_path):
     ])  # fmt: skip
     assert "mlm_loss" in run.output and "cl_loss" in run.output
     assert " x L_MNTP (masked next-token prediction) + 1.0 x L_CL" in (tmp_path / "out" / "README.md").read_text()
+
+
+# transformers' causal mask reads a padded batch's 2D mask back to see whether it can be dropped (masking_utils'
+# fast_all, twice a forward pass: the views' and the MLM copy's); a packed batch passes no such mask
+DECODER_SYNC_BUDGETS = {0: 4, "packed": 0}
+
+
+@pytest.mark.parametrize("sub_batch_size", list(DECODER_SYNC_BUDGETS))
+def test_a_decoder_s_mntp_and_contrastive_step_stays_within_its_host_sync_budget(sub_batch_size, tokenizer, tmp_path):
+    """The GPU contract of the other training steps (tests/training/test_host_syncs.py), for MNTP + InfoNCE on a
+    decoder: the masked tokens' positions shifted on the host, and no key/value cache built (transformers' decoders
+    fill one at every forward pass unless told not to: 8 host tensors a step before)."""
+    from datasets import Dataset
+
+    from contrastive_hf.training.trainer import ContrastiveTrainer
+
+    from helpers.steps import _arguments, syncs_of_a_step
+
+    model = pretrained_decoder("qwen2", tokenizer, tmp_path / "qwen2", cl_weight=1.0, contrastive_loss="info_nce",
+                               sub_batch_size=sub_batch_size).train()  # fmt: skip
+    collator = ContrastiveDataCollator(tokenizer, augmentation="dropout", mask_token="_", masked_next_token=True,
+                                       max_length=32, seed=0)  # fmt: skip
+    data = Dataset.from_dict({"text": (DEMO_DATA / "wiki1m_sample.txt").read_text().splitlines()[:64]})
+    trainer = ContrastiveTrainer(model=model, args=_arguments(tmp_path / "out"), train_dataset=data,
+                                 data_collator=collator)  # fmt: skip
+    counter = syncs_of_a_step(trainer)
+    assert counter.total <= DECODER_SYNC_BUDGETS[sub_batch_size], counter.where
+    assert not [where for where in counter.where if where.startswith("host tensor")], counter.where

@@ -21,6 +21,7 @@ from .packing import (
     length_sorted_groups,
     packed_encoder_forward,
     packing_unsupported_reason,
+    without_kv_cache,
 )
 from .prompts import mask_prompt_tokens
 
@@ -52,8 +53,9 @@ def encoder_inputs(
     output_hidden_states: bool = False,
 ) -> dict:
     """The keyword arguments of ``encoder``'s forward for ``(..., L)`` inputs, flattened to ``(N, L)``: an all-ones
-    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked, and for the
-    decoders of `MASK_POSITION_MODEL_TYPES` each token's position among its text's real tokens."""
+    attention mask when none is given, ``token_type_ids`` only when given, hidden states only when asked, no key/value
+    cache for a decoder (`without_kv_cache`), and for the decoders of `MASK_POSITION_MODEL_TYPES` each token's position
+    among its text's real tokens."""
     flat = lambda tensor: None if tensor is None else tensor.reshape(-1, tensor.shape[-1])  # noqa: E731
     input_ids, attention_mask, token_type_ids = flat(input_ids), flat(attention_mask), flat(token_type_ids)
     kwargs = {
@@ -65,6 +67,7 @@ def encoder_inputs(
         kwargs["token_type_ids"] = token_type_ids
     if output_hidden_states:
         kwargs["output_hidden_states"] = True
+    kwargs.update(without_kv_cache(encoder))
     if attention_mask is not None and getattr(encoder.config, "model_type", None) in MASK_POSITION_MODEL_TYPES:
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # on the device: no sync
     return kwargs

@@ -34,6 +34,7 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
 from .host_data import host_array, row_lengths, to_device
+from .masked_lm_checkpoint import is_decoder
 
 __all__ = [
     "PACKED_ATTENTION",
@@ -338,6 +339,13 @@ def packed_attention_forward(
     return packed_sequences.attend(query, key, value, scaling, dropout, sliding_window, causal), None
 
 
+def without_kv_cache(encoder) -> dict:
+    """The forward argument that keeps a decoder from building a key/value cache (``use_cache=False``; {} for an
+    encoder): a sentence encoder never generates, and transformers' decoders otherwise fill a cache at every forward
+    pass, a copy of every layer's keys and values, started from host tensors that make a GPU's host wait."""
+    return {"use_cache": False} if is_decoder(encoder.config) else {}
+
+
 def attends_causally(module: torch.nn.Module) -> bool:
     """Whether an attention module attends causally: a decoder's (its ``is_causal``), unless its model's config makes
     it attend both ways (``is_causal=False``, `configuration_contrastive.set_bidirectional_attention`)."""
@@ -634,7 +642,7 @@ def packed_encoder_forward(
         group_tokens=group_tokens,
         lengths=lengths,
     )
-    kwargs = {"packed_sequences": packed, "position_ids": packed.position_ids}
+    kwargs = {"packed_sequences": packed, "position_ids": packed.position_ids, **without_kv_cache(encoder)}
     if packed.token_type_ids is not None:
         kwargs["token_type_ids"] = packed.token_type_ids
     layer_types = set(getattr(encoder.config, "layer_types", None) or ())
