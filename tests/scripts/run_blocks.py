@@ -29,16 +29,17 @@ from transformers import modeling_utils  # noqa: F401  (transformers' lazy modul
 transformers.AutoModel  # noqa: B018
 
 
-def run_block(source: str | dict, cwd: str, log) -> int:
-    """``source`` (a block's text, or a script: see the module docstring) in a forked child, its output into
-    ``log``: the child's exit status."""
+def run_block(source: str | dict, cwd: str, log: str) -> int:
+    """``source`` (a block's text, or a script: see the module docstring) in a forked child, its output appended to
+    the file ``log``: the child's exit status."""
     pid = os.fork()
     if pid == 0:  # the child
         script = source if isinstance(source, dict) else None
         cwd = script.get("cwd", cwd) if script else cwd
         os.chdir(cwd)
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+        handle = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(handle, 1)
+        os.dup2(handle, 2)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         try:
@@ -64,12 +65,17 @@ def run_block(source: str | dict, cwd: str, log) -> int:
 
 def main(blocks_file: str, cwd: str, results_file: str) -> None:
     results = []
-    for source in json.loads(open(blocks_file).read()):
-        with tempfile.TemporaryFile("w+") as log:
+    with tempfile.TemporaryDirectory() as logs:
+        for index, source in enumerate(json.loads(open(blocks_file).read())):
+            # A file of its own, read through a handle of its own: a process the child started may outlive it and
+            # still write (multiprocessing's resource tracker warns at its exit), which must neither move where
+            # this read starts nor reach the next block's output.
+            log = os.path.join(logs, f"{index}.out")
             began = time.monotonic()
             status = run_block(source, cwd, log)
-            log.seek(0)
-            results.append({"status": status, "output": log.read(), "seconds": round(time.monotonic() - began, 1)})
+            seconds = round(time.monotonic() - began, 1)
+            with open(log, errors="replace") as output:
+                results.append({"status": status, "output": output.read(), "seconds": seconds})
     with open(results_file, "w") as handle:
         json.dump(results, handle)
 
