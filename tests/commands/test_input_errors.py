@@ -564,3 +564,14 @@ def test_resuming_a_multitask_run_with_other_task_weights_warns(tokenizer, tmp_p
         f"Resuming from {checkpoint} with settings other than the ones it was trained with: tasks.sst.loss_weight "
         "1.0 -> 2.0, task_schedule 'super_batch' -> 'random'."
     ) in caplog.text
+
+
+def test_run_multitask_names_a_pairs_file_without_query_and_positive_columns(checkpoint, tmp_path, capsys):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("premise,hypothesis\nA man plays.,Someone plays.\n")
+    arguments = ["--model_name_or_path", str(checkpoint), "--pairs_file", str(pairs),
+                 "--output_dir", str(tmp_path / "out"), "--report_to", "none", "--use_cpu", "true"]  # fmt: skip
+    error = usage_error("run_multitask", arguments, capsys).splitlines()[-1]  # after datasets' progress bar
+    assert error.startswith("run_multitask.py: error: PairCollator needs columns anchor,positive,hard_negative or ")
+    assert error.endswith(f"the features have ['hypothesis', 'premise']. Name the columns of {pairs} so (e.g. sent0, "
+                          "sent1, hard_neg).")  # fmt: skip

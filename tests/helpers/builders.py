@@ -17,6 +17,7 @@ from contrastive_hf.data.collators import ContrastiveDataCollator
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
 from contrastive_hf.models.modeling_multitask import MultitaskModel, TaskSpec
+from contrastive_hf.models.objectives import InfoNCELoss
 from contrastive_hf.models.prebatch_queue import PrebatchQueue
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
 from contrastive_hf.recipes.multitask.trainer import MultitaskTrainer, MultitaskTrainingArguments
@@ -236,7 +237,20 @@ def multitask_toy_data(size: int, seed: int = 0) -> dict[str, datasets.Dataset]:
     }
 
 
-def multitask_trainer(model, tokenizer, tmp_path, data=None, **overrides) -> MultitaskTrainer:
+class CountedInfoNCE(InfoNCELoss):
+    """InfoNCE under a name of its own, counting the batches it scores (a loss a user registers or hands the
+    trainer)."""
+
+    name = "counted_info_nce"
+    description = "InfoNCE, counted (a test's)"
+    calls = 0
+
+    def compute(self, views):
+        self.calls += 1
+        return super().compute(views)
+
+
+def multitask_trainer(model, tokenizer, tmp_path, data=None, loss=None, **overrides) -> MultitaskTrainer:
     settings = dict(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=4,
@@ -260,6 +274,7 @@ def multitask_trainer(model, tokenizer, tmp_path, data=None, **overrides) -> Mul
         train_dataset=data,
         eval_dataset=data,
         processing_class=tokenizer,
+        loss=loss,
     )
 
 

@@ -15,6 +15,7 @@ from contrastive_hf import ContrastiveConfig, ContrastiveForPreTraining, Contras
 from contrastive_hf.models.modeling_multitask import MultitaskModel
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, tiny_bert_config
+from helpers.builders import SNLI_TRIPLES
 from helpers.in_process import run_script
 from helpers.launching import two_processes
 from helpers.saved_files import assert_holds_none, every_file, local_paths
@@ -52,7 +53,8 @@ def test_run_multitask_trains_evaluates_and_saves_on_the_real_data(one_process_r
     assert "same head outputs" in log and "gives the trained embeddings" in log  # the script's reload checks
     assert "After training:\n  sst_loss" in result.stdout and "SentenceTransformer(" in result.stdout  # shared end
     metrics = json.loads((output_dir / "eval_results.json").read_text())
-    for key in ("eval_sst_accuracy", "eval_mrpc_accuracy", "eval_mrpc_f1", "eval_stsb_spearman", "eval_average"):
+    keys = ("eval_sst_accuracy", "eval_mrpc_accuracy", "eval_mrpc_f1", "eval_stsb_spearman", "eval_pairs_accuracy")
+    for key in (*keys, "eval_average"):
         assert key in metrics and f"{key}_before" not in metrics  # no --eval_on_start: no figures before training
     assert 0 <= metrics["eval_sst_accuracy"] <= 100 and -100 <= metrics["eval_stsb_spearman"] <= 100
     test = json.loads((output_dir / "test_results.json").read_text())
@@ -72,6 +74,7 @@ def run_multitask(tmp_path, model_dir, output_name, *extra, launcher=()):
         "--sst_dir", str(TEST_DATA / "senteval" / "SST" / "Binary"),
         "--mrpc_dir", str(TEST_DATA / "senteval" / "MRPC"),
         "--stsb_dir", str(TEST_DATA / "sts" / "stsbenchmark"),
+        "--pairs_file", str(SNLI_TRIPLES), "--contrastive_loss", "info_nce",
         "--max_train_samples", "32", "--max_eval_samples", "24", "--max_seq_length", "32",
         "--max_steps", "3", "--logging_steps", "1",
         "--task_schedule", "super_batch", "--pcgrad", "true",

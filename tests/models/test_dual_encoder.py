@@ -15,13 +15,14 @@ import contrastive_hf.models.objectives as objectives
 from contrastive_hf.models.configuration_contrastive import EMBEDDING_FIELDS, ContrastiveConfig
 from contrastive_hf.models.configuration_dual_encoder import DualEncoderConfig
 from contrastive_hf.models.modeling_dual_encoder import DualEncoderModel
-from contrastive_hf.models.objectives import InfoNCELoss, register_loss, unregister_loss
+from contrastive_hf.models.objectives import register_loss, unregister_loss
 from contrastive_hf.recipes.dpr import QueryPassageCollator, tokenize_query_passage_pairs
 from contrastive_hf.training.trainer import ContrastiveTrainer
 
 from conftest import tiny_bert_config
 from helpers.builders import (
     DUAL_ENCODER_VOCAB,
+    CountedInfoNCE,
     make_dual_encoder,
     make_dual_encoder_trainer,
     queue_holding,
@@ -305,18 +306,6 @@ def test_prebatch_queue_adds_the_previous_batches_passages_as_negatives(tokenize
     assert seen == [15.0, 23.0, 31.0, 31.0]
     logged = [entry["negatives_per_query"] for entry in trainer.state.log_history if "negatives_per_query" in entry]
     assert logged == seen
-
-
-class CountedInfoNCE(InfoNCELoss):
-    """InfoNCE under a name of its own, counting the batches it scores (a loss a user hands the trainer)."""
-
-    name = "counted_info_nce"
-    description = "InfoNCE, counted (a test's)"
-    calls = 0
-
-    def compute(self, views):
-        self.calls += 1
-        return super().compute(views)
 
 
 def test_a_loss_handed_to_the_trainer_trains_both_towers_and_the_card_names_it(tokenizer, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -23,6 +24,7 @@ from contrastive_hf.models.modeling_multitask import (
     PairHead,
     TaskSpec,
 )
+from contrastive_hf.models.objectives import InfoNCELoss, register_loss, unregister_loss
 from contrastive_hf.recipes.multitask import (
     MultitaskBatchSampler,
     MultitaskCollator,
@@ -34,7 +36,14 @@ from contrastive_hf.recipes.multitask.pcgrad import combine_task_gradients, rand
 from contrastive_hf.recipes.multitask.trainer import check_pcgrad_setup, task_metrics
 
 from conftest import TEST_DATA, tiny_bert_config
-from helpers.builders import MULTITASK_TASKS, multitask_toy_data, multitask_trainer, tiny_multitask_model
+from helpers.builders import (
+    MULTITASK_TASKS,
+    CountedInfoNCE,
+    multitask_toy_data,
+    multitask_trainer,
+    snli_triples,
+    tiny_multitask_model,
+)
 
 # ---- Task specs, heads, model ----
 
@@ -132,6 +141,82 @@ def test_contrastive_checkpoints_and_plain_encoders_become_the_shared_encoder(to
     reference = BertModel.from_pretrained(tmp_path / "bert").state_dict()
     for name, weight in plain.contrastive.encoder.state_dict().items():
         torch.testing.assert_close(weight, reference[name])
+
+
+# ---- A contrastive task ----
+
+NLI = TaskSpec("nli", "contrastive", loss_weight=0.5)
+
+
+def nli_model(tokenizer, **loss) -> MultitaskModel:
+    """SST-2's head and a contrastive task on one tiny encoder whose config names the loss (``loss``)."""
+    torch.manual_seed(0)
+    encoder = tiny_bert_config(vocab_size=len(tokenizer), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = ContrastiveConfig(encoder=encoder, pooler_type="mean", **loss)
+    return MultitaskModel.from_sentence_encoder(contrastive_hf.ContrastiveModel(config), [MULTITASK_TASKS[0], NLI])
+
+
+def test_a_contrastive_task_is_sentence_transformers_ranking_loss_on_the_shared_embeddings(tokenizer):
+    """MultipleNegativesRankingLoss as sentence-transformers defines it (cross-entropy of scale x cosine of each
+    anchor with every positive, then every hard negative, of the batch), on SNLI triples; no head, no labels."""
+    assert (NLI.head, NLI.num_labels, NLI.is_pair) == ("none", 0, True)
+    with pytest.raises(ValueError, match=r"Task 'nli' \(contrastive\) cannot use head 'cosine'; choose one of none"):
+        TaskSpec("nli", "contrastive", head="cosine")
+    model = nli_model(tokenizer, contrastive_loss="info_nce", temperature=0.05).eval()
+    assert "nli" not in model.heads and isinstance(model.loss_fn, InfoNCELoss)
+    rows = [{"sent0": r["query"], "sent1": r["positive"], "hard_neg": r["hard_negative"]} for r in snli_triples(8)]
+    batch = TaskCollator(tokenizer, NLI)(rows)
+    assert batch["input_ids"].shape[:2] == (8, 3) and torch.equal(batch["labels"], torch.arange(8))
+    output = model(**batch)
+    embeddings = model.embed(batch["input_ids"], batch["attention_mask"])  # (8, 3, d)
+    candidates = torch.cat([embeddings[:, 1], embeddings[:, 2]])  # every positive, then every hard negative
+    scores = 20.0 * F.cosine_similarity(embeddings[:, 0, None], candidates[None], dim=-1)  # scale = 1 / 0.05
+    torch.testing.assert_close(output.loss, F.cross_entropy(scores, torch.arange(8)))
+    hits = (scores.argmax(dim=1) == torch.arange(8)).float()[:, None]
+    torch.testing.assert_close(output.logits, hits)
+    accuracy = task_metrics(NLI, output.logits.numpy(), batch["labels"].numpy())["accuracy"]
+    assert accuracy == pytest.approx(100.0 * hits.mean().item())
+    # in task_batches beside a labelled task, weighted; a contrastive batch needs no labels
+    sst = TaskCollator(tokenizer, MULTITASK_TASKS[0], add_task_name=False)(multitask_toy_data(8)["sst"])
+    unlabelled = {key: value for key, value in batch.items() if key not in ("task", "labels")}
+    together = model(task_batches={"sst": sst, "nli": unlabelled})
+    torch.testing.assert_close(together.loss, model(task="sst", **sst).loss + 0.5 * output.loss)
+    with pytest.raises(ValueError, match=r"Task 'nli' \(contrastive\) takes input_ids of shape \(batch, 2 \+ hard"):
+        model(task="nli", input_ids=sst["input_ids"])
+
+
+def test_a_registered_loss_trains_the_contrastive_task_and_the_checkpoint_keeps_its_name(tokenizer, tmp_path):
+    """A loss of one's own is one class and one registration: the encoder config's contrastive_loss (run_multitask's
+    --contrastive_loss) builds it, it trains the multitask model, and the saved model names it and loads with it."""
+    data = {"sst": multitask_toy_data(8)["sst"], "nli": datasets.Dataset.from_list(snli_triples(8))}
+    register_loss(CountedInfoNCE)
+    try:
+        model = nli_model(tokenizer, contrastive_loss="counted_info_nce", temperature=0.1)
+        assert isinstance(model.loss_fn, CountedInfoNCE) and model.loss_fn.temperature == 0.1
+        trainer = multitask_trainer(model, tokenizer, tmp_path, data=data, max_steps=2)
+        trainer.train()
+        assert model.loss_fn.calls == 2  # once a step: super_batch holds a batch of every task
+        model.save_pretrained(tmp_path / "saved")
+        reloaded = MultitaskModel.from_pretrained(tmp_path / "saved")
+        assert reloaded.config.contrastive.contrastive_loss == "counted_info_nce"
+        assert isinstance(reloaded.loss_fn, CountedInfoNCE)
+    finally:
+        unregister_loss("counted_info_nce")
+    assert MultitaskModel.from_pretrained(tmp_path / "saved").loss_fn is None  # loads and encodes without it
+    metrics = trainer.evaluate()
+    assert 0 <= metrics["eval_nli_accuracy"] <= 100 and "eval_nli_loss" in metrics
+
+
+def test_a_loss_handed_to_the_multitask_trainer_trains_the_contrastive_task(tokenizer, tmp_path):
+    data = {"sst": multitask_toy_data(8)["sst"], "nli": datasets.Dataset.from_list(snli_triples(8))}
+    loss = CountedInfoNCE(temperature=0.2)
+    model = nli_model(tokenizer)
+    trainer = multitask_trainer(model, tokenizer, tmp_path, data=data, max_steps=1, loss=loss)
+    assert model.loss_fn is loss
+    trainer.train()
+    assert loss.calls == 1
+    with pytest.raises(ValueError, match=r"loss=\.\.\.\) is the contrastive tasks' loss, and this model has none"):
+        multitask_trainer(tiny_multitask_model(tokenizer), tokenizer, tmp_path, loss=InfoNCELoss())
 
 
 # ---- Collators ----

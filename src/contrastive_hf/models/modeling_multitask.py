@@ -8,11 +8,16 @@ embeddings (as in the CS224N minBERT multitask projects, and SBERT's fine-tuning
   [u, v, abs(u - v)] (SBERT's) or `uv_absdiff_product` [u, v, abs(u - v), u * v] (InferSent's); cross-entropy.
 - `pair_regression` (e.g. STS-B): `cosine`, cos(u, v) with no parameters (SBERT's STS-B recipe), or a pair-feature
   head with one output; mean-squared error.
+- `contrastive` (e.g. NLI entailment pairs, with or without a hard negative): no head; the encoder config's
+  registered in-batch loss (``contrastive_loss``, its temperature and similarity: `models.objectives`), as
+  sentence-transformers trains pairs beside other objectives with MultipleNegativesRankingLoss. Its figure is the
+  in-batch top-1 accuracy: how often a query's own positive scores highest among the batch's passages.
 
-The two sentences of a pair are encoded separately by the same encoder (a siamese network), as a ``(batch, 2,
-length)`` batch. `MultitaskModel.save_pretrained` writes the whole model (encoder and heads; reload it with
-`MultitaskModel.from_pretrained`), and `save_sentence_encoder` writes the encoder alone as a normal contrastive_hf
-checkpoint, which loads with `AutoModel`, `SentenceTransformer` and fine-tuning scripts like any other.
+The two sentences of a pair (and a contrastive task's hard negatives) are encoded separately by the same encoder (a
+siamese network), as a ``(batch, 2 or more, length)`` batch. `MultitaskModel.save_pretrained` writes the whole model
+(encoder and heads; reload it with `MultitaskModel.from_pretrained`), and `save_sentence_encoder` writes the encoder
+alone as a normal contrastive_hf checkpoint, which loads with `AutoModel`, `SentenceTransformer` and fine-tuning
+scripts like any other.
 
 The model lives here, with every other model type a checkpoint names, so that ``import contrastive_hf`` registers it
 with the Auto classes; the recipe (`contrastive_hf.recipes.multitask`) keeps the task datasets, collators and batch
@@ -37,7 +42,9 @@ from .checkpoint_contents import checkpoint_model_type
 from .checkpoint_files import save_tokenizer
 from .configuration_contrastive import ContrastiveConfig, without_sub_config_paths
 from .heads import init_weights
+from .losses import similarity_logits
 from .modeling_contrastive import ContrastiveModel
+from .objectives import ContrastiveLoss, build_loss, build_registered_loss
 from .transformers_compat import SubConfigSpec, build_sub_config
 
 __all__ = [
@@ -55,10 +62,15 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-TASK_TYPES = ("classification", "pair_classification", "pair_regression")
+TASK_TYPES = ("classification", "pair_classification", "pair_regression", "contrastive")
 PAIR_FEATURES = {"concat": 2, "uv_absdiff": 3, "uv_absdiff_product": 4}  # head -> how many d-sized parts
-HEAD_TYPES = ("linear", *PAIR_FEATURES, "cosine")
-DEFAULT_HEADS = {"classification": "linear", "pair_classification": "uv_absdiff", "pair_regression": "cosine"}
+HEAD_TYPES = ("linear", *PAIR_FEATURES, "cosine", "none")
+DEFAULT_HEADS = {
+    "classification": "linear",
+    "pair_classification": "uv_absdiff",
+    "pair_regression": "cosine",
+    "contrastive": "none",
+}
 
 
 @dataclass
@@ -68,10 +80,12 @@ class TaskSpec:
     Args:
         name: the task's key in batches, metrics (``eval_<name>_accuracy``) and the head's module name; letters,
             digits and underscores.
-        type: `classification` (one sentence), `pair_classification` or `pair_regression` (two sentences).
-        num_labels: number of classes (classification types); regression has one output.
+        type: `classification` (one sentence), `pair_classification` or `pair_regression` (two sentences), or
+            `contrastive` (a query, its positive and any hard negatives, scored by the in-batch loss).
+        num_labels: number of classes (classification types); regression has one output, a contrastive task none.
         head: `linear` (classification), `concat`, `uv_absdiff`, `uv_absdiff_product` or `cosine` (pairs; cosine
-            for regression only). Default: `linear`, `uv_absdiff` or `cosine` by type.
+            for regression only), `none` (contrastive). Default: `linear`, `uv_absdiff`, `cosine` or `none` by
+            type.
         loss_weight: the task's weight in the summed loss (and in PCGrad's per-task gradients).
     """
 
@@ -90,6 +104,8 @@ class TaskSpec:
             self.head = DEFAULT_HEADS[self.type]
         if self.type == "pair_regression":
             self.num_labels = 1
+        elif self.type == "contrastive":
+            self.num_labels = 0
         elif self.num_labels < 2:
             raise ValueError(
                 f"Task {self.name!r}: a classification task needs num_labels >= 2, got {self.num_labels}."
@@ -98,6 +114,7 @@ class TaskSpec:
             "classification": ("linear",),
             "pair_classification": tuple(PAIR_FEATURES),
             "pair_regression": (*PAIR_FEATURES, "cosine"),
+            "contrastive": ("none",),
         }[self.type]
         if self.head not in allowed:
             raise ValueError(
@@ -113,6 +130,10 @@ class TaskSpec:
     @property
     def is_regression(self) -> bool:
         return self.type == "pair_regression"
+
+    @property
+    def is_contrastive(self) -> bool:
+        return self.type == "contrastive"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -180,7 +201,8 @@ class MultitaskOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*):
             One task: its loss. Several (``task_batches``): the sum of ``loss_weight * loss`` over the tasks.
         logits (`torch.FloatTensor` of shape `(batch_size, num_labels)`, *optional*):
-            One task: the head's outputs (`(batch_size, 1)` for regression: the predicted score).
+            One task: the head's outputs (`(batch_size, 1)` for regression: the predicted score; for a contrastive
+            task, 1.0 where a query's own positive scored highest among the batch's passages, else 0.0).
         task_losses (`dict[str, torch.FloatTensor]`, *optional*):
             Several tasks: each task's unweighted loss.
         task_logits (`dict[str, torch.FloatTensor]`, *optional*):
@@ -234,6 +256,15 @@ class CosineSimilarityHead(nn.Module):
         with torch.autocast(device_type=embeddings.device.type, enabled=False):
             embeddings = embeddings.float()
             return F.cosine_similarity(embeddings[:, 0], embeddings[:, 1], dim=-1).unsqueeze(-1)
+
+
+def in_batch_hits(embeddings: torch.Tensor, similarity: str) -> torch.Tensor:
+    """``(B, 1)``: 1.0 where query i's own positive (``embeddings[i, 1]``) scores highest among every passage of the
+    batch (each row's views 1..: the positives and hard negatives), else 0.0; ``embeddings`` ``(B, S, d)``."""
+    queries, passages = embeddings[:, 0], embeddings[:, 1:].reshape(-1, embeddings.shape[-1])  # (B, d), (B(S-1), d)
+    best = similarity_logits(queries.detach(), passages.detach(), similarity, 1.0).argmax(dim=1)  # (B,)
+    own = torch.arange(embeddings.shape[0], device=embeddings.device) * (embeddings.shape[1] - 1)
+    return (best == own).float().unsqueeze(-1)
 
 
 def _build_head(spec: TaskSpec, embedding_size: int, dropout: float) -> nn.Module:
@@ -295,7 +326,12 @@ class MultitaskModel(PreTrainedModel):
         if dropout is None:
             dropout = getattr(config.contrastive.encoder, "hidden_dropout_prob", 0.1)
         size = config.contrastive.embedding_size
-        self.heads = nn.ModuleDict({name: _build_head(spec, size, dropout) for name, spec in self.task_specs.items()})
+        self.heads = nn.ModuleDict(
+            {name: _build_head(spec, size, dropout) for name, spec in self.task_specs.items() if spec.head != "none"}
+        )
+        # the contrastive tasks' loss: the encoder config's registered loss (None until it is registered)
+        contrastive = any(spec.is_contrastive for spec in self.task_specs.values())
+        self.loss_fn: ContrastiveLoss | None = build_registered_loss(config.contrastive) if contrastive else None
         self.post_init()
 
     @torch.no_grad()
@@ -341,16 +377,27 @@ class MultitaskModel(PreTrainedModel):
         embedded = self.contrastive.embed(input_ids, attention_mask, token_type_ids, project=project, lengths=lengths)
         return embedded.pooler_output
 
-    def _task_forward(self, task: str, input_ids, attention_mask, token_type_ids, labels, lengths=None):
+    def _task_forward(
+        self, task: str, input_ids, attention_mask, token_type_ids, labels, lengths=None, sentence_ids=None
+    ):
         if task not in self.task_specs:
             raise ValueError(f"Unknown task {task!r}; this model has {', '.join(self.task_specs)}.")
         spec = self.task_specs[task]
         expected = 3 if spec.is_pair else 2
         if input_ids is None or input_ids.dim() != expected:
-            shape = "(batch, 2, length)" if spec.is_pair else "(batch, length)"
+            shape = {"classification": "(batch, length)", "contrastive": "(batch, 2 + hard negatives, length)"}
             got = None if input_ids is None else tuple(input_ids.shape)
-            raise ValueError(f"Task {task!r} ({spec.type}) takes input_ids of shape {shape}, got {got}.")
-        logits = self.heads[task](self.embed(input_ids, attention_mask, token_type_ids, lengths))
+            raise ValueError(
+                f"Task {task!r} ({spec.type}) takes input_ids of shape "
+                f"{shape.get(spec.type, '(batch, 2, length)')}, got {got}."
+            )
+        embeddings = self.embed(input_ids, attention_mask, token_type_ids, lengths)
+        if spec.is_contrastive:
+            if self.loss_fn is None:  # registered since the model was built, or the registry's error naming it
+                self.loss_fn = build_loss(self.config.contrastive)
+            loss, _ = self.loss_fn(embeddings, sentence_ids)
+            return loss, in_batch_hits(embeddings, self.loss_fn.similarity)
+        logits = self.heads[task](embeddings)
         loss = None
         if labels is not None:
             if spec.is_regression:
@@ -368,20 +415,25 @@ class MultitaskModel(PreTrainedModel):
         labels: torch.Tensor | None = None,
         task_batches: Mapping[str, Mapping[str, torch.Tensor]] | None = None,
         input_lengths=None,
+        sentence_ids: torch.Tensor | None = None,
         return_dict: bool | None = None,
     ) -> MultitaskOutput | tuple:
         r"""
         task (`str`):
             The task of a one-task batch.
         input_ids (`torch.LongTensor` of shape `(batch_size, length)`, or `(batch_size, 2, length)` for pairs):
-            Token ids of the sentences.
+            Token ids of the sentences (`(batch_size, 2 + k, length)` for a contrastive task: query, positive, k hard
+            negatives).
         labels (`torch.LongTensor` or `torch.FloatTensor` of shape `(batch_size,)`, *optional*):
-            Class indices, or target scores for regression.
+            Class indices, or target scores for regression; a contrastive task needs none (its positives are its
+            views 1), and `TaskCollator` gives it each query's row.
         task_batches (`dict[str, dict[str, torch.Tensor]]`, *optional*):
             Several tasks at once, ``{task: {"input_ids": ..., "attention_mask": ..., "labels": ...}}``, instead of
             ``task`` and its tensors; each batch needs its labels.
         input_lengths (numpy array of shape `(batch_size,)` or `(batch_size, 2)`, *optional*):
             Each sentence's real tokens, on the host (`TaskCollator` gives them; `models.host_data`).
+        sentence_ids (`torch.LongTensor` of shape `(batch_size, 2 + k)`, *optional*):
+            A contrastive task's content ids of its texts: a text equal to a query's own is not its negative.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if task_batches is not None:
@@ -389,15 +441,17 @@ class MultitaskModel(PreTrainedModel):
                 raise ValueError("Pass either task_batches (several tasks) or task and input_ids (one), not both.")
             losses, logits, total = {}, {}, None
             for name, batch in task_batches.items():
-                if batch.get("labels") is None:
+                spec = self.task_specs.get(name)
+                if batch.get("labels") is None and not (spec is not None and spec.is_contrastive):
                     raise ValueError(f"task_batches[{name!r}] has no labels: task_batches is for training.")
                 loss, logits[name] = self._task_forward(
                     name,
                     batch["input_ids"],
                     batch.get("attention_mask"),
                     batch.get("token_type_ids"),
-                    batch["labels"],
+                    batch.get("labels"),
                     batch.get("input_lengths"),
+                    batch.get("sentence_ids"),
                 )
                 losses[name] = loss
                 weighted = self.task_specs[name].loss_weight * loss
@@ -406,7 +460,9 @@ class MultitaskModel(PreTrainedModel):
         else:
             if task is None:
                 raise ValueError("Say which task the batch is for: model(task=..., input_ids=...).")
-            loss, logits = self._task_forward(task, input_ids, attention_mask, token_type_ids, labels, input_lengths)
+            loss, logits = self._task_forward(
+                task, input_ids, attention_mask, token_type_ids, labels, input_lengths, sentence_ids
+            )
             output = MultitaskOutput(loss=loss, logits=logits)
         return output if return_dict else output.to_tuple()
 

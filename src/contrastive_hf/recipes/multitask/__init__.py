@@ -1,4 +1,5 @@
-"""Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads) with PCGrad (Yu et al., 2020).
+"""Multitask fine-tuning of one sentence encoder (minBERT's SST-2 / MRPC / STS-B heads, and contrastive tasks trained
+with any registered in-batch loss) with PCGrad (Yu et al., 2020).
 
 ``data``: task datasets, collators and the batch schedules; ``trainer``: `MultitaskTrainer`; ``pcgrad``: the gradient
 projection; ``run``: the script (``examples/run_multitask.py``, ``python -m contrastive_hf.recipes multitask``). In

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ...data.batch_groups import GroupedBatchSampler, GroupedDataset
+from ...data.collators import PairCollator
 from ...models.host_data import host
 from ...models.modeling_multitask import TaskSpec
 
@@ -59,24 +60,35 @@ class MultitaskDataset(GroupedDataset):
 class TaskCollator:
     """Tokenizes and pads one task's examples: ``sentence`` -> ``input_ids (B, L)``, or ``sentence1, sentence2`` ->
     ``input_ids (B, 2, L)`` (both sentences padded to one length), plus ``attention_mask`` and ``labels`` (float
-    for regression). With ``add_task_name`` the batch also carries ``task`` (what `MultitaskModel.forward` reads)."""
+    for regression). A contrastive task's rows (query, positive, hard negatives: the columns `PairCollator` finds,
+    e.g. SimCSE's ``sent0, sent1, hard_neg``) are `PairCollator`'s batches ``(B, 2 + k, L)`` with their
+    ``sentence_ids``, and ``labels`` each query's row. With ``add_task_name`` the batch also carries ``task`` (what
+    `MultitaskModel.forward` reads)."""
 
     def __init__(self, tokenizer, spec: TaskSpec, max_length: int | None = 128, add_task_name: bool = True):
         self.tokenizer = tokenizer
         self.spec = spec
         self.max_length = max_length
         self.add_task_name = add_task_name
+        self._pairs = PairCollator(tokenizer, max_length=max_length, seed=0) if spec.is_contrastive else None
 
     def card_description(self) -> dict:
         """What a model card says about these batches (a multitask run ends with the Trainer's own card)."""
+        if self._pairs is not None:
+            return {"views": f"{self._pairs.card_description()['views']} (the task {self.spec.name!r})"}
         return {"views": f"none: labelled examples of the task {self.spec.name!r}"}
 
-    def hard_negatives_in_batches(self, dataset) -> None:
-        """No contrastive loss, so no negatives to ask about (`training.sanity`): None."""
-        return None
+    def hard_negatives_in_batches(self, dataset) -> bool | None:
+        """Whether a contrastive task's batches give each query hard negatives (`training.sanity` asks); None for
+        the other tasks, which have no negatives."""
+        return None if self._pairs is None else self._pairs.hard_negatives_in_batches(dataset)
 
     def __call__(self, examples: Sequence[Mapping]) -> dict:
         spec = self.spec
+        if self._pairs is not None:
+            batch = self._pairs(examples)
+            batch["labels"] = torch.arange(len(examples))  # each query's positive is its own row's
+            return {"task": spec.name, **batch} if self.add_task_name else batch
         columns = ("sentence1", "sentence2") if spec.is_pair else ("sentence",)
         missing = [column for column in (*columns, "label") if column not in examples[0]]
         if missing:
@@ -120,7 +132,7 @@ class MultitaskCollator:
         return {"views": "none: labelled examples of the tasks " + ", ".join(map(repr, self.collators))}
 
     def hard_negatives_in_batches(self, dataset) -> None:
-        """No contrastive loss, so no negatives to ask about (`training.sanity`): None."""
+        """None (`training.sanity` asks): the tasks' batches differ; `TaskCollator` answers for one task."""
         return None
 
     def __call__(self, examples: Sequence[Mapping]) -> dict[str, dict]:

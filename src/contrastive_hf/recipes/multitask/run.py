@@ -1,7 +1,8 @@
-"""The multitask script (``examples/run_multitask.py``, ``python -m contrastive_hf.recipes multitask``): its
-arguments, `build` (the task data in SentEval's layouts, the task specs, the multitask model from a plain encoder, a
-contrastive_hf checkpoint or a multitask checkpoint, and the collator), and the end of the run: the dev figures before
-and after, and the check that the saved multitask model and its sentence encoder give what the trained one gives."""
+"""The multitask script (``examples/run_multitask.py``, ``python -m contrastive_hf.recipes multitask``): its arguments,
+`build` (the task data in SentEval's layouts and a pairs file for a contrastive task, the task specs, the multitask
+model from a plain encoder, a contrastive_hf checkpoint or a multitask checkpoint, and the collator), and the end of
+the run: the dev figures before and after, and the check that the saved multitask model and its sentence encoder give
+what the trained one gives."""
 
 from __future__ import annotations
 
@@ -14,18 +15,22 @@ import torch
 from transformers import AutoTokenizer
 from transformers.integrations import unset_hf_deepspeed_config
 
-from ...commands.arguments import AdapterArguments, LoadingArguments
-from ...commands.errors import UsageError
+from ...commands.arguments import AdapterArguments, LoadingArguments, loss_help
+from ...commands.errors import UsageError, as_usage_error
 from ...commands.loading import with_lora_adapter
 from ...commands.reload_check import ReloadReference, loading_instructions, trained_embeddings, verify_reload
 from ...commands.run_end import log_before_after, publish, save_merged_model, save_trained_model
 from ...commands.zero3 import built_whole
+from ...data.collators import PairCollator
+from ...data.reading import load_corpus
 from ...evaluation.sts import read_stsbenchmark
 from ...evaluation.transfer_data import read_mrpc, read_sst2
 from ...models.checkpoint_contents import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.modeling_multitask import MultitaskConfig, MultitaskModel, TaskSpec
+from ...models.objectives import build_registered_loss, get_loss
 from .. import RecipeRun
+from ..simcse.data import prepare_pairs
 from .data import MultitaskCollator, task_dataset
 from .trainer import MultitaskTrainer, MultitaskTrainingArguments
 
@@ -83,11 +88,24 @@ class ModelArguments(LoadingArguments):
     sst_weight: float = field(default=1.0, metadata={"help": "Weight of the SST-2 loss."})
     mrpc_weight: float = field(default=1.0, metadata={"help": "Weight of the MRPC loss."})
     stsb_weight: float = field(default=1.0, metadata={"help": "Weight of the STS-B loss."})
+    pairs_weight: float = field(default=1.0, metadata={"help": "Weight of the contrastive loss on --pairs_file."})
+    contrastive_loss: str | None = field(default=None, metadata={"help": loss_help()})  # rewritten when parsing
+    temperature: float | None = field(
+        default=None, metadata={"help": "tau of the contrastive task's loss (default: the encoder config's, 0.05)."}
+    )
+
+    def loss_settings(self) -> dict:
+        """The encoder config's loss settings these flags give (`ContrastiveConfig` fields)."""
+        if self.contrastive_loss is not None:
+            with as_usage_error():  # the registered names, in one usage line
+                get_loss(self.contrastive_loss)
+        settings = {"contrastive_loss": self.contrastive_loss, "temperature": self.temperature}
+        return {name: value for name, value in settings.items() if value is not None}
 
 
 @dataclass
 class DataArguments:
-    local_paths: ClassVar[tuple[str, ...]] = ("sst_dir", "mrpc_dir", "stsb_dir")
+    local_paths: ClassVar[tuple[str, ...]] = ("sst_dir", "mrpc_dir", "stsb_dir", "pairs_file")
 
     sst_dir: str | None = field(
         default=None, metadata={"help": "SST-2 folder (SentEval SST/binary: sentiment-train, -dev, -test)."}
@@ -97,6 +115,17 @@ class DataArguments:
     )
     stsb_dir: str | None = field(
         default=None, metadata={"help": "STS Benchmark folder (sts-train.csv, sts-dev.csv, sts-test.csv)."}
+    )
+    pairs_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A contrastive task, 'pairs': a csv/tsv/json file of (query, positive, optional hard negatives) "
+            "rows, e.g. SimCSE's NLI triples (sent0, sent1, hard_neg) or anchor, positive, negative, trained with the "
+            "encoder's in-batch loss (--contrastive_loss; info_nce takes hard negatives)."
+        },
+    )
+    pairs_dev_fraction: float = field(
+        default=0.1, metadata={"help": "Share of --pairs_file's rows held out as its dev set."}
     )
     max_seq_length: int = field(default=128, metadata={"help": "Maximum tokens per sentence."})
     max_train_samples: int | None = field(
@@ -112,8 +141,8 @@ class DataArguments:
     evaluate_test: bool = field(default=False, metadata={"help": "Also score the test sets at the end."})
 
 
-def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
-    """``{task: dataset}`` for train, dev and test, for the tasks whose folder is given."""
+def load_task_data(data_args: DataArguments, tokenizer) -> tuple[dict, dict, dict]:
+    """``{task: dataset}`` for train, dev and test, for the tasks whose folder (or file) is given."""
     train, dev, test = {}, {}, {}
     if data_args.sst_dir:
         splits = read_sst2(data_args.sst_dir)
@@ -131,8 +160,17 @@ def load_task_data(data_args: DataArguments) -> tuple[dict, dict, dict]:
             task_dataset(read_stsbenchmark(data_args.stsb_dir, split), normalize_scores=STSB_SCALE)
             for split in ("train", "dev", "test")
         )
+    if data_args.pairs_file:
+        if not 0 < data_args.pairs_dev_fraction < 1:
+            raise UsageError(f"--pairs_dev_fraction must be in (0, 1), got {data_args.pairs_dev_fraction}.")
+        with as_usage_error("(--pairs_file)"):
+            corpus = load_corpus(data_args.pairs_file)
+        with as_usage_error(f"Name the columns of {data_args.pairs_file} so (e.g. sent0, sent1, hard_neg)."):
+            pairs = prepare_pairs(corpus, PairCollator(tokenizer, max_length=data_args.max_seq_length, seed=0))
+        held_out = pairs.train_test_split(test_size=data_args.pairs_dev_fraction, seed=data_args.split_seed)
+        train["pairs"], dev["pairs"] = held_out["train"], held_out["test"]
     if not train:
-        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir.")
+        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir, --pairs_file.")
     for splits, limit in ((train, data_args.max_train_samples), (dev, data_args.max_eval_samples)):
         for name, dataset in splits.items():
             if limit is not None:
@@ -152,6 +190,7 @@ def task_specs(model_args: ModelArguments, names) -> list[TaskSpec]:
             "mrpc", "pair_classification", num_labels=2, head=model_args.mrpc_head, loss_weight=model_args.mrpc_weight
         ),
         "stsb": TaskSpec("stsb", "pair_regression", head=model_args.stsb_head, loss_weight=model_args.stsb_weight),
+        "pairs": TaskSpec("pairs", "contrastive", loss_weight=model_args.pairs_weight),
     }
     return [specs[name] for name in names]
 
@@ -167,8 +206,12 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec], loading: dict
                 f"{model_args.model_name_or_path} has the tasks {[s.name for s in model.config.task_specs]}, "
                 f"but the data given is for {[s.name for s in tasks]}: give the folders of the same tasks."
             )
+        settings = model_args.loss_settings()
+        if settings:  # the contrastive task's loss, as the flags say
+            model.config.contrastive.update(settings)
+            model.loss_fn = build_registered_loss(model.config.contrastive) if model.loss_fn is not None else None
         return model
-    overrides = {}
+    overrides = model_args.loss_settings()
     if model_args.pooler_type is not None:
         overrides["pooler_type"] = model_args.pooler_type
     elif model_type != ContrastiveConfig.model_type:
@@ -213,14 +256,15 @@ def build(arguments: tuple) -> MultitaskRun:
     """The task data, the tokenizer, the multitask model (the encoder with a LoRA adapter when asked, the heads in
     full) and the collator of ``arguments`` (parsed `ARGUMENTS`)."""
     model_args, data_args, adapter_args, training_args = arguments
-    train, dev, test = load_task_data(data_args)
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    train, dev, test = load_task_data(data_args, tokenizer)
     tasks = task_specs(model_args, list(train))
     logger.info("Tasks: %s", ", ".join(f"{name} ({len(train[name])} train, {len(dev[name])} dev)" for name in train))
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     with built_whole(training_args):  # whole in each process, also under DeepSpeed ZeRO-3
         model = build_model(model_args, tasks, model_args.loading(adapter_args, training_args))
     # the heads are new: trained in full beside the encoder's adapter, and saved with it
-    model = with_lora_adapter(model, adapter_args, modules_to_save=tuple(f"heads.{spec.name}" for spec in tasks))
+    heads = tuple(f"heads.{spec.name}" for spec in tasks if spec.name in model.heads)
+    model = with_lora_adapter(model, adapter_args, modules_to_save=heads)
     collator = MultitaskCollator(tokenizer, tasks, max_length=data_args.max_seq_length)
     return MultitaskRun(
         model, tokenizer, train, collator, eval_dataset=dev, test_dataset=test, evaluate_test=data_args.evaluate_test
@@ -264,8 +308,9 @@ def dev_figures(metrics: dict) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class TrainedOutputs:
-    """The trained model's head outputs on a few dev examples of each task (``batches``, on its device), and the
-    embeddings the sentence encoder saved from it must reproduce (``embeddings``)."""
+    """The trained model's head outputs on a few dev examples of each task (``batches``, on its device; a
+    contrastive task's embeddings, `task_outputs`), and the embeddings the sentence encoder saved from it must
+    reproduce (``embeddings``)."""
 
     batches: dict[str, dict]
     logits: dict[str, torch.Tensor]
@@ -282,9 +327,18 @@ def trained_outputs(model: MultitaskModel, tokenizer, dev: dict) -> TrainedOutpu
     batches = {
         name: {key: value.to(device) for key, value in batch.items()} for name, batch in collator(examples).items()
     }
-    logits = {name: model(task=name, **batch).logits.float() for name, batch in batches.items()}
+    logits = {name: task_outputs(model, name, batch) for name, batch in batches.items()}
     sentences = ["A man is playing a guitar.", "The film is a charming journey."]
     return TrainedOutputs(batches, logits, trained_embeddings(model, sentences, tokenizer))
+
+
+def task_outputs(model: MultitaskModel, task: str, batch: dict) -> torch.Tensor:
+    """What a saved model must reproduce of a task's batch: its head's outputs, or a contrastive task's embeddings
+    (its in-batch loss gathers across processes, and its hits are argmaxes a rounding may flip)."""
+    if model.task_specs[task].is_contrastive:
+        lengths = batch.get("input_lengths")
+        return model.embed(batch["input_ids"], batch.get("attention_mask"), lengths=lengths).float()
+    return model(task=task, **batch).logits.float()
 
 
 @torch.no_grad()
@@ -299,7 +353,7 @@ def check_saved_models(model_dir: str, encoder_dir: str, tokenizer, expected: Tr
     reloaded.save_sentence_encoder(encoder_dir, tokenizer)  # the saved (after a LoRA run, merged) encoder alone
     tolerance = 1e-5 if expected.embeddings.weights_dtype == torch.float32 else 2e-2
     for name, batch in expected.batches.items():
-        got = reloaded(task=name, **batch).logits.float()
+        got = task_outputs(reloaded, name, batch)
         if not torch.allclose(expected.logits[name], got, atol=tolerance, rtol=tolerance):
             difference = float((expected.logits[name] - got).abs().max())
             raise RuntimeError(

@@ -109,14 +109,19 @@ def check_pcgrad_setup(
 
 
 def main_metric(spec: TaskSpec) -> str:
-    """The metric a task is judged by: accuracy for classification, Spearman for regression."""
+    """The metric a task is judged by: accuracy for classification (in-batch top-1 for a contrastive task),
+    Spearman for regression."""
     return "spearman" if spec.is_regression else "accuracy"
 
 
 def task_metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """A task's scores (x 100) from the head outputs ``(N, num_labels)`` and the labels ``(N,)``: ``accuracy`` (and
-    ``f1`` of class 1 when there are two classes, MRPC's second figure), or ``spearman`` and ``pearson``."""
+    ``f1`` of class 1 when there are two classes, MRPC's second figure), or ``spearman`` and ``pearson``; for a
+    contrastive task, ``accuracy``: the share of queries whose own positive scored highest among their evaluation
+    batch's passages (the model's outputs, 1 or 0 each)."""
     predictions = np.asarray(predictions)
+    if spec.is_contrastive:
+        return {"accuracy": 100.0 * float(predictions.reshape(-1).astype(np.float64).mean())}
     labels = np.asarray(labels).reshape(-1)
     if spec.is_regression:
         from ...evaluation.sts import sts_correlations
@@ -137,9 +142,12 @@ class MultitaskTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Tra
     (columns as `task_dataset` makes them), ``args`` a `MultitaskTrainingArguments`.
 
     The collator defaults to `MultitaskCollator(processing_class, tasks)`; pass your own `MultitaskCollator` for
-    another ``max_length``. Per-task training losses are logged as ``loss_<task>`` beside ``loss``; with PCGrad,
-    ``pcgrad_conflict_fraction`` is the share of task pairs whose gradients conflicted (negative inner product)
-    before the projection, averaged over the optimizer steps since the last log.
+    another ``max_length``. A contrastive task trains with the loss the encoder's config names (its
+    ``contrastive_loss``), or with ``loss`` (a `models.objectives.ContrastiveLoss`), as `ContrastiveTrainer` takes one;
+    with several processes it contrasts each query with the passages of every process. Per-task training losses are
+    logged as ``loss_<task>`` beside ``loss``; with PCGrad, ``pcgrad_conflict_fraction`` is the share of task pairs
+    whose gradients conflicted (negative inner product) before the projection, averaged over the optimizer steps since
+    the last log.
 
     PCGrad and several processes: each process computes its tasks' gradients under ``no_sync``, they are averaged
     over processes per task (the global batch's gradients), every process draws the same random projection order
@@ -148,7 +156,9 @@ class MultitaskTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Tra
     are accumulated over the micro-batches and projected once per optimizer step, as on one large batch.
     """
 
-    def __init__(self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None, **kwargs):
+    def __init__(
+        self, model=None, args=None, data_collator=None, train_dataset=None, eval_dataset=None, loss=None, **kwargs
+    ):
         if args is None:
             args = MultitaskTrainingArguments()
         if not isinstance(args, MultitaskTrainingArguments):
@@ -185,6 +195,17 @@ class MultitaskTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Tra
         self._loss_counts: dict[str, int] = {}
         self._pcgrad_buffers: dict[str, list[torch.Tensor | None]] = {}
         self._conflict_fractions: list[torch.Tensor] = []  # on the device, read at the next log
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        owner = unwrapped.get_base_model() if hasattr(unwrapped, "get_base_model") else unwrapped  # a peft model's
+        if loss is not None:
+            if not any(spec.is_contrastive for spec in self.task_specs.values()):
+                raise ValueError(
+                    "MultitaskTrainer(loss=...) is the contrastive tasks' loss, and this model has none (a task of "
+                    "type 'contrastive')."
+                )
+            owner.loss_fn = loss
+        if getattr(owner, "loss_fn", None) is not None:  # the contrastive tasks' negatives: the global batch's
+            owner.loss_fn.gather_across_devices = self.args.world_size > 1
         if self.args.pcgrad:
             plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
             check_pcgrad_setup(
