@@ -169,8 +169,6 @@ def load_task_data(data_args: DataArguments, tokenizer) -> tuple[dict, dict, dic
             pairs = prepare_pairs(corpus, PairCollator(tokenizer, max_length=data_args.max_seq_length, seed=0))
         held_out = pairs.train_test_split(test_size=data_args.pairs_dev_fraction, seed=data_args.split_seed)
         train["pairs"], dev["pairs"] = held_out["train"], held_out["test"]
-    if not train:
-        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir, --pairs_file.")
     for splits, limit in ((train, data_args.max_train_samples), (dev, data_args.max_eval_samples)):
         for name, dataset in splits.items():
             if limit is not None:
@@ -256,6 +254,8 @@ def build(arguments: tuple) -> MultitaskRun:
     """The task data, the tokenizer, the multitask model (the encoder with a LoRA adapter when asked, the heads in
     full) and the collator of ``arguments`` (parsed `ARGUMENTS`)."""
     model_args, data_args, adapter_args, training_args = arguments
+    if not any((data_args.sst_dir, data_args.mrpc_dir, data_args.stsb_dir, data_args.pairs_file)):
+        raise UsageError("No task to train on: give at least one of --sst_dir, --mrpc_dir, --stsb_dir, --pairs_file.")
     tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     train, dev, test = load_task_data(data_args, tokenizer)
     tasks = task_specs(model_args, list(train))
