@@ -157,6 +157,23 @@ def test_a_clear_checkpoint_s_tokenizer_config_reads_in_transformers_4_and_5(tok
         assert reloaded.convert_tokens_to_ids(DEL_TOKEN) in reloaded.all_special_ids
 
 
+def test_only_the_process_that_saves_rewrites_the_tokenizer_config(tokenizer, tmp_path, monkeypatch):
+    """Every process enters the trainer's save (those that do not write join what it gathers); one that rewrote the
+    tokenizer config read it while the writing process wrote it (a JSONDecodeError at a 2-process checkpoint)."""
+    from contrastive_hf.data.augmentations import add_del_token
+    from contrastive_hf.training.training_args import ContrastiveTrainingArguments
+
+    add_del_token(tokenizer)
+    trainer = make_trainer(tokenizer, tmp_path, augmentation="del_word", max_steps=1)
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    written = '{"extra_special_tokens": ["[DEL]"]}'  # as the writing process leaves it before the rewrite
+    (folder / "tokenizer_config.json").write_text(written)
+    monkeypatch.setattr(ContrastiveTrainingArguments, "should_save", property(lambda self: False))
+    trainer._save(str(folder))
+    assert (folder / "tokenizer_config.json").read_text() == written
+
+
 @pytest.mark.parametrize(
     ("overrides", "caveat"),
     [

@@ -406,9 +406,12 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """The Trainer's save (the model, the tokenizer, the arguments), with a tokenizer configuration that
-        transformers 4.x reads too (`models.checkpoint_files.make_tokenizer_config_portable`)."""
+        transformers 4.x reads too (`models.checkpoint_files.make_tokenizer_config_portable`), rewritten by the
+        process that wrote it: the others only join what the save gathers, and would read the file while it is
+        written."""
         super()._save(output_dir, state_dict=state_dict)
-        make_tokenizer_config_portable(output_dir if output_dir is not None else self.args.output_dir)
+        if self.args.should_save:
+            make_tokenizer_config_portable(output_dir if output_dir is not None else self.args.output_dir)
 
     def _save_checkpoint(self, model, trial) -> None:
         """The checkpoint (`CheckedResume`); a run whose loss went NaN since the last log stops before saving its
