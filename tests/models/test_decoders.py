@@ -10,6 +10,7 @@ padding token and no [CLS]/[SEP], as decoder tokenizers are.
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -152,6 +153,46 @@ def test_a_packed_decoder_batch_embeds_and_trains_as_its_padded_pass(family, bid
                 torch.testing.assert_close(
                     outputs[name][1][key], grad, rtol=1e-4, atol=1e-5 * scale, msg=f"{message} {key}"
                 )
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("family", [*DECODERS, *OTHER_DECODERS])
+def test_a_ready_mask_gives_a_decoder_the_states_of_transformers_own_mask(
+    family, bidirectional, padding_side, decoder_tokenizer
+):
+    """With each text's length on the host, a padded batch's mask is built on the device (`attention_mask_for`), so
+    that transformers does not read the 2D mask back (a host sync at each forward pass, on a GPU): every real
+    token's state equals the one transformers' own mask gives, causal and both ways, padded on either side."""
+    from contrastive_hf.models.encoding_policy import attention_mask_for, encoder_inputs
+
+    tokenizer = copy.deepcopy(decoder_tokenizer)  # padding on the left leaves its mark in the shared one's backend
+    tokenizer.padding_side = padding_side
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    lengths = batch["attention_mask"].sum(-1).numpy()
+    model = decoder_model(family, len(tokenizer), "mean", bidirectional_attention=bidirectional)
+    inputs = encoder_inputs(model.encoder, batch["input_ids"], batch["attention_mask"])
+    ready = attention_mask_for(model.encoder, inputs["attention_mask"], lengths)
+    sdpa = model.encoder.config._attn_implementation == "sdpa"
+    assert ready.dim() == (4 if sdpa else 2), (family, model.encoder.config._attn_implementation)
+    with torch.no_grad():
+        theirs = model.encoder(**inputs).last_hidden_state
+        ours = model.encoder(**{**inputs, "attention_mask": ready}).last_hidden_state
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours[real], theirs[real], rtol=0, atol=1e-5)
+
+
+def test_a_batch_longer_than_a_sliding_window_keeps_transformers_own_masks(decoder_tokenizer):
+    """One ready mask would serve the full and the sliding-window layers alike: past the window, the 2D mask."""
+    from contrastive_hf.models.encoding_policy import attention_mask_for
+
+    batch = decoder_tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    lengths = batch["attention_mask"].sum(-1).numpy()
+    model = decoder_model("mistral", len(decoder_tokenizer), "mean")
+    model.encoder.config.sliding_window = batch["input_ids"].shape[1] - 1
+    assert attention_mask_for(model.encoder, batch["attention_mask"], lengths).dim() == 2
+    model.encoder.config.sliding_window = batch["input_ids"].shape[1]
+    assert attention_mask_for(model.encoder, batch["attention_mask"], lengths).dim() == 4
 
 
 def test_auto_leaves_decoders_unpacked_and_packing_is_refused_where_the_kernels_cannot_follow(decoder_tokenizer):

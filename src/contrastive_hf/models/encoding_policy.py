@@ -13,7 +13,7 @@ import logging
 import numpy as np
 import torch
 
-from .configuration_contrastive import parse_encoding_fields
+from .configuration_contrastive import BIDIRECTIONAL_DECODERS, parse_encoding_fields
 from .host_data import host_array, row_lengths, to_device
 from .packing import (
     PACKED_ATTENTION,
@@ -32,6 +32,7 @@ __all__ = [
     "ENCODING_PATH_WORDS",
     "READY_MASK_MODEL_TYPES",
     "attention_mask_for",
+    "ready_decoder_mask",
     "encode_with",
     "encoder_inputs",
     "keeps_a_token",
@@ -80,19 +81,43 @@ READY_MASK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electr
 
 
 def attention_mask_for(encoder, attention_mask: torch.Tensor, lengths: np.ndarray | None) -> torch.Tensor | None:
-    """The mask to give ``encoder`` for a right-padded ``(N, L)`` batch whose rows' real tokens are known on the host
-    (``lengths``, `host_data`): none when no row is padded, a ready ``(N, 1, 1, L)`` boolean mask for the encoders
-    of `READY_MASK_MODEL_TYPES` under sdpa attention, else the 2D mask. transformers reads a 2D mask back from the
-    device to decide whether the batch is padded at all (the host then waits for the GPU at every forward pass); the
-    lengths say it on the host. Without ``lengths``, the 2D mask."""
+    """The mask to give ``encoder`` for a padded ``(N, L)`` batch whose rows' real tokens are known on the host
+    (``lengths``, `host_data`): none when no row is padded; under sdpa attention a ready boolean mask, ``(N, 1, 1,
+    L)`` for the encoders of `READY_MASK_MODEL_TYPES`, ``(N, 1, L, L)`` for the decoders whose masks transformers'
+    masking utilities build (`configuration_contrastive.BIDIRECTIONAL_DECODERS`, `ready_decoder_mask`); else the 2D
+    mask. transformers reads a 2D mask back from the device to decide whether the batch is padded at all (the host
+    then waits for the GPU at every forward pass); the lengths say it on the host. Without ``lengths``, the 2D
+    mask."""
     if lengths is None:
         return attention_mask
-    if bool((lengths == attention_mask.shape[-1]).all()):
+    width = attention_mask.shape[-1]
+    if bool((lengths == width).all()):
         return None  # no padding: what transformers decides after reading the mask back
     config = encoder.config
-    if config.model_type in READY_MASK_MODEL_TYPES and config._attn_implementation in ("sdpa", PACKED_ATTENTION):
+    if config._attn_implementation not in ("sdpa", PACKED_ATTENTION):
+        return attention_mask
+    if config.model_type in READY_MASK_MODEL_TYPES:
         return attention_mask[:, None, None, :].bool()
+    # a decoder's masks (`create_causal_mask`, and for layers with a sliding window
+    # `create_sliding_window_causal_mask`) each take a ready mask as it is: one serves every layer only while the batch
+    # is no longer than the decoder's sliding window, if it has one
+    window = getattr(config, "sliding_window", None)
+    if config.model_type in BIDIRECTIONAL_DECODERS and (window is None or width <= window):
+        return ready_decoder_mask(attention_mask, causal=getattr(config, "is_causal", True) is not False)
     return attention_mask
+
+
+def ready_decoder_mask(attention_mask: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The boolean mask a decoder's attention takes for a padded ``(N, L)`` batch, built on the device: each token
+    attends to the real tokens (before it and itself when ``causal``), and a padding token at least to itself, so
+    that no row of a left-padded batch is masked whole (its state is never pooled)."""
+    keys = attention_mask.bool()[:, None, None, :]  # (N, 1, 1, L)
+    width = attention_mask.shape[-1]
+    itself = torch.eye(width, dtype=torch.bool, device=attention_mask.device)
+    if not causal:
+        return keys | itself  # (N, 1, L, L)
+    before = torch.ones(width, width, dtype=torch.bool, device=attention_mask.device).tril()
+    return (keys & before) | itself  # (N, 1, L, L)
 
 
 def encode_with(
