@@ -207,6 +207,25 @@ def test_a_registered_loss_trains_the_contrastive_task_and_the_checkpoint_keeps_
     assert 0 <= metrics["eval_nli_accuracy"] <= 100 and "eval_nli_loss" in metrics
 
 
+def test_a_loss_registered_after_the_model_was_built_is_built_by_the_trainer_which_sets_its_gathering(
+    tokenizer, tmp_path
+):
+    """Built when the trainer is, as the model would have built it: the trainer's settings (gathering the passages of
+    every process) reach it; built at the first batch instead, it would contrast each process's queries with its own
+    passages only."""
+    data = {"sst": multitask_toy_data(8)["sst"], "nli": datasets.Dataset.from_list(snli_triples(8))}
+    model = nli_model(tokenizer, contrastive_loss="counted_info_nce")
+    assert model.loss_fn is None  # not registered yet: the model loads and encodes without it
+    register_loss(CountedInfoNCE)
+    try:
+        trainer = multitask_trainer(model, tokenizer, tmp_path, data=data, max_steps=1)
+        assert isinstance(model.loss_fn, CountedInfoNCE) and model.loss_fn.gather_across_devices is False
+        trainer.train()
+    finally:
+        unregister_loss("counted_info_nce")
+    assert model.loss_fn.calls == 1
+
+
 def test_a_loss_handed_to_the_multitask_trainer_trains_the_contrastive_task(tokenizer, tmp_path):
     data = {"sst": multitask_toy_data(8)["sst"], "nli": datasets.Dataset.from_list(snli_triples(8))}
     loss = CountedInfoNCE(temperature=0.2)

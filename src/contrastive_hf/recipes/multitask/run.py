@@ -28,7 +28,7 @@ from ...evaluation.transfer_data import read_mrpc, read_sst2
 from ...models.checkpoint_contents import checkpoint_model_type
 from ...models.configuration_contrastive import ContrastiveConfig
 from ...models.modeling_multitask import MultitaskConfig, MultitaskModel, TaskSpec
-from ...models.objectives import build_registered_loss, get_loss
+from ...models.objectives import get_loss
 from .. import RecipeRun
 from ..simcse.data import prepare_pairs
 from .data import MultitaskCollator, task_dataset
@@ -205,9 +205,9 @@ def build_model(model_args: ModelArguments, tasks: list[TaskSpec], loading: dict
                 f"but the data given is for {[s.name for s in tasks]}: give the folders of the same tasks."
             )
         settings = model_args.loss_settings()
-        if settings:  # the contrastive task's loss, as the flags say
+        if settings:  # the contrastive task's loss, as the flags say: built from the config by the trainer
             model.config.contrastive.update(settings)
-            model.loss_fn = build_registered_loss(model.config.contrastive) if model.loss_fn is not None else None
+            model.loss_fn = None
         return model
     overrides = model_args.loss_settings()
     if model_args.pooler_type is not None:

@@ -24,6 +24,7 @@ from transformers import Trainer, TrainingArguments
 from ...data import seeding
 from ...data.batch_groups import SCHEDULES, grouped_dataloader, loader_options
 from ...models.modeling_multitask import TaskSpec
+from ...models.objectives import build_loss
 from ...training.deepspeed_weights import SavesMasterWeights
 from ...training.progress import show_losses_on_progress_bar
 from ...training.resuming import CheckedResume
@@ -204,7 +205,11 @@ class MultitaskTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, Tra
                     "type 'contrastive')."
                 )
             owner.loss_fn = loss
-        if getattr(owner, "loss_fn", None) is not None:  # the contrastive tasks' negatives: the global batch's
+        elif owner.loss_fn is None and any(spec.is_contrastive for spec in self.task_specs.values()):
+            # the loss the encoder's config names, registered since the model was built (else the registry's error
+            # naming it): built here, so that it gathers as the one the model built would
+            owner.loss_fn = build_loss(owner.config.contrastive)
+        if owner.loss_fn is not None:  # the contrastive tasks' negatives: the global batch's
             owner.loss_fn.gather_across_devices = self.args.world_size > 1
         if self.args.pcgrad:
             plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
