@@ -130,9 +130,9 @@ def assert_grad_cache_matches_one_pass(model, inputs: dict, chunk_size: int = 4)
 
 @pytest.fixture(scope="session")
 def zero_launches(tmp_path_factory):
-    """The DeepSpeed ZeRO launches every ZeRO scenario of the suite runs in, one per stage, each launched when a test
-    first asks for it (`helpers/zero_launches.py`); the modules that ask share one pytest-xdist worker (their
-    ``xdist_group`` is ``"zero"``), so that each launch runs once."""
+    """The one 2-process launch every DDP and DeepSpeed ZeRO scenario of the suite runs in, launched when a test first
+    asks for it (`helpers/zero_launches.py`); the modules that ask share one pytest-xdist worker (their
+    ``xdist_group`` is ``"zero"``), so that it runs once."""
     from helpers.zero_launches import ZeroLaunches
 
     return ZeroLaunches(tmp_path_factory)

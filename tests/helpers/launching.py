@@ -96,20 +96,13 @@ def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[
     )  # fmt: skip
 
 
-def train_engines(tmp_path, model_dir, corpus, runs: list[dict], timeout: int):
-    """tests/scripts/train_engines.py on 2 gloo processes: one launch trains every run of ``runs`` (engines, GradCache
-    chunks...) from ``model_dir`` on ``corpus``, each into ``tmp_path / "out" / <name>``; returns the finished
-    process."""
-    runs_file = tmp_path / "runs.json"
-    runs_file.write_text(json.dumps(runs))
-    command = accelerate_launch(
-        "--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--main_process_port", free_port(),
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        REPO_ROOT / "tests" / "scripts" / "train_engines.py",
-        "--model_dir", model_dir, "--train_file", corpus, "--runs", runs_file, "--output_dir", tmp_path / "out",
-    )  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
-    return run_bounded(command, timeout, env=env, cwd=tmp_path)
+def launch_jobs(launcher: list, jobs: list[dict], folder, timeout: float, env: dict | None = None):
+    """``launcher`` (an `accelerate launch` command) running tests/scripts/run_jobs.py on ``jobs`` in ``folder``,
+    where each job's log and status go; returns the finished launcher's process."""
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    command = [*launcher, REPO_ROOT / "tests" / "scripts" / "run_jobs.py", folder / "jobs.json", folder]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV, **(env or {})}
+    return run_bounded([str(part) for part in command], timeout, env=env, cwd=folder)
 
 
 def weights(directory) -> dict[str, torch.Tensor]:

@@ -76,10 +76,21 @@ def syncs_of_a_step(trainer) -> HostSyncCounter:
     return counter
 
 
-def trained(tokenizer, tmp_path, kind, sub_batch_size, compile_: bool, backend: str = "aot_eager", **options):
+def trained(
+    tokenizer,
+    tmp_path,
+    kind,
+    sub_batch_size,
+    compile_: bool,
+    backend: str = "aot_eager",
+    fresh: bool = True,
+    **options,
+):
     """3 steps of `contrastive_trainer`, dropout off, with ``--torch_compile`` (``backend``) or without: ``(logged
-    losses, final weights, trainer)``."""
-    torch._dynamo.reset()
+    losses, final weights, trainer)``. ``fresh``: dynamo forgets every graph it compiled before (else the regions take
+    the graphs of earlier runs whose guards they pass, as a process compiling several models would)."""
+    if fresh:
+        torch._dynamo.reset()
     trainer = contrastive_trainer(
         tokenizer, tmp_path, kind, sub_batch_size, max_steps=3, logging_steps=1, learning_rate=1e-3,
         torch_compile=compile_, torch_compile_backend=backend, **options,

@@ -1,49 +1,68 @@
-"""The DeepSpeed ZeRO runs of the suite, one `accelerate launch` of 2 processes per stage (DeepSpeed on its CPU
-accelerator with gloo, as a GPU runs it), each running every scenario that needs that stage one after the other
-(tests/scripts/run_jobs.py): DeepSpeed's and torch's start-up is paid twice, not once per scenario.
+"""The suite's 2-process engine runs, DDP and DeepSpeed ZeRO-1/2/3 (DeepSpeed on its CPU accelerator with gloo, as a
+GPU runs it), in one `accelerate launch` of 2 processes (tests/scripts/run_jobs.py): every scenario that needs one
+of these engines runs there, one after the other, so that torch, transformers and DeepSpeed start once.
 
-Each job's `TrainingArguments` builds its own DeepSpeed plugin from the configuration file the environment names
-(transformers resets Accelerate's state when the arguments are built), so the jobs of a launch may differ in batch
-size, precision or ZeRO settings: a job names its own DeepSpeed file in ``env`` when it needs another than the
-launch's. The scenarios, by the test module that checks them:
+Each job runs under the environment `accelerate launch` gives the processes of its engine's command
+(`ENGINE_FLAGS`; computed by accelerate's own code, `accelerate_environment`), and each job's
+`TrainingArguments` builds Accelerate's state (and its DeepSpeed plugin) from it: the launch itself is
+ZeRO-2's, a ZeRO-3 job gets what `--config_file ds_configs/accelerate_zero3.yaml` sets (its DeepSpeed file, ZeRO-3's
+``zero.Init``), a DDP job what ``--multi_gpu`` sets (no DeepSpeed). A job names its own DeepSpeed file in ``env``
+when it needs another than its engine's. The scenarios, by the test module that checks them:
 
-- tests/integration/test_scripts_under_zero.py: every example script, from a checkpoint and from scratch;
-- tests/integration/test_deepspeed.py: CLEAR from one saved checkpoint under ZeRO-2 and ZeRO-3 (compared with DDP),
-  ZeRO-3 with a checkpoint every 2 steps (resumed there on "two machines"), a LoRA adapter merged under ZeRO-3, and
-  a decoder (a tiny Qwen2 with a Qwen2 tokenizer) instruction-tuned with LoRA in bf16 with E5's settings
-  (``DECODER_JOB``);
+- tests/integration/test_scripts_under_zero.py: every example script under ZeRO-2 and ZeRO-3, from a checkpoint and
+  from scratch, and the training-at-scale guide's bf16 command under ZeRO-2;
+- tests/integration/test_deepspeed.py: CLEAR from one saved checkpoint under DDP, ZeRO-2 and ZeRO-3 (compared),
+  ZeRO-3 with a checkpoint every 2 steps (resumed there on "two machines": launches of their own), a LoRA adapter
+  merged under ZeRO-3, a decoder (a tiny Qwen2 with a Qwen2 tokenizer) instruction-tuned with LoRA in bf16 with E5's
+  settings (``DECODER_JOB``) and LLM2Vec's MNTP (``MNTP_JOB``), and GradCache under DDP and ZeRO-1, 2 and 3
+  (tests/scripts/train_engines.py, ``ENGINE_RUNS``);
+- tests/integration/test_grad_cache_uneven_processes.py: GradCache on uneven last batches under the same engines
+  (``UNEVEN_RUNS``);
 - tests/integration/test_zero_checkpoints.py: checkpoints of every head kept at inference under ZeRO-1, 2 and 3, in
   bf16 and float32, and a ZeRO-3 configuration that cannot save whole, refused before training (last: it stops).
 
-`ZeroLaunches.run(stage)` launches a stage once per test session and returns its `ZeroLaunch`: the folder holding
-each job's output (``<folder>/<job>/``) and logs (``<folder>/<job>.rank<R>.log``), and the launch's own result.
+`ZeroLaunches.run(engine)` launches on the first request of the test session and returns the engine's `ZeroLaunch`:
+the folder holding its jobs' inputs and outputs (``<folder>/<job>/``) and logs (``<folder>/<job>.rank<R>.log``), and
+the launch's own result.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, BertModel
 
-from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, run_bounded, tiny_bert_config
+from conftest import DEMO_DATA, DEMO_TOKENIZER, REPO_ROOT, TEST_DATA, free_port, tiny_bert_config
 from helpers.builders import write_snli_sample
 from helpers.decoders import save_tiny_qwen2
 from helpers.launching import (
-    CPU_ENV,
     DEEPSPEED_ON_CPU,
     DS_CONFIGS,
     MAX_STEPS,
     accelerate_launch,
     clear_arguments,
+    launch_jobs,
     save_tiny_model,
 )
 
-STAGES = {"zero2": ("accelerate_zero2.yaml", "zero2.json"), "zero3": ("accelerate_zero3.yaml", "zero3.json")}
-LAUNCH_TIMEOUT = 1800  # seconds for all the jobs of one launch
+# The `accelerate launch` flags of each engine's command on 2 processes (DDP as the scripts' docs launch it; ZeRO as
+# docs/guides/scale.md does, with the config's DeepSpeed file named absolutely: the launch runs elsewhere)
+ENGINE_FLAGS = {
+    "ddp": ("--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--mixed_precision", "no",
+            "--dynamo_backend", "no"),
+    "zero2": ("--config_file", DS_CONFIGS / "accelerate_zero2.yaml", "--num_processes", 2,
+              "--deepspeed_config_file", DS_CONFIGS / "zero2.json"),
+    "zero3": ("--config_file", DS_CONFIGS / "accelerate_zero3.yaml", "--num_processes", 2,
+              "--deepspeed_config_file", DS_CONFIGS / "zero3.json"),
+}  # fmt: skip
+STAGES = ("zero2", "zero3")
+LAUNCHED_AS = "zero2"  # the launch's own command; every other engine's jobs get their command's environment
+LAUNCH_TIMEOUT = 1800  # seconds for all the jobs of the launch
 
 # --- every example script, from a checkpoint and from scratch (test_scripts_under_zero.py) ---------------------------
 SCRIPTS = ("run_clear", "run_simcse", "run_declutr", "run_sg_bert", "run_dpr", "run_multitask")
@@ -96,13 +115,64 @@ NOT_GATHERED = "zero3_not_gathered"
 DECODER_JOB = "zero3_decoder_e5"
 # LLM2Vec's masked next-token prediction (docs/recipes/llm2vec.md) on a decoder's causal-LM checkpoint, the same way
 MNTP_JOB = "zero3_decoder_llm2vec"
+# docs/guides/scale.md's bf16 command under ZeRO-2 (test_scripts_under_zero.py)
+DOCUMENTED_JOB = "documented_bf16"
+
+# --- GradCache under DDP and ZeRO-1, 2 and 3 (test_deepspeed.py), every part of the objective -----------------------
+# MLM (the checkpoint's mlm_weight 1), negatives gathered from both processes, the pre-batch queue (InfoNCE), and 2
+# accumulated micro-batches per step, so that both micro-batch kinds are covered (the first accumulates only; the
+# second's last chunk is DeepSpeed's boundary). Each process's micro-batch of 8 sentences is encoded in chunks of 3,
+# 3 and 2.
+GRAD_CACHE_JOB = "grad_cache_engines"
+GRAD_CACHE_STEP = {
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 2,
+    "max_steps": MAX_STEPS,
+    "learning_rate": 1e-3,
+    "prebatch_size": 1,
+}
+ENGINE_RUNS = {
+    "ddp_unchunked": GRAD_CACHE_STEP,
+    "ddp": {**GRAD_CACHE_STEP, "grad_cache_chunk_size": 3},
+    "zero1": {**GRAD_CACHE_STEP, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero2.json"),
+              "zero_stage": 1},
+    "zero2": {**GRAD_CACHE_STEP, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero2.json")},
+    "zero3": {**GRAD_CACHE_STEP, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero3.json")},
+}  # fmt: skip
+
+# --- GradCache on uneven per-process batches (test_grad_cache_uneven_processes.py) ----------------------------------
+UNEVEN_JOB = "grad_cache_uneven"
+UNEVEN_SENTENCES = 17  # in batches of 5 per process: step 2 is 5 + 2 sentences
+UNEVEN_LEARNING_RATE = 0.01
+UNEVEN = {
+    "per_device_train_batch_size": 5,
+    "num_train_epochs": 1,
+    "accelerator_config": {"even_batches": False},
+    "optim": "sgd",
+    "learning_rate": UNEVEN_LEARNING_RATE,
+    "lr_scheduler_type": "constant",
+    "max_grad_norm": 0.0,
+}
+UNEVEN_RUNS = {
+    "ddp_unchunked": UNEVEN,
+    "ddp": {**UNEVEN, "grad_cache_chunk_size": 3},
+    "zero3": {**UNEVEN, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero3.json")},
+    "zero2": {**UNEVEN, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero2.json")},
+    "zero1": {**UNEVEN, "grad_cache_chunk_size": 3, "deepspeed": str(DS_CONFIGS / "zero2.json"), "zero_stage": 1},
+}
 
 
 @dataclass
 class ZeroLaunch:
-    stage: str
-    folder: Path
+    """One engine's jobs of the launch."""
+
+    engine: str
+    folder: Path  # the engine's jobs' folders and logs
     result: object  # the launch's CompletedProcess
+
+    def jobs(self) -> list[str]:
+        every = json.loads((self.folder.parent / "jobs.json").read_text())
+        return [job["name"].split("/", 1)[1] for job in every if job["name"].startswith(f"{self.engine}/")]
 
     def output(self, job: str) -> Path:
         """Where ``job`` saved its model (``--output_dir``)."""
@@ -113,48 +183,80 @@ class ZeroLaunch:
         return path.read_text() if path.exists() else "(no log)"
 
     def status(self, job: str) -> int | None:
-        path = self.folder / "statuses.rank0.json"
-        return json.loads(path.read_text()).get(job) if path.exists() else None
+        path = self.folder.parent / "statuses.rank0.json"
+        return json.loads(path.read_text()).get(f"{self.engine}/{job}") if path.exists() else None
 
     def failure(self, job: str) -> str:
         """What to show when ``job`` did not end as expected: its logs and the launcher's output."""
         return (
-            f"{job} under {self.stage} (exit status {self.status(job)}):\n{self.log(job)[-4000:]}\n"
+            f"{job} under {self.engine} (exit status {self.status(job)}):\n{self.log(job)[-4000:]}\n"
             f"--- process 1:\n{self.log(job, rank=1)[-2000:]}\n--- launcher:\n{self.result.stderr[-2000:]}"
         )
 
 
 class ZeroLaunches:
-    """Each ZeRO stage's launch, run on first request and kept for the session."""
+    """The launch, run on the first request and kept for the session."""
 
     def __init__(self, tmp_path_factory):
         self.tmp_path_factory = tmp_path_factory
-        self.launches: dict[str, ZeroLaunch] = {}
+        self.launched: tuple[Path, object] | None = None
 
-    def run(self, stage: str) -> ZeroLaunch:
-        if stage not in self.launches:
-            folder = self.tmp_path_factory.mktemp(stage)
-            self.launches[stage] = _launch(stage, folder, _jobs(stage, folder))
-        return self.launches[stage]
-
-
-def _launch(stage: str, folder: Path, jobs: list[dict]) -> ZeroLaunch:
-    (folder / "jobs.json").write_text(json.dumps(jobs))
-    accelerate_yaml, deepspeed_json = STAGES[stage]
-    command = accelerate_launch(
-        "--config_file", REPO_ROOT / "ds_configs" / accelerate_yaml,
-        "--num_processes", 2,
-        "--deepspeed_config_file", REPO_ROOT / "ds_configs" / deepspeed_json,
-        "--main_process_port", free_port(),
-        REPO_ROOT / "tests" / "scripts" / "run_jobs.py", folder / "jobs.json", folder,
-    )  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
-    return ZeroLaunch(stage, folder, run_bounded([str(part) for part in command], LAUNCH_TIMEOUT, env=env, cwd=folder))
+    def run(self, engine: str) -> ZeroLaunch:
+        if self.launched is None:
+            folder = self.tmp_path_factory.mktemp("engines")
+            self.launched = folder, _launch(folder, _jobs(folder))
+        folder, result = self.launched
+        return ZeroLaunch(engine, folder / engine, result)
 
 
-def _jobs(stage: str, folder: Path) -> list[dict]:
-    """Every job of ``stage``'s launch, the one expected to stop last."""
+def accelerate_environment(*flags) -> dict[str, str]:
+    """The ``ACCELERATE_*`` variables `accelerate launch <flags> script.py` gives its processes, as accelerate's own
+    launcher computes them (`launch_command`: its checks of the flags and config file, then the DeepSpeed or
+    multi-GPU environment)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    args, defaults, mixed_precision_from_config = _validate_launch_command(
+        launch_command_parser().parse_args([*map(str, flags), "script.py"])
+    )
+    if args.use_deepspeed:
+        fields = list(defaults.deepspeed_config) if defaults else []
+        fields += ["mixed_precision"] if mixed_precision_from_config else []
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+        _, environment = prepare_deepspeed_cmd_env(args)
+    else:
+        environment = prepare_multi_gpu_env(args)
+    return {name: value for name, value in environment.items() if name.startswith("ACCELERATE_")}
+
+
+def job_environment(*flags) -> dict[str, str | None]:
+    """What a job of the launch sets (a value) and removes (None) so that its environment is the one
+    `accelerate launch <flags>` would give it."""
+    launched, wanted = accelerate_environment(*ENGINE_FLAGS[LAUNCHED_AS]), accelerate_environment(*flags)
+    return {**dict.fromkeys(launched.keys() - wanted.keys()), **wanted}
+
+
+def _launch(folder: Path, jobs: list[dict]) -> object:
+    launcher = accelerate_launch(*ENGINE_FLAGS[LAUNCHED_AS], "--main_process_port", free_port())
+    return launch_jobs(launcher, jobs, folder, LAUNCH_TIMEOUT)
+
+
+def _jobs(folder: Path) -> list[dict]:
+    """Every job of the launch, by engine (DDP first, ZeRO-3 last: its last job stops the run on purpose), each named
+    ``<engine>/<job>`` and run in ``folder/<engine>/<job>``."""
+    jobs = []
+    for engine, builder in (("ddp", _ddp_jobs), ("zero2", _stage_jobs), ("zero3", _stage_jobs)):
+        (folder / engine).mkdir()
+        environment = job_environment(*ENGINE_FLAGS[engine])
+        for job in builder(engine, folder / engine):
+            jobs.append({**job, "name": f"{engine}/{job['name']}", "env": {**environment, **job["env"]}})
+    return jobs
+
+
+def _stage_jobs(stage: str, folder: Path) -> list[dict]:
     jobs = [*_script_jobs(folder), *_deepspeed_jobs(stage, folder), *_checkpoint_jobs(stage, folder)]
+    if stage == "zero2":
+        jobs.append(_documented_bf16_job(folder))
     if stage == "zero3":
         jobs.append(_not_gathered_job(folder))
     return jobs
@@ -164,11 +266,77 @@ def _job(name: str, script: str, argv: list, env: dict | None = None, status: in
     return {"name": name, "script": script, "argv": [str(part) for part in argv], "env": env or {}, "status": status}
 
 
-def _run_clear_job(folder: Path, name: str, *extra, env=None, status=0) -> dict:
-    """run_clear.py on `clear_arguments`' tiny BERT and corpus (in ``folder/name``), into ``folder/name/out``."""
+def _run_clear_job(folder: Path, name: str, *extra, env=None, status=0, deepspeed=True) -> dict:
+    """run_clear.py on `clear_arguments`' tiny BERT and corpus (in ``folder/name``), into ``folder/name/out``; on
+    DeepSpeed's CPU accelerator (`DEEPSPEED_ON_CPU`) unless ``deepspeed`` is False (gloo DDP: ``--use_cpu``)."""
     (folder / name).mkdir()
-    return _job(name, "examples/run_clear.py", [*clear_arguments(REPO_ROOT, folder / name, *extra), *DEEPSPEED_ON_CPU],
-                env, status)  # fmt: skip
+    argv = [*clear_arguments(REPO_ROOT, folder / name, *extra), *(DEEPSPEED_ON_CPU if deepspeed else ())]
+    return _job(name, "examples/run_clear.py", argv, env, status)
+
+
+def _ddp_jobs(engine: str, folder: Path) -> list[dict]:
+    """CLEAR from the checkpoint the ZeRO runs start from (test_deepspeed.py's reference), and GradCache under every
+    engine, one tests/scripts/train_engines.py run each (the DDP runs, then ZeRO-1, 2 and 3, each setting its own
+    DeepSpeed environment)."""
+    initial = save_tiny_model(folder / "initial", pooler_type="mean")
+    start = ["--model_name_or_path", initial, "--tokenizer_name", initial, *TRAINING, *NO_STS_EVAL]
+    wiki = (DEMO_DATA / "wiki1m_sample.txt").read_text()
+    uneven_corpus = "\n".join(wiki.splitlines()[:UNEVEN_SENTENCES]) + "\n"
+    return [
+        _run_clear_job(folder, "reference", *start, deepspeed=False),
+        _engines_job(folder, GRAD_CACHE_JOB, ENGINE_RUNS, wiki[:20000]),
+        _engines_job(folder, UNEVEN_JOB, UNEVEN_RUNS, uneven_corpus),
+    ]
+
+
+def _engines_job(folder: Path, name: str, runs: dict, corpus: str) -> dict:
+    """tests/scripts/train_engines.py: every run of ``runs`` from one tiny model (``folder/name/initial``, InfoNCE) on
+    ``corpus``, each into ``folder/name/out/<run>``."""
+    (folder / name).mkdir()
+    model_dir = save_tiny_model(folder / name / "initial", pooler_type="mean", contrastive_loss="info_nce")
+    (folder / name / "corpus.txt").write_text(corpus)
+    (folder / name / "runs.json").write_text(json.dumps(runs))
+    return _job(name, "tests/scripts/train_engines.py", [
+        "--model_dir", model_dir, "--train_file", folder / name / "corpus.txt", "--runs", folder / name / "runs.json",
+        "--output_dir", folder / name / "out",
+    ])  # fmt: skip
+
+
+def documented_bf16_command() -> list[str]:
+    """The ZeRO-2 command of docs/guides/scale.md that passes --bf16, as words (its line continuations joined)."""
+    page = (REPO_ROOT / "docs" / "guides" / "scale.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```bash\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    (block,) = [block for block in blocks if "accelerate_zero2.yaml" in block and "--bf16" in block]
+    return shlex.split(block.replace("\\\n", " "))
+
+
+def _documented_bf16_job(folder: Path) -> dict:
+    """The guide's bf16 command under ZeRO-2, as it writes it, with a local tiny model and corpus for the Hub's: its
+    launch flags give the job its environment (2 processes; the guide runs from the repository root, where its
+    relative paths point), its script flags are the job's."""
+    words = documented_bf16_command()
+    hub_flags = {"--model_name_or_path": 1, "--dataset_name": 1, "--dataset_config_name": 1, "--save_steps": 1}
+    kept, index = [], 2  # after ".venv/bin/accelerate launch"
+    while index < len(words):
+        if words[index] in hub_flags:
+            index += 1 + hub_flags[words[index]]
+            continue
+        kept.append(words[index])
+        index += 1
+    script = kept.index("examples/run_clear.py")
+    launch_flags = [REPO_ROOT / word if word.startswith("ds_configs/") else word for word in kept[:script]]
+    env = {
+        name: str(REPO_ROOT / value) if value and value.startswith("ds_configs/") else value
+        for name, value in job_environment(*launch_flags, "--num_processes", 2).items()
+    }
+    (folder / DOCUMENTED_JOB).mkdir()
+    checkpoint = save_tiny_model(folder / DOCUMENTED_JOB / "tiny")
+    return _job(DOCUMENTED_JOB, "examples/run_clear.py", [
+        *kept[script + 1 :],
+        "--model_name_or_path", checkpoint, "--train_file", DEMO_DATA / "wiki1m_sample.txt",
+        "--max_train_samples", "64", "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no",
+        "--report_to", "none", *DEEPSPEED_ON_CPU, "--output_dir", folder / DOCUMENTED_JOB / "out",
+    ], env)  # fmt: skip
 
 
 def _deepspeed_file(name: str, folder: Path) -> Path:
@@ -244,7 +412,7 @@ def _script_jobs(folder: Path) -> list[dict]:
 
 
 def _deepspeed_jobs(stage: str, folder: Path) -> list[dict]:
-    """CLEAR from the checkpoint test_deepspeed.py's DDP run starts from (the same `save_tiny_model`, seed 0)."""
+    """CLEAR from the checkpoint the DDP reference starts from (the same `save_tiny_model`, seed 0)."""
     initial = save_tiny_model(folder / "initial", pooler_type="mean")
     start = ["--model_name_or_path", initial, "--tokenizer_name", initial, *TRAINING]
     if stage == "zero2":

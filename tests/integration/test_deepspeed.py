@@ -7,8 +7,8 @@ gradient norms and weights; the ZeRO-3 model saved at the end (gathered into one
 the last step and load in a single process; a ZeRO-3 run resumed from its step-2 checkpoint, launched as two
 machines with the multi-node config, must end on the same weights; a LoRA adapter trained under ZeRO-3 must merge
 into a whole checkpoint; and GradCache must train under ZeRO-1, 2 and 3 as under DDP (tests/scripts/train_engines.py
-trains all five runs of that comparison in one launch).
-"""
+trains all five runs of that comparison in one job). Every run but the two machines' is a job of the suite's one
+engine launch (`helpers/zero_launches.py`)."""
 
 from __future__ import annotations
 
@@ -27,20 +27,25 @@ from contrastive_hf import ContrastiveForPreTraining
 
 from conftest import REPO_ROOT, tiny_bert_config
 from helpers.launching import (
-    CPU_ENV,
     DEEPSPEED_ON_CPU,
     DS_CONFIGS,
     MAX_STEPS,
     NO_DROPOUT,
-    accelerate_launch,
     assert_same_weights,
+    clear_arguments,
     deepspeed_launch,
-    run_clear,
-    save_tiny_model,
-    train_engines,
+    launch_jobs,
     weights,
 )
-from helpers.zero_launches import DECODER_JOB, MNTP_JOB, NO_STS_EVAL, TRAINING
+from helpers.zero_launches import (
+    DECODER_JOB,
+    ENGINE_RUNS,
+    GRAD_CACHE_JOB,
+    GRAD_CACHE_STEP,
+    MNTP_JOB,
+    NO_STS_EVAL,
+    TRAINING,
+)
 
 # its module-scoped launch and the shared ZeRO launches run once, on one pytest-xdist worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("zero")
@@ -66,23 +71,20 @@ def max_change(trained: dict, initial: dict) -> float:
 
 
 @pytest.fixture(scope="module")
-def initial_checkpoint(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("initial"), pooler_type="mean")
-
-
-def from_initial(initial_checkpoint) -> tuple[str, ...]:
-    return ("--model_name_or_path", str(initial_checkpoint), "--tokenizer_name", str(initial_checkpoint), *TRAINING)
+def initial_checkpoint(zero_launches):
+    """The checkpoint the DDP, ZeRO-2 and ZeRO-3 runs of CLEAR start from (each engine saved the same one, seed 0)."""
+    return zero_launches.run("ddp").folder / "initial"
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory, initial_checkpoint):
-    launcher = accelerate_launch("--multi_gpu", "--num_processes", 2, "--num_machines", 1)
-    launcher += ["--mixed_precision", "no", "--dynamo_backend", "no"]
-    tmp_path = tmp_path_factory.mktemp("ddp")
-    _, output_dir = run_clear(
-        REPO_ROOT, tmp_path, *from_initial(initial_checkpoint), *NO_STS_EVAL, launcher=launcher, env=CPU_ENV
-    )
-    return output_dir
+def ddp_run(zero_launches):
+    """The DDP reference: CLEAR from the same checkpoint on 2 gloo processes (the job ``reference`` of the shared
+    launch's DDP jobs): its output folder."""
+    launch = zero_launches.run("ddp")
+    assert launch.status("reference") == 0, launch.failure("reference")
+    card = (launch.output("reference") / "README.md").read_text()
+    assert "DeepSpeed" not in card and "2 processes" in card  # DDP, as `--multi_gpu` launches it
+    return launch.output("reference")
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +201,7 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
         )  # fmt: skip
         machine_dir = tmp_path / f"machine{rank}"
         machine_dir.mkdir()
-        return run_clear(
+        argv = clear_arguments(
             REPO_ROOT,
             machine_dir,
             "--config_name", str(encoder_config),
@@ -209,9 +211,11 @@ def test_zero3_resumes_from_its_checkpoint_on_two_machines(tmp_path, zero3_run):
             *DEEPSPEED_ON_CPU,
             "--resume_from_checkpoint", str(zero3_dir / "checkpoint-2"),
             "--output_dir", str(output_dir),  # one folder for both, as on a shared file system
-            launcher=launcher,
-            env=CPU_ENV,
         )  # fmt: skip
+        job = {"name": "resume", "script": "examples/run_clear.py", "argv": argv}
+        result = launch_jobs(launcher, [job], machine_dir, timeout=600)
+        logs = "".join(log.read_text()[-3000:] for log in sorted(machine_dir.glob("resume.rank*.log")))
+        assert result.returncode == 0, logs + result.stderr[-3000:]
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         for run in [pool.submit(machine, rank) for rank in (1, 0)]:
@@ -282,25 +286,6 @@ def test_llm2vec_s_masked_next_token_prediction_trains_a_decoder_under_zero3_on_
     torch.testing.assert_close(head.float(), pretrained.to(head.dtype).float(), rtol=0, atol=0)
 
 
-# GradCache under every engine, with every part of the objective: MLM (the checkpoint's mlm_weight 1), negatives
-# gathered from both processes, the pre-batch queue (InfoNCE), and 2 accumulated micro-batches per step, so that both
-# micro-batch kinds are covered (the first accumulates only; the second's last chunk is DeepSpeed's boundary).
-# Each process's micro-batch of 8 sentences is encoded in chunks of 3, 3 and 2.
-STEP = {
-    "per_device_train_batch_size": 8,
-    "gradient_accumulation_steps": 2,
-    "max_steps": MAX_STEPS,
-    "learning_rate": 1e-3,
-    "prebatch_size": 1,
-}
-CHUNKED = {**STEP, "grad_cache_chunk_size": 3}
-ENGINE_RUNS = {
-    "ddp_unchunked": STEP,
-    "ddp": CHUNKED,
-    "zero1": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json"), "zero_stage": 1},
-    "zero2": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json")},
-    "zero3": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero3.json")},
-}
 # The Trainer logs `loss` and `grad_norm` as computed; ContrastiveTrainer.log rounds its step metrics to 4 decimals,
 # so two runs 1e-6 apart may log them one unit of the last decimal apart.
 EXACT_LOGS = ("loss", "grad_norm")
@@ -313,16 +298,13 @@ def logged_steps(run_dir) -> list[dict]:
     return [{key: entry[key] for key in LOGGED} for entry in entries if "grad_norm" in entry]
 
 
-def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
+def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(zero_launches):
     """GradCache's chunks are one optimizer step under DeepSpeed too: ZeRO-1, 2 and 3 log the losses and end on the
-    weights of GradCache under DDP, which equal the unchunked DDP run's (dropout off). One launch trains all five."""
-    model_dir = save_tiny_model(tmp_path / "initial", pooler_type="mean", contrastive_loss="info_nce")
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text((REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text()[:20000])
-    result = train_engines(tmp_path, model_dir, corpus, ENGINE_RUNS, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-
-    out = tmp_path / "out"
+    weights of GradCache under DDP, which equal the unchunked DDP run's (dropout off). One job of the shared launch
+    trains all five (`ENGINE_RUNS`: tests/scripts/train_engines.py)."""
+    launch = zero_launches.run("ddp")
+    assert launch.status(GRAD_CACHE_JOB) == 0, launch.failure(GRAD_CACHE_JOB)
+    model_dir, out = launch.folder / GRAD_CACHE_JOB / "initial", launch.output(GRAD_CACHE_JOB)
     engines = {name: json.loads((out / name / "engine.json").read_text()) for name in ENGINE_RUNS}
     assert engines["ddp_unchunked"]["grad_cache_steps"] == [0, 0]
     for name in ("ddp_unchunked", "ddp"):
@@ -330,9 +312,10 @@ def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(tmp_path):
     for stage in (1, 2, 3):
         assert engines[f"zero{stage}"]["wrapper"] == "DeepSpeedEngine"
         assert engines[f"zero{stage}"]["zero_stage"] == stage
+    micro_batches = MAX_STEPS * GRAD_CACHE_STEP["gradient_accumulation_steps"]
     for name in ENGINE_RUNS:
         if name != "ddp_unchunked":  # every micro-batch went through GradCache
-            assert engines[name]["grad_cache_steps"] == [MAX_STEPS * STEP["gradient_accumulation_steps"]] * 2, name
+            assert engines[name]["grad_cache_steps"] == [micro_batches] * 2, name
 
     reference = logged_steps(out / "ddp")
     assert len(reference) == MAX_STEPS

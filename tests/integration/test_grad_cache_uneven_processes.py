@@ -1,5 +1,5 @@
-"""GradCache on uneven per-process batches, launched on 2 gloo processes under DDP and DeepSpeed ZeRO-1, 2 and 3:
-the losses and gradients of the unchunked run."""
+"""GradCache on uneven per-process batches on 2 gloo processes under DDP and DeepSpeed ZeRO-1, 2 and 3: the losses
+and gradients of the unchunked run."""
 
 from __future__ import annotations
 
@@ -8,35 +8,22 @@ import json
 import pytest
 import torch
 
-from conftest import REPO_ROOT
-from helpers.launching import DS_CONFIGS, save_tiny_model, train_engines, weights
+from helpers.launching import weights
+from helpers.zero_launches import UNEVEN_JOB, UNEVEN_LEARNING_RATE, UNEVEN_RUNS
 
-SENTENCES = 17  # in batches of 5 per process: step 2 is 5 + 2 sentences
-LEARNING_RATE = 0.01
-UNEVEN = {
-    "per_device_train_batch_size": 5,
-    "num_train_epochs": 1,
-    "accelerator_config": {"even_batches": False},
-    "optim": "sgd",
-    "learning_rate": LEARNING_RATE,
-    "lr_scheduler_type": "constant",
-    "max_grad_norm": 0.0,
-}
-CHUNKED = {**UNEVEN, "grad_cache_chunk_size": 3}
+# a job of the shared engine launch, which runs once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("zero")
 
 
-def test_uneven_last_batch_trains_under_ddp_and_zero_1_2_3_as_without_grad_cache(tmp_path):
-    """examples' Trainer setup (tests/scripts/train_engines.py) on 2 gloo processes, one launch for all five runs:
-    GradCache under DDP and ZeRO-1, 2 and 3 finishes the epoch, on both processes through GradCache at both steps,
-    and logs the losses and gradient norms and leaves the gradients of the unchunked DDP run."""
-    model_dir = save_tiny_model(tmp_path / "initial", pooler_type="mean", contrastive_loss="info_nce")
-    lines = (REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt").read_text().splitlines()
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(lines[:SENTENCES]) + "\n")
-    result = train_engines(tmp_path, model_dir, corpus, UNEVEN_RUNS, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+def test_uneven_last_batch_trains_under_ddp_and_zero_1_2_3_as_without_grad_cache(zero_launches):
+    """examples' Trainer setup (tests/scripts/train_engines.py) on 2 gloo processes, one job of the shared launch for
+    all five runs (`UNEVEN_RUNS`: 17 sentences in batches of 5 per process, so step 2 is 5 + 2): GradCache under DDP
+    and ZeRO-1, 2 and 3 finishes the epoch, on both processes through GradCache at both steps, and logs the losses and
+    gradient norms and leaves the gradients of the unchunked DDP run. Without the fix it hung at the second step."""
+    launch = zero_launches.run("ddp")
+    assert launch.status(UNEVEN_JOB) == 0, launch.failure(UNEVEN_JOB)
+    model_dir, out = launch.folder / UNEVEN_JOB / "initial", launch.output(UNEVEN_JOB)
 
-    out = tmp_path / "out"
     engines = {name: json.loads((out / name / "engine.json").read_text()) for name in UNEVEN_RUNS}
     assert engines["ddp_unchunked"]["grad_cache_steps"] == [0, 0]
     for name in UNEVEN_RUNS:
@@ -61,18 +48,6 @@ def test_uneven_last_batch_trains_under_ddp_and_zero_1_2_3_as_without_grad_cache
             torch.testing.assert_close(grad, expected[parameter], atol=1e-4, rtol=1e-4, msg=f"{name}, {parameter}")
 
 
-UNEVEN_RUNS = {
-    "ddp_unchunked": UNEVEN,
-    "ddp": CHUNKED,
-    "zero3": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero3.json")},
-    "zero2": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json")},
-    "zero1": {**CHUNKED, "deepspeed": str(DS_CONFIGS / "zero2.json"), "zero_stage": 1},
-}
-
-
-TIMEOUT = 300  # the launch takes about a minute; without the fix it hangs at the second step
-
-
 def gradient_sums(trained: dict, initial: dict) -> dict[str, torch.Tensor]:
     """g1 + g2 of every weight, from plain SGD's w0 - lr * (g1 + g2)."""
-    return {name: (initial[name] - trained[name]) / LEARNING_RATE for name in initial}
+    return {name: (initial[name] - trained[name]) / UNEVEN_LEARNING_RATE for name in initial}

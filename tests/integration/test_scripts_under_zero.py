@@ -6,23 +6,28 @@ and passes its own reload check.
 Under ZeRO-3 run_dpr, run_sg_bert and run_multitask could not start (transformers initialised a model's weights
 inside DeepSpeed's ``zero.Init``, on parameters already partitioned: ``IndexError: index 0 is out of bounds``, issue
 31), and run_dpr scored retrieval on process 0 alone, whose forward passes wait forever for the other processes'
-shards (issue 30). One launch per ZeRO stage runs every script, with the suite's other ZeRO scenarios
-(`helpers/zero_launches.py`), so that DeepSpeed starts twice, not once per run.
+shards (issue 30). One launch runs every script under each stage, with the suite's other engine scenarios
+(`helpers/zero_launches.py`), so that DeepSpeed starts once, not once per run.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import shlex
 
 import pytest
 
-from conftest import DEMO_DATA, REPO_ROOT, example_script, free_port, run_bounded
-from helpers.launching import CPU_ENV, DEEPSPEED_ON_CPU, accelerate_launch, save_tiny_model
+from conftest import example_script
 from helpers.saved_files import assert_holds_none, every_file, local_paths
-from helpers.zero_launches import SCRIPTS, STAGES, STARTS, script_flags, script_start_flags, script_starts
+from helpers.zero_launches import (
+    DOCUMENTED_JOB,
+    SCRIPTS,
+    STAGES,
+    STARTS,
+    documented_bf16_command,
+    script_flags,
+    script_start_flags,
+    script_starts,
+)
 
 # the ZeRO launches run once, on one pytest-xdist worker (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("zero")
@@ -30,7 +35,7 @@ pytestmark = pytest.mark.xdist_group("zero")
 
 @pytest.fixture(scope="module", params=list(STAGES))
 def launch(request, zero_launches):
-    """The launch of a ZeRO stage (`helpers/zero_launches.py`), which runs every script from each start."""
+    """A ZeRO stage's jobs of the shared launch (`helpers/zero_launches.py`): every script from each start."""
     return zero_launches.run(request.param)
 
 
@@ -55,44 +60,17 @@ def test_the_launch_ended_well(launch):
     assert launch.result.returncode == 0, launch.result.stdout[-3000:] + launch.result.stderr[-3000:]
 
 
-def _documented_bf16_command() -> list[str]:
-    """The ZeRO-2 command of docs/guides/scale.md that passes --bf16, as words (its line continuations joined)."""
-    page = (REPO_ROOT / "docs" / "guides" / "scale.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```bash\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
-    (block,) = [block for block in blocks if "accelerate_zero2.yaml" in block and "--bf16" in block]
-    return shlex.split(block.replace("\\\n", " "))
-
-
-def test_the_documented_bf16_command_under_zero2(tmp_path):
+def test_the_documented_bf16_command_under_zero2(zero_launches):
     """`accelerate launch --config_file ds_configs/accelerate_zero2.yaml examples/run_clear.py ... --bf16` as the
     training-at-scale guide writes it, with a local tiny model and corpus for the Hub's, DeepSpeed on its CPU
-    accelerator as a GPU runs it: it was refused on both processes (``ds bf16.enabled=False vs hf bf16=True``, issue
-    31: DeepSpeed's "auto" took the launcher's mixed precision, none)."""
-    words = _documented_bf16_command()
+    accelerator as a GPU runs it (a job of the shared launch, in the environment the guide's launch flags give): it
+    was refused on both processes (``ds bf16.enabled=False vs hf bf16=True``, issue 31: DeepSpeed's "auto" took the
+    launcher's mixed precision, none)."""
+    words = documented_bf16_command()
     assert words[:3] == [".venv/bin/accelerate", "launch", "--config_file"] and "--bf16" in words
-    hub_flags = {"--model_name_or_path": 1, "--dataset_name": 1, "--dataset_config_name": 1, "--save_steps": 1}
-    kept, index = [], 2  # after ".venv/bin/accelerate launch"
-    while index < len(words):
-        if words[index] in hub_flags:
-            index += 1 + hub_flags[words[index]]
-            continue
-        kept.append(words[index])
-        index += 1
-    script = kept.index("examples/run_clear.py")
-    launch_flags, script_flags = kept[:script], kept[script + 1 :]
-    checkpoint = save_tiny_model(tmp_path / "tiny")
-    command = accelerate_launch(  # from the repository root, as the guide says (its files name ds_configs/...)
-        *launch_flags,
-        "--num_processes", 2, "--main_process_port", free_port(),
-        REPO_ROOT / "examples" / "run_clear.py", *script_flags,
-        "--model_name_or_path", checkpoint, "--train_file", DEMO_DATA / "wiki1m_sample.txt",
-        "--max_train_samples", "64", "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no",
-        "--report_to", "none", *DEEPSPEED_ON_CPU, "--output_dir", tmp_path / "out",
-    )  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **CPU_ENV}
-    result = run_bounded([str(part) for part in command], 600, env=env, cwd=REPO_ROOT)
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-4000:]
+    launch = zero_launches.run("zero2")
+    assert launch.status(DOCUMENTED_JOB) == 0, launch.failure(DOCUMENTED_JOB)
+    log = launch.log(DOCUMENTED_JOB)
     assert "Training runs in bf16 autocast: --bf16 true was given" in log
     assert "gives the trained embeddings" in log
 
@@ -100,7 +78,7 @@ def test_the_documented_bf16_command_under_zero2(tmp_path):
 def test_no_file_any_run_wrote_holds_a_local_path(launch):
     """Every byte of every output folder (models, cards, trainer states, training arguments, DeepSpeed's own
     checkpoint files) is free of the absolute paths of the run: its folders, the repository, the environment."""
-    outputs = [launch.output(job["name"]) for job in json.loads((launch.folder / "jobs.json").read_text())]
+    outputs = [launch.output(job) for job in launch.jobs()]
     files = every_file(*[output for output in outputs if output.exists()])
     assert any("global_step" in name for name in files)  # DeepSpeed's checkpoint was written and is scanned
     assert_holds_none(files, local_paths(launch.folder))

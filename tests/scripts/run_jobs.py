@@ -1,14 +1,14 @@
 """Run several example scripts one after the other in this process, as ``python script argv...`` would run each:
-one ``accelerate launch`` then serves many runs (DeepSpeed's start-up and op build are paid once).
+one ``accelerate launch`` then serves many runs (DeepSpeed's start-up is paid once).
 
 Usage (once per process, e.g. under ``accelerate launch``): ``python run_jobs.py JOBS.json LOG_DIR [--keep-going]``.
 ``JOBS.json`` is a list of ``{"name": ..., "script": "examples/run_clear.py", "argv": [...]}`` (and ``"status": N``
 for a job expected to end with exit status N, a run refused or stopped on purpose; ``"env": {...}``, environment
-variables set for the job alone). Each job's output (stdout and stderr) goes to ``LOG_DIR/<name>.rank<R>.log`` and
-its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job ending with another status than expected stops the run
-with its name and its log's end, also written to ``LOG_DIR/failure.rank<R>.txt`` for a launcher whose own output
-buries it (the launcher then stops the other processes, which may wait for this one in a collective); with
-``--keep-going`` (one process: no collective to leave waiting) the next job runs.
+variables set, or removed where null, for the job alone). Each job's output (stdout and stderr) goes to
+``LOG_DIR/<name>.rank<R>.log`` and its exit status into ``LOG_DIR/statuses.rank<R>.json``. A job ending with another
+status than expected stops the run with its name and its log's end, also written to ``LOG_DIR/failure.rank<R>.txt``
+for a launcher whose own output buries it (the launcher then stops the other processes, which may wait for this one
+in a collective); with ``--keep-going`` (one process: no collective to leave waiting) the next job runs.
 """
 
 from __future__ import annotations
@@ -40,6 +40,19 @@ def run_job(job: dict, log: Path) -> int:
     return 0
 
 
+def skip_deepspeed_shm_build() -> None:
+    """Under DeepSpeed on its CPU accelerator (``DS_ACCELERATOR=cpu``), mark its shared-memory communication op
+    incompatible before DeepSpeed starts its communication backend, which would otherwise compile it (two C++ files:
+    41 to 107 s of both cores on the 2-core machine, at the first DeepSpeed start of every fresh environment).
+    DeepSpeed uses that op only for inference's all-reduce, never in training, and a GPU never builds it: without it,
+    the CPU runs take the process group's all-reduce, as a GPU's take NCCL's."""
+    if os.environ.get("DS_ACCELERATOR") != "cpu":
+        return
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def settle_garbage() -> None:
     """Collect what a finished job left, then move what remains (the modules it imported) out of the garbage
     collector's reach (`gc.freeze`): the next job's Trainer collects garbage at the start of `train`, which would
@@ -49,18 +62,20 @@ def settle_garbage() -> None:
 
 
 @contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """``values`` in the environment while it lasts."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+def environment(values: dict[str, str | None]):
+    """``values`` in the environment while it lasts (None: the variable removed); then the environment as it was,
+    whatever the job changed."""
+    saved = dict(os.environ)
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager
@@ -85,6 +100,7 @@ def output_to(path: Path):
 
 def main(jobs_file: str, log_dir: str, *options: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
+    skip_deepspeed_shm_build()
     statuses = {}
     for job in json.loads(Path(jobs_file).read_text()):
         statuses[job["name"]] = status = run_job(job, Path(log_dir) / f"{job['name']}.rank{rank}.log")

@@ -29,10 +29,26 @@ PATHS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def compiled_graphs_shared():
+    """The paths share the graphs they compile (a layer's graph for packed batches serves every packed path), as the
+    regions of several models compiled in one process do: the module starts from none, dynamo keeps room for every
+    path's graphs of a code object (its default, 8, is for one model), and a region that would need more fails the
+    test instead of running eager unseen."""
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        yield
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize(("kind", "sub_batch_size", "options"), PATHS)
-def test_every_path_trains_under_torch_compile_as_in_eager(tokenizer, tmp_path, kind, sub_batch_size, options):
+def test_every_path_trains_under_torch_compile_as_in_eager(
+    tokenizer, tmp_path, kind, sub_batch_size, options, compiled_graphs_shared
+):
     eager_losses, eager_weights, _ = trained(tokenizer, tmp_path / "eager", kind, sub_batch_size, False, **options)
-    losses, weights, trainer = trained(tokenizer, tmp_path / "compiled", kind, sub_batch_size, True, **options)
+    losses, weights, trainer = trained(
+        tokenizer, tmp_path / "compiled", kind, sub_batch_size, True, fresh=False, **options
+    )
     assert trainer.model_wrapped is not trainer.model  # the regions were compiled
     assert any(type(module).__name__ == "OptimizedModule" for module in trainer.model_wrapped.modules())
     assert losses == pytest.approx(eager_losses, rel=1e-4)
