@@ -144,6 +144,7 @@ def test_evaluate_runs_the_whole_sts_and_transfer_suites_on_a_senteval_layout(
         assert name in table
 
 
+@pytest.mark.slow  # a transfer evaluation through the command line: 1.5 s of CPU
 def test_evaluate_protocol_flag_defaults_to_simcse_s_classifier(senteval_dir, tiny_checkpoint, tmp_path, capsys):
     from contrastive_hf.evaluation.transfer import DEFAULT_PROTOCOL, PROTOCOLS
 
@@ -159,6 +160,7 @@ def test_evaluate_protocol_flag_defaults_to_simcse_s_classifier(senteval_dir, ti
     assert "12 training samples leave none for the 5% validation split" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # an evaluation through the command line: 2 s of CPU
 def test_evaluate_scores_a_single_stsb_file(tiny_checkpoint, tmp_path, capsys):
     stsb = TEST_DATA / "sts" / "stsbenchmark" / "sts-dev.csv"  # its first 40 pairs
     output = tmp_path / "results.json"

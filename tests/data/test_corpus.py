@@ -686,6 +686,7 @@ def _train_on_an_endless_stream(path, tokenizer, output_dir, resume_from_checkpo
     return trainer, collator.batches, weights
 
 
+@pytest.mark.slow  # a run on a stream and its resume: 2 s of CPU
 def test_contrastive_trainer_trains_on_an_endless_stream_and_resumes_exactly(tmp_path, tokenizer):
     path, _, _ = _big_text(tmp_path, count=30)  # 25 lines: a pass is 3 batches of 8 and one line
     add_del_token(tokenizer)

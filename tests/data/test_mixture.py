@@ -113,6 +113,7 @@ def train(tokenizer, output_dir, resume_from_checkpoint=None, logging_steps=1):
     return drawn, weights, logged
 
 
+@pytest.mark.slow  # a run and its resume: 1.5 s of CPU
 def test_each_dataset_s_loss_is_logged_and_a_resumed_run_is_the_uninterrupted_one(tokenizer, tmp_path):
     drawn, weights, logged = train(tokenizer, tmp_path)
     assert len(drawn) == len(logged) == 10
@@ -135,6 +136,7 @@ def test_each_dataset_s_loss_is_logged_and_a_resumed_run_is_the_uninterrupted_on
                 assert resumed_logged[step][key] == value, (step, key)
 
 
+@pytest.mark.slow  # a run of a mixture: 1.5 s of CPU
 def test_a_dataset_s_logged_loss_is_the_mean_over_its_steps_since_the_last_log(tokenizer, tmp_path):
     drawn, _, every_step = train(tokenizer, tmp_path / "every")
     _, _, every_five = train(tokenizer, tmp_path / "five", logging_steps=5)

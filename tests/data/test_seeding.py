@@ -150,6 +150,7 @@ def _train(tokenizer, output_dir, resume_from_checkpoint=None):
     return collator.batches, weights, logged
 
 
+@pytest.mark.slow  # a run and its resume: 1.5 s of CPU
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_resumed_training_sees_the_same_views_and_epochs_differ(tokenizer, tmp_path):
     add_del_token(tokenizer)

@@ -178,6 +178,7 @@ def test_word_hashes_tell_words_apart():
 # ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a nearest-neighbour search over a vocabulary: 1 s of CPU
 def test_neighbours_in_hand_made_embeddings(tokenizer):
     torch.manual_seed(0)
     weight = torch.randn(len(tokenizer), 16)

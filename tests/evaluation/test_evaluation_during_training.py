@@ -29,6 +29,7 @@ def stsb_dev(repo_root) -> STSData:
     return STSData(data.sentences1[:64], data.sentences2[:64], data.scores[:64])
 
 
+@pytest.mark.slow  # a run with STS-B evaluations: 1 s of CPU
 def test_best_checkpoint_by_stsb_spearman_is_kept(repo_root, tokenizer, tmp_path, stsb_dev):
     torch.manual_seed(1)
     config = ContrastiveConfig(encoder=tiny_bert_config(vocab_size=len(tokenizer)), pooler_type="mean", mlm_weight=0.0)
@@ -143,6 +144,7 @@ def test_alignment_uniformity_plot_groups_points_by_name(tmp_path, monkeypatch):
     assert "training step" not in axes.get_title()
 
 
+@pytest.mark.slow  # a run with STS-B evaluations and its resume: 1.5 s of CPU
 def test_a_resumed_run_keeps_the_best_checkpoint_of_its_first_part(repo_root, tokenizer, tmp_path, stsb_dev):
     """The saved states name the best checkpoint by its folder alone (no local path in a saved file, the checkpoints'
     included); resumed, the Trainer looks for that name in the working directory and drops it as gone, and a run

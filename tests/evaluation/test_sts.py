@@ -236,6 +236,7 @@ def small_sts_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow  # every STS task encoded and scored twice: 2 s of CPU
 def test_suite_scores_each_task_and_the_all_setting_against_an_independent_reference(small_sts_dir):
     encoder = BagOfWordsEncoder()
     results = evaluate_sts_suite(encoder, small_sts_dir, tasks=["STS12", "STS-B", "SICK-R"], show_progress=False)

@@ -200,6 +200,7 @@ def test_the_card_says_text_embeddings_inference_serves_the_checkpoint_only_wher
         assert "The same files serve it with Text Embeddings Inference" not in text
 
 
+@pytest.mark.slow  # two runs and their cards: 1 s of CPU
 def test_the_core_names_no_method_and_the_recipe_that_claims_a_run_names_it(tokenizer, tmp_path):
     """A run of the core's parts is described by facts (its views, MLM, pairs, the model type), and the recipe that
     claims them names the method; no module outside recipes/ holds a method's name."""

@@ -286,6 +286,7 @@ def test_run_simcse_trains_a_decoder_with_bidirectional_attention_from_the_comma
     assert "| Encoder | qwen2, 2 layers, hidden size 32, vocabulary 4000, attending both ways |" in card
 
 
+@pytest.mark.slow  # a whole script run (in this process): 1 s of CPU
 def test_run_clear_on_a_decoder_says_that_mlm_needs_a_mask_token_or_trains_without_it(pretrained_qwen2, tmp_path):
     """CLEAR's MLM reads a mask token that decoder tokenizers lack: one usage line (it was a traceback); with
     --mlm_weight 0, CLEAR's contrastive half trains the decoder on word-deletion views."""

@@ -157,6 +157,7 @@ def test_encoder_dropout_sets_every_dropout_the_encoder_has_and_is_saved(tokeniz
         ContrastiveConfig(encoder=BertConfig(), encoder_dropout=1.5)
 
 
+@pytest.mark.slow  # two whole script runs (in this process): 2 s of CPU
 def test_llm2vec_runs_both_steps_as_its_page_says(tmp_path):
     """docs/recipes/llm2vec.md on a tiny Qwen2 (its causal-LM checkpoint, a Qwen2 tokenizer): run_llm2vec.py trains
     MNTP with a LoRA adapter on the decoder made bidirectional, its card names LLM2Vec and MNTP, its merged model is

@@ -268,6 +268,7 @@ def test_regression_head_uses_mean_squared_error(tokenizer, tmp_path):
     torch.testing.assert_close(output.loss, torch.nn.functional.mse_loss(output.logits.squeeze(-1), targets))
 
 
+@pytest.mark.slow  # a whole script run (in this process): 1 s of CPU
 def test_a_model_continued_from_sentence_transformers_keeps_its_max_seq_length(tmp_path):
     """all-MiniLM-L6-v2 reads 256 tokens (its sentence_bert_config.json), though its position embeddings allow 512: a
     model built on it keeps 256 in its own files and in encode, so that both truncate long texts alike; a value the

@@ -156,6 +156,7 @@ def test_max_seq_length_is_the_folders(encoder_folder, tmp_path):
     assert ContrastiveModel.from_pretrained(MINILM).config.max_seq_length == 256
 
 
+@pytest.mark.slow  # all-MiniLM-L6-v2 loaded twice and encoding: 2 s of CPU
 def test_all_minilm_l6_v2_loads_with_its_mean_pooling_and_normalize():
     long_text = " ".join(["word"] * 400)  # past its 256 tokens
     model = ContrastiveModel.from_pretrained(MINILM)

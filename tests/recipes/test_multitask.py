@@ -421,6 +421,7 @@ def test_one_task_pcgrad_trains_like_the_plain_summed_loss(tokenizer, tmp_path):
         torch.testing.assert_close(surgery[name], weight, atol=1e-6, rtol=1e-5, msg=name)
 
 
+@pytest.mark.slow  # per-task backward passes of accumulated steps: 1 s of CPU
 def test_pcgrad_projects_the_accumulated_gradients_of_an_optimizer_step(tokenizer, tmp_path):
     """Two micro-batches of 4 = one batch of 8: per-task gradients are accumulated, then projected once."""
 

@@ -107,6 +107,7 @@ def test_an_unknown_recipe_is_refused_naming_the_recipes(capsys):
     assert "No recipe named 'simcsee'" in error and "clear, declutr, dpr, llm2vec, multitask, sg_bert, simcse" in error
 
 
+@pytest.mark.slow  # a whole recipe run (in this process): 1 s of CPU
 def test_a_users_recipe_registered_in_one_call_trains_with_run_recipe(tmp_path, monkeypatch, capsys):
     """A recipe of one's own: a package registering its card and script (CLEAR's parts, other defaults, its method
     named on its runs), imported, then trained end to end by `run_recipe` on the shipped sentences: its defaults

@@ -142,6 +142,7 @@ def test_resuming_the_latest_with_no_complete_checkpoint_says_so(tokenizer, tmp_
     assert f"{tmp_path / 'checkpoint-2'} (missing trainer_state.json" in str(caught.value)
 
 
+@pytest.mark.slow  # a run saving until the disk is full: 1 s of CPU
 def test_a_full_disk_says_so_and_keeps_the_previous_checkpoint(tokenizer, tmp_path, monkeypatch, caplog):
     real_save_file = trainer_module.save_file
 
@@ -266,6 +267,7 @@ def test_a_resume_with_another_data_layout_is_refused_before_training(tokenizer,
     assert counter.steps == 0 and not list((tmp_path / "resumed").glob("checkpoint-*"))  # refused before training
 
 
+@pytest.mark.slow  # a run and its resumes: 1 s of CPU
 def test_a_checkpoint_without_a_recorded_layout_is_compared_by_its_arguments_and_random_states(tokenizer, tmp_path):
     """A checkpoint written before the layout was recorded: its training_args.bin gives the batch size, its
     rng_state files the number of processes (one each, or rng_state.pth alone); the same layout resumes and saves."""
@@ -284,6 +286,7 @@ def test_a_checkpoint_without_a_recorded_layout_is_compared_by_its_arguments_and
         _train(tokenizer, tmp_path, max_steps=4, resume=str(checkpoint))
 
 
+@pytest.mark.slow  # a run and five resumes: 1.5 s of CPU
 def test_a_resume_on_other_rows_seed_or_views_is_refused_and_resume_anyway_says_what_the_epoch_skips(
     tokenizer, tmp_path, caplog
 ):

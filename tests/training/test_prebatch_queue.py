@@ -138,6 +138,7 @@ def test_a_loss_with_state_of_its_own_is_stepped_logged_saved_and_restored_by_th
     assert resumed.loss_fn.steps == [2] and float(resumed.loss_fn.scored) == 3.0  # restored, then one more
 
 
+@pytest.mark.slow  # a run and its resume: 1 s of CPU
 def test_resume_restores_the_queue_and_gives_the_uninterrupted_weights(tokenizer, tmp_path):
     straight = make_queue_trainer(tokenizer, tmp_path / "straight", max_steps=4, prebatch_size=2, save_strategy="no")
     straight.train()
