@@ -408,6 +408,7 @@ def test_a_decoder_s_prompt_left_out_of_the_pooling_is_sentence_transformers_and
     assert not np.allclose(without_prompt, with_prompt, atol=1e-3)  # the text attends to the prompt before it
 
 
+@pytest.mark.slow  # a whole script run (in this process): 1 s of CPU
 def test_e5_style_instruction_tuning_of_a_decoder_runs_as_its_page_says(tmp_path):
     """docs/recipes/e5-instruct.md's settings (examples/llm/e5_instruct.json) on a tiny Qwen2 with its own kind of
     tokenizer: LoRA on every projection, last-token pooling on the appended EOS, the instruction on the queries only;
@@ -462,6 +463,7 @@ def test_e5_style_instruction_tuning_on_a_bf16_base_trains_a_float32_adapter_and
     )
 
 
+@pytest.mark.slow  # a dual encoder's training run, saved and served: 1 s of CPU each
 @pytest.mark.parametrize("share_encoders", [True, False])
 def test_a_decoder_dual_encoder_trains_with_last_token_pooling_and_serves_both_towers(share_encoders, tmp_path):
     """run_dpr.py on a tiny Qwen2 (one tower or two), last-token pooling on the appended EOS and an instruction on

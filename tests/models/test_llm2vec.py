@@ -191,6 +191,7 @@ def test_llm2vec_runs_both_steps_as_its_page_says(tmp_path):
     assert AutoTokenizer.from_pretrained(merged).mask_token is None  # the mask token was the collator's only
 
 
+@pytest.mark.slow  # a whole script run (in this process): 1 s of CPU
 def test_clear_on_a_decoder_trains_mntp_and_the_contrastive_loss_together(tmp_path):
     """CLEAR's objective on a decoder (run_clear.py with a mask token): MNTP beside NT-Xent on word-deletion views,
     both logged, the card naming CLEAR and the decoder's MLM as MNTP."""
@@ -230,6 +231,7 @@ def test_grad_cache_trains_mntp_and_the_contrastive_loss_of_a_decoder_as_one_ful
             torch.testing.assert_close(parameter.grad, theirs[name].grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow  # a whole script run (in this process): 1 s of CPU each
 @pytest.mark.parametrize("mode", ["unsup", "sup"])
 def test_simcse_s_auxiliary_mlm_on_a_decoder_is_mntp(mode, tmp_path):
     """run_simcse.py --do_mlm on a decoder: its auxiliary MLM is masked next-token prediction with --mask_token, on

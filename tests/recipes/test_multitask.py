@@ -505,6 +505,7 @@ def test_training_logs_per_task_losses_and_conflicts(tokenizer, tmp_path):
     assert all(0.0 <= entry["pcgrad_conflict_fraction"] <= 1.0 for entry in logged)
 
 
+@pytest.mark.slow  # a run and its resumes: 1 s of CPU
 def test_a_multitask_resume_is_checked_as_every_trainer_s(tokenizer, tmp_path):
     """The reported defect: run_multitask resumed on another number of processes trained 0 more steps and exited 0
     with a model that never saw 28 of its 60 rows; MultitaskTrainer had none of ContrastiveTrainer's resume checks.

@@ -434,6 +434,7 @@ def test_gradient_checkpointing_through_the_trainer_checkpoints_bert_t(tokenizer
     assert not checkpointed(model.frozen_encoder)  # BERT_F runs without gradients
 
 
+@pytest.mark.slow  # a run and its resume: 1 s of CPU
 def test_saved_model_is_bert_t_alone_and_checkpoints_resume_exactly(tokenizer, tmp_path):
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     torch.manual_seed(0)
