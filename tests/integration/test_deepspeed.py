@@ -332,3 +332,14 @@ def test_grad_cache_under_zero_1_2_and_3_trains_as_under_ddp(zero_launches):
                 assert got[key] == pytest.approx(expected[key], abs=1.01e-4), (name, step + 1, key)
         assert_same_weights(weights(out / name), weights(out / "ddp"), atol=1e-5)
     assert max_change(weights(out / "ddp"), weights(model_dir)) > 1e-3
+
+
+def test_no_job_compiles_or_loads_deepspeeds_cpu_shared_memory_op(zero_launches):
+    """The launch's DeepSpeed runs on the CPU neither compile nor load DeepSpeed's shared-memory communication op,
+    which it uses only for inference and a GPU never builds (tests/scripts/run_jobs.py marks it incompatible):
+    DeepSpeed prints that it was built when it loads it, at its first start in a process (without the mark: in both
+    logs of the first job that starts DeepSpeed)."""
+    folder = zero_launches.run("ddp").folder.parent
+    logs = sorted(folder.rglob("*.rank*.log"))
+    assert len(logs) > 60  # every job's log, on both processes
+    assert not [log.name for log in logs if "deepspeed_shm_comm_op built" in log.read_text()]

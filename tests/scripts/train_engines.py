@@ -1,11 +1,11 @@
 """Train one saved model a few steps under several engines in a single launch: every run a fresh ContrastiveTrainer.
 
-Launched with 2 processes (``accelerate launch --multi_gpu --num_processes 2``, gloo, DeepSpeed on its CPU
-accelerator) by tests/integration/test_deepspeed.py. Each run is a JSON object of
-`ContrastiveTrainingArguments` overrides, with
-``deepspeed`` naming a DeepSpeed JSON file (whose "auto" values the Trainer fills) and ``zero_stage`` overriding its
-stage. `TrainingArguments` resets Accelerate's state when it is built, so DDP and ZeRO-1/2/3 runs follow one another
-on the same process group, which saves a launch (tens of seconds) per engine.
+Run on 2 processes (gloo, DeepSpeed on its CPU accelerator) as a job of the suite's engine launch, in the environment
+``accelerate launch --multi_gpu --num_processes 2`` gives (tests/helpers/zero_launches.py: the GradCache comparisons
+of test_deepspeed.py and test_grad_cache_uneven_processes.py). Each run is a JSON object of
+`ContrastiveTrainingArguments` overrides, with ``deepspeed`` naming a DeepSpeed JSON file (whose "auto" values the
+Trainer fills) and ``zero_stage`` overriding its stage. `TrainingArguments` resets Accelerate's state when it is
+built, so DDP and ZeRO-1/2/3 runs follow one another on the same process group.
 
 Each run writes to ``OUTPUT_DIR/<name>/``: ``model.safetensors`` (gathered from the shards under ZeRO-3),
 ``log_history.json``, and ``engine.json`` (what trained it: the model wrapper's class, the ZeRO stage, how many
