@@ -20,6 +20,9 @@ from contrastive_hf.hub.adapters import add_adapter, lora_config
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 
+# its module-scoped launch (the blocks' interpreter) runs once, on one pytest-xdist worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("documentation_examples")
+
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 BLOCKS = [
     (page.relative_to(REPO_ROOT), block)

@@ -20,6 +20,9 @@ import contrastive_hf
 
 from conftest import DEMO_TOKENIZER, REPO_ROOT, tiny_bert_config
 
+# its module-scoped run of transformers' script runs once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("drop_in")
+
 SCRIPTS = REPO_ROOT / "tests" / "scripts"
 SCRIPT = SCRIPTS / "run_mlm_contrastive.py"
 PLAIN_SCRIPT = SCRIPTS / "run_mlm.py"  # transformers alone: what the diff is applied to

@@ -19,6 +19,9 @@ from contrastive_hf.models.transformers_compat import SubConfigSpec
 from conftest import CHECKPOINTS_0_1, tiny_bert_config
 from helpers.builders import make_dual_encoder, tiny_multitask_model
 
+# its module-scoped fresh interpreter runs once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("fresh_interpreters")
+
 # One interpreter where contrastive_hf cannot be imported runs every case below, each in a function of its own (one
 # failing does not stop the others), and records each one's outcome: "ok" or its traceback.
 WITHOUT_THE_PACKAGE = textwrap.dedent(

@@ -20,6 +20,9 @@ from helpers.fake_hub import FakeHub
 from helpers.launching import run_clear
 from helpers.saved_files import assert_holds_none, local_paths
 
+# its module-scoped pushes run once, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("hub_push")
+
 TOKEN = "hf_SecretTokenThatMustNeverBeSaved0123"
 DEMO_DATA = REPO_ROOT / "examples" / "demo" / "data"
 

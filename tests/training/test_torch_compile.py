@@ -16,8 +16,9 @@ from transformers import TrainerCallback
 
 from helpers.steps import contrastive_trainer, trained
 
-# dynamo traces every region of a tiny model: 10-40 s of CPU a path, make test-fast leaves them out
-pytestmark = pytest.mark.slow
+# dynamo traces every region of a tiny model: 10-40 s of CPU a path, make test-fast leaves them out; the paths share
+# their graphs, on one pytest-xdist worker (make test: --dist loadgroup)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch_compile")]
 
 PATHS = [
     ("simcse", 0, {}),
