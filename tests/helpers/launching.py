@@ -23,13 +23,15 @@ from conftest import (
     tiny_bert_config,
 )
 
+# `accelerate launch`'s flags for 2 CPU processes: --multi_gpu starts them through torch.distributed.run, and the
+# scripts' --use_cpu makes them gloo ranks
+TWO_PROCESSES = ("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+                 "--dynamo_backend", "no")  # fmt: skip
+
 
 def two_processes() -> list[str]:
-    """accelerate launch of 2 CPU processes; --multi_gpu starts them through torch.distributed.run, and the
-    helper's --use_cpu makes them gloo ranks."""
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    return launcher + ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                       "--main_process_port", str(free_port())]  # fmt: skip
+    """accelerate launch of 2 CPU processes (`TWO_PROCESSES`), on a port of their own."""
+    return accelerate_launch(*TWO_PROCESSES, "--main_process_port", free_port())
 
 
 def run_clear(repo_root, tmp_path, *extra, check=True, launcher=(), env=None, timeout=None):
@@ -84,16 +86,19 @@ def accelerate_launch(*flags) -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", *map(str, flags)]
 
 
-def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[str]:
-    """``accelerate launch --config_file ds_configs/<yaml>`` as a GPU user types it, with 2 processes instead of the
-    yaml's 8 GPUs; the yaml names its DeepSpeed JSON relative to the repository root and the helper runs elsewhere,
-    hence the absolute --deepspeed_config_file (the same file)."""
-    return accelerate_launch(
+def deepspeed_flags(accelerate_yaml: str, deepspeed_json: str) -> tuple:
+    """``accelerate launch --config_file ds_configs/<yaml>``'s flags as a GPU user types them, with 2 processes
+    instead of the yaml's 8 GPUs; the yaml names its DeepSpeed JSON relative to the repository root and the launches
+    run elsewhere, hence the absolute --deepspeed_config_file (the same file)."""
+    return (
         "--config_file", DS_CONFIGS / accelerate_yaml,
         "--num_processes", 2,
         "--deepspeed_config_file", DS_CONFIGS / deepspeed_json,
-        *flags,
     )  # fmt: skip
+
+
+def deepspeed_launch(accelerate_yaml: str, deepspeed_json: str, *flags) -> list[str]:
+    return accelerate_launch(*deepspeed_flags(accelerate_yaml, deepspeed_json), *flags)
 
 
 def launch_jobs(launcher: list, jobs: list[dict], folder, timeout: float, env: dict | None = None):

@@ -44,23 +44,20 @@ from helpers.launching import (
     DEEPSPEED_ON_CPU,
     DS_CONFIGS,
     MAX_STEPS,
+    TWO_PROCESSES,
     accelerate_launch,
     clear_arguments,
+    deepspeed_flags,
     launch_jobs,
     save_tiny_model,
 )
 
-# The `accelerate launch` flags of each engine's command on 2 processes (DDP through `--multi_gpu`, gloo ranks on the
-# CPU; ZeRO as docs/guides/scale.md launches it, with the config's DeepSpeed file named absolutely: the launch runs
-# elsewhere)
+# The `accelerate launch` flags of each engine's command on 2 processes
 ENGINE_FLAGS = {
-    "ddp": ("--multi_gpu", "--num_processes", 2, "--num_machines", 1, "--mixed_precision", "no",
-            "--dynamo_backend", "no"),
-    "zero2": ("--config_file", DS_CONFIGS / "accelerate_zero2.yaml", "--num_processes", 2,
-              "--deepspeed_config_file", DS_CONFIGS / "zero2.json"),
-    "zero3": ("--config_file", DS_CONFIGS / "accelerate_zero3.yaml", "--num_processes", 2,
-              "--deepspeed_config_file", DS_CONFIGS / "zero3.json"),
-}  # fmt: skip
+    "ddp": TWO_PROCESSES,
+    "zero2": deepspeed_flags("accelerate_zero2.yaml", "zero2.json"),
+    "zero3": deepspeed_flags("accelerate_zero3.yaml", "zero3.json"),
+}
 STAGES = ("zero2", "zero3")
 LAUNCHED_AS = "zero2"  # the launch's own command; every other engine's jobs get their command's environment
 LAUNCH_TIMEOUT = 900  # seconds for all the jobs of the launch (160 to 190 s in the suite on 2 cores): a hang fails
