@@ -253,6 +253,31 @@ def test_a_stream_on_several_processes_stops_all_together(tokenizer, tmp_path, t
     assert "No training example on process(es) 1 of 2, while the others have some" in str(error.value)
 
 
+class _Batches(torch.utils.data.IterableDataset):
+    """An endless stream of one-example batches, read by dataloader workers."""
+
+    def __iter__(self):
+        while True:
+            yield {"input_ids": torch.ones(1, 2, 3)}
+
+
+def test_a_stream_s_dataloader_workers_end_with_its_epoch_not_with_the_trainer(tokenizer, tmp_path, two_processes):
+    """The trainer remembers which epoch iterator it reads without keeping it: the Trainer drops an epoch's iterator
+    when the epoch (or the run) ends, which shuts its dataloader workers down there and then. Kept by the trainer, a
+    stream's iterator (never exhausted) kept its worker processes alive after ``train()`` returned, until the garbage
+    collector found it, whose shutdown then waited 5 s for each worker."""
+    stream = load_corpus(str(REPO_ROOT / "examples" / "demo" / "data" / "wiki1m_sample.txt"), streaming=True)
+    trainer = make_trainer(tokenizer, tmp_path)
+    trainer.train_dataset = stream
+    two_processes["others"] = [2]
+    epoch = iter(torch.utils.data.DataLoader(_Batches(), batch_size=None, num_workers=2))
+    workers = list(epoch._workers)
+    assert len(trainer.get_batch_samples(epoch, 2, "cpu")[0]) == 2
+    assert trainer.get_batch_samples(epoch, 2, "cpu")[0]  # the same epoch: no "no batch at the start" check
+    del epoch  # as the Trainer drops it at the end of the epoch
+    assert [worker.is_alive() for worker in workers] == [False, False]
+
+
 def test_logged_means_are_gathered_in_one_shape_whatever_each_process_counted():
     """`means_over_processes` on rank 0 of 2 (the collective replaced): this process counted only ``a``, the other
     only ``b``; both names come back, each the mean over the steps that counted it, from one gather of one shape."""

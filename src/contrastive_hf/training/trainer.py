@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import warnings
+import weakref
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -100,7 +101,10 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
         self._metric_sums: dict[str, torch.Tensor] = {}
         self._nonfinite = NonFiniteLossWatch()
         self._metric_counts: dict[str, int] = {}
-        self._epoch_iterator = None  # the training iterator `get_batch_samples` last read from
+        # the training iterator `get_batch_samples` last read from, not kept alive by it: the Trainer drops an epoch's
+        # iterator when the epoch or the run ends, which shuts its dataloader workers down then (kept, those of a
+        # stream outlived `train()` until the garbage collector found them, and its shutdown waited 5 s per worker)
+        self._epoch_iterator = lambda: None
         show_losses_on_progress_bar(self, ("loss", *LOSS_COMPONENTS))
         if hasattr(self.data_collator, "set_epoch"):  # new views each epoch, the same ones when resuming
             self.add_callback(CollatorEpochCallback(self.data_collator))
@@ -286,8 +290,11 @@ class ContrastiveTrainer(CheckedResume, SecretFreeOutputs, SavesMasterWeights, T
             return super().get_batch_samples(epoch_iterator, num_batches, device)
         batches = list(itertools.islice(epoch_iterator, num_batches))
         counts = gather_sizes(len(batches), device)  # one tiny collective per optimisation step
-        starting = epoch_iterator is not self._epoch_iterator
-        self._epoch_iterator = epoch_iterator
+        starting = epoch_iterator is not self._epoch_iterator()
+        try:
+            self._epoch_iterator = weakref.ref(epoch_iterator)
+        except TypeError:  # an iterator that takes no weak reference (a list's, not the Trainer's): kept
+            self._epoch_iterator = lambda: epoch_iterator
         if starting and min(counts) == 0 < max(counts):
             raise RuntimeError(self._no_batch_message(counts))
         batches = batches[: min(counts)]
